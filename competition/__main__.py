@@ -1,0 +1,3 @@
+from competition.cli import main
+
+raise SystemExit(main())

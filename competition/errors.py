@@ -1,0 +1,32 @@
+"""Errors a user can act on: each names the file, the key, what was expected and what was found."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be used as it is.
+
+    Args:
+        path: the file.
+        key: the npz member concerned, or ``None`` for the file as a whole.
+        expected: what a valid file has there.
+        found: what this file has instead.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key: str | None, expected: str, found: str) -> None:
+        self.path = Path(path)
+        self.key = key
+        self.expected = expected
+        self.found = found
+        where = f"{self.path}" + (f" [{key}]" if key else "")
+        super().__init__(f"{where}: expected {expected}; found {found}")
+
+    def __reduce__(self):  # keeps the error picklable across process pools
+        return (type(self), (self.path, self.key, self.expected, self.found))
+
+
+class DataRootNotFound(FileNotFoundError):
+    """No TpuGraphs data root was found; the message lists every place searched."""

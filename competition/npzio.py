@@ -1,0 +1,315 @@
+"""Streaming, atomic, deterministic npz input and output.
+
+A real layout file's ``node_config_feat`` decompresses to gigabytes, so neither side ever holds a whole member:
+
+* :func:`write_npz` writes members one after another into a deflate-compressed zip, taking any member as an
+  iterator of row blocks (:class:`StreamedArray`), into a temporary file that is renamed into place only when
+  complete. Zip timestamps are fixed, so the same arrays give the same bytes.
+* :class:`NpzReader` reads a member's ``.npy`` header without touching its data, and reads chosen rows by
+  decompressing the member block by block and keeping only the rows asked for.
+
+The files are ordinary ``.npz`` archives: ``numpy.load`` reads them, and these functions read numpy's.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from competition.errors import DataFileError
+
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+# Bytes decompressed per step when streaming rows: bounds the reader's working memory.
+DEFAULT_BLOCK_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StreamedArray:
+    """An array given as consecutive row blocks along axis 0, for writing without materialising it.
+
+    Args:
+        shape: full shape of the array.
+        dtype: element type; each block is cast to it.
+        blocks: iterable of arrays of shape ``(rows_i, *shape[1:])`` whose ``rows_i`` sum to ``shape[0]``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    blocks: Iterable[npt.NDArray[Any]]
+
+
+def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
+    return {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": tuple(shape)}
+
+
+def _write_member(zf: zipfile.ZipFile, key: str, value: npt.ArrayLike | StreamedArray, level: int) -> None:
+    info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info._compresslevel = level  # ZipInfo has no public setter; ZipFile.open honours this attribute.
+    info.external_attr = 0o600 << 16
+    with zf.open(info, "w", force_zip64=True) as fp:
+        if isinstance(value, StreamedArray):
+            _write_streamed(fp, key, value)
+        else:
+            arr = np.ascontiguousarray(value)
+            np.lib.format.write_array_header_1_0(fp, _npy_header(arr.shape, arr.dtype))
+            fp.write(memoryview(arr.reshape(-1)).cast("B") if arr.size else b"")
+
+
+def _write_streamed(fp: IO[bytes], key: str, value: StreamedArray) -> None:
+    dtype = np.dtype(value.dtype)
+    np.lib.format.write_array_header_1_0(fp, _npy_header(value.shape, dtype))
+    rows = 0
+    for block in value.blocks:
+        block = np.ascontiguousarray(block, dtype=dtype)
+        if block.shape[1:] != tuple(value.shape[1:]):
+            raise ValueError(f"{key}: block of shape {block.shape} does not fit array shape {value.shape}")
+        rows += block.shape[0]
+        if rows > value.shape[0]:
+            raise ValueError(f"{key}: blocks give more than the {value.shape[0]} rows declared")
+        if block.size:
+            fp.write(memoryview(block.reshape(-1)).cast("B"))
+    if rows != value.shape[0]:
+        raise ValueError(f"{key}: blocks gave {rows} rows, {value.shape[0]} declared")
+
+
+def write_npz(
+    path: str | os.PathLike[str],
+    arrays: Mapping[str, npt.ArrayLike | StreamedArray],
+    *,
+    compress_level: int = 6,
+) -> Path:
+    """Write ``arrays`` as a deflate-compressed npz, atomically and deterministically.
+
+    Members are written in the mapping's order. The file appears at ``path`` only once it is complete (a temporary
+    file in the same folder is renamed over it), so an interrupted write leaves no partial file behind.
+
+    Args:
+        path: destination; its folder is created if missing.
+        arrays: key to array, or to :class:`StreamedArray` for members too large to hold in memory.
+        compress_level: zlib level 0-9.
+
+    Returns:
+        The destination path.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+                for key, value in arrays.items():
+                    _write_member(zf, key, value, compress_level)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a text file atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A member's ``.npy`` header: what the array is, read without decompressing its data."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+class NpzReader:
+    """Reads members of one npz file, whole or by rows, naming the file in every error.
+
+    Use as a context manager. Rows are read by decompressing the member front to back in blocks of about
+    ``block_bytes`` and keeping only the requested rows, so memory stays at one block plus the result.
+
+    Args:
+        path: the npz file.
+        block_bytes: decompressed bytes handled per step when streaming rows.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
+        self.path = Path(path)
+        self.block_bytes = int(block_bytes)
+        self._zip: zipfile.ZipFile | None = None
+        self._infos: dict[str, MemberInfo] = {}
+
+    def __enter__(self) -> NpzReader:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        if self._zip is not None:
+            return
+        try:
+            self._zip = zipfile.ZipFile(self.path)
+        except FileNotFoundError:
+            raise DataFileError(self.path, None, "an npz file", "no such file") from None
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise DataFileError(
+                self.path, None, "a complete npz (zip) archive", f"unreadable archive ({exc}); truncated or corrupt?"
+            ) from None
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+
+    @property
+    def zip(self) -> zipfile.ZipFile:
+        self.open()
+        assert self._zip is not None
+        return self._zip
+
+    def keys(self) -> list[str]:
+        """Member keys in file order, without the ``.npy`` suffix."""
+        return [n[: -len(".npy")] if n.endswith(".npy") else n for n in self.zip.namelist()]
+
+    def _member_name(self, key: str) -> str:
+        names = self.zip.namelist()
+        for name in (f"{key}.npy", key):
+            if name in names:
+                return name
+        raise DataFileError(self.path, key, f"member {key!r}", f"missing (members: {', '.join(self.keys())})")
+
+    def _open_member(self, key: str) -> tuple[IO[bytes], MemberInfo]:
+        fp = self.zip.open(self._member_name(key))
+        try:
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp, max_header_size=1 << 20)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp, max_header_size=1 << 20)
+        except (ValueError, EOFError, zlib.error, zipfile.BadZipFile, OSError) as exc:
+            fp.close()
+            raise DataFileError(self.path, key, "a .npy header", f"unreadable header ({exc})") from None
+        if dtype.hasobject:
+            fp.close()
+            raise DataFileError(self.path, key, "a numeric array", "an object array (refused: unsafe to load)")
+        info = MemberInfo(key, tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran))
+        self._infos[key] = info
+        return fp, info
+
+    def info(self, key: str) -> MemberInfo:
+        """The member's shape and dtype, read from its header only."""
+        if key not in self._infos:
+            fp, _ = self._open_member(key)
+            fp.close()
+        return self._infos[key]
+
+    def _read_exact(self, fp: IO[bytes], nbytes: int, key: str, what: str) -> bytes:
+        try:
+            data = fp.read(nbytes)
+        except (zlib.error, zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise DataFileError(self.path, key, f"{what}", f"corrupt compressed data ({exc})") from None
+        if len(data) != nbytes:
+            raise DataFileError(self.path, key, f"{nbytes} bytes of {what}", f"only {len(data)} bytes (truncated)")
+        return data
+
+    def load(self, key: str) -> npt.NDArray[Any]:
+        """The whole member as an array (for members that fit in memory)."""
+        fp, info = self._open_member(key)
+        with fp:
+            data = self._read_exact(fp, info.nbytes, key, f"array data {info.shape} {info.dtype}")
+        order = "F" if info.fortran_order else "C"
+        return np.frombuffer(data, dtype=info.dtype).reshape(info.shape, order=order).copy()
+
+    def load_rows(self, key: str, rows: slice | Sequence[int] | npt.NDArray[np.integer]) -> npt.NDArray[Any]:
+        """Rows of a member along axis 0, streamed: the member is never decompressed whole into memory.
+
+        Args:
+            key: member name.
+            rows: a slice, or indices in any order (repeats allowed); the result follows their order.
+
+        Returns:
+            Array of shape ``(len(rows), *shape[1:])``.
+        """
+        fp, info = self._open_member(key)
+        with fp:
+            if info.fortran_order and len(info.shape) > 1:
+                raise DataFileError(self.path, key, "a C-ordered array to stream rows from", "a Fortran-ordered array")
+            n = info.shape[0] if info.shape else 0
+            idx = np.arange(n)[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64).reshape(-1)
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                bad = int(idx[(idx < 0) | (idx >= n)][0])
+                raise IndexError(f"{self.path}: {key}: row {bad} out of range for {n} rows")
+            out = np.empty((idx.size, *info.shape[1:]), dtype=info.dtype)
+            if idx.size == 0:
+                return out
+            order = np.argsort(idx, kind="stable")
+            wanted = idx[order]
+            row_bytes = max(info.row_bytes, 1)
+            block_rows = max(1, self.block_bytes // row_bytes)
+            pos = 0  # next row the stream will yield
+            k = 0
+            while k < wanted.size:
+                first = int(wanted[k])
+                if first > pos:
+                    self._skip(fp, (first - pos) * row_bytes, key)
+                    pos = first
+                stop = min(n, pos + block_rows)
+                nrows = stop - pos
+                buf = self._read_exact(fp, nrows * row_bytes, key, f"rows {pos}..{stop - 1}")
+                block = np.frombuffer(buf, dtype=info.dtype).reshape(nrows, *info.shape[1:])
+                j = int(np.searchsorted(wanted, stop, side="left"))
+                out[order[k:j]] = block[wanted[k:j] - pos]
+                k = j
+                pos = stop
+            return out
+
+    def _skip(self, fp: IO[bytes], nbytes: int, key: str) -> None:
+        step = max(self.block_bytes, 1)
+        while nbytes > 0:
+            chunk = self._read_exact(fp, min(step, nbytes), key, "row data")
+            nbytes -= len(chunk)
+
+    def iter_blocks(self, key: str, block_rows: int | None = None) -> Iterator[tuple[int, npt.NDArray[Any]]]:
+        """Yield ``(first_row, block)`` over a whole member, front to back, one block in memory at a time."""
+        fp, info = self._open_member(key)
+        with fp:
+            n = info.shape[0] if info.shape else 0
+            row_bytes = max(info.row_bytes, 1)
+            step = block_rows or max(1, self.block_bytes // row_bytes)
+            for start in range(0, n, step):
+                stop = min(n, start + step)
+                buf = self._read_exact(fp, (stop - start) * row_bytes, key, f"rows {start}..{stop - 1}")
+                yield start, np.frombuffer(buf, dtype=info.dtype).reshape(stop - start, *info.shape[1:])

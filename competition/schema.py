@@ -1,0 +1,88 @@
+"""The arrays of a TpuGraphs npz file: names, order, dtypes and shapes, and the feature column map.
+
+Shapes use symbols: ``N`` nodes, ``E`` edges, ``C`` configs, ``NC`` configurable nodes, ``S`` split points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+NODE_FEAT_DIM = 140
+TILE_CONFIG_DIM = 24
+LAYOUT_CONFIG_DIM = 18
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One npz member: its key, its dtype and its shape in symbols (ints are literal sizes)."""
+
+    key: str
+    dtype: np.dtype
+    shape: tuple[str | int, ...]
+    meaning: str
+
+
+_F32, _U8, _I64 = np.dtype("float32"), np.dtype("uint8"), np.dtype("int64")
+
+TILE_ARRAYS: tuple[ArraySpec, ...] = (
+    ArraySpec("node_feat", _F32, ("N", NODE_FEAT_DIM), "per-node features"),
+    ArraySpec("node_opcode", _U8, ("N",), "opcode id per node"),
+    ArraySpec("edge_index", _I64, ("E", 2), "rows [consumer, producer]"),
+    ArraySpec("config_feat", _F32, ("C", TILE_CONFIG_DIM), "tile size config per config"),
+    ArraySpec("config_runtime", _I64, ("C",), "runtime in ns (zeros in test)"),
+    ArraySpec("config_runtime_normalizers", _I64, ("C",), "runtime of the default tile config in ns"),
+)
+
+LAYOUT_ARRAYS: tuple[ArraySpec, ...] = (
+    ArraySpec("edge_index", _I64, ("E", 2), "rows [consumer, producer]"),
+    ArraySpec("node_feat", _F32, ("N", NODE_FEAT_DIM), "per-node features"),
+    ArraySpec("node_opcode", _U8, ("N",), "opcode id per node"),
+    ArraySpec("node_config_feat", _F32, ("C", "NC", LAYOUT_CONFIG_DIM), "layout per config per configurable node"),
+    ArraySpec("node_config_ids", _I64, ("NC",), "node index of each configurable node, ascending"),
+    ArraySpec("node_splits", _I64, (1, "S"), "computation boundaries [[0, ..., N]]"),
+    ArraySpec("config_runtime", _I64, ("C",), "runtime in ns (zeros in test)"),
+)
+
+# Integer members whose real files are known to vary in width; the reader accepts these and widens to int64.
+ACCEPTED_INT_DTYPES = (np.dtype("int32"), np.dtype("int64"), np.dtype("uint8"))
+
+# node_feat column groups (see the format spec, section 3.2).
+COL_IS_ROOT = 0
+COL_ELEMENT_SIZE = 1
+COLS_ELEMENT_TYPE = slice(2, 21)
+ELEMENT_TYPES = (
+    "invalid", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",
+    "f16", "f32", "f64", "bf16", "c64", "c128", "tuple", "opaque", "token",
+)
+COLS_SHAPE = slice(21, 27)
+COL_SHAPE_SUM = 27
+COL_SHAPE_PRODUCT = 28
+COL_TUPLE_COUNT = 29
+COL_PARAMETER_NUMBER = 30
+COLS_DIMENSIONS = slice(31, 37)
+COLS_WINDOW_SIZE = slice(37, 45)
+COLS_WINDOW_STRIDE = slice(45, 53)
+COLS_WINDOW_PAD_LOW = slice(53, 61)
+COLS_WINDOW_PAD_HIGH = slice(61, 69)
+COLS_WINDOW_DILATION = slice(69, 77)
+COLS_BASE_DILATION = slice(77, 85)
+COLS_WINDOW_REVERSAL = slice(85, 93)
+COLS_CONV_DIMS = slice(93, 107)
+COL_FEATURE_GROUP_COUNT = 107
+COL_BATCH_GROUP_COUNT = 108
+COLS_SLICE = slice(109, 121)
+COLS_DYNAMIC_SLICE = slice(121, 125)
+COLS_PAD = slice(125, 133)
+COL_IS_STABLE = 133
+COLS_LAYOUT = slice(134, 140)
+
+# Tile config_feat column groups (section 3.3).
+COLS_KERNEL_BOUNDS = slice(0, 8)
+COLS_OUTPUT_BOUNDS = slice(8, 16)
+COLS_INPUT_BOUNDS = slice(16, 24)
+
+# Layout node_config_feat slots (section 3.4): output, input (first operand), kernel (second operand).
+LAYOUT_SLOTS = ("output", "input", "kernel")
+LAYOUT_SLOT_WIDTH = 6

@@ -1,0 +1,1 @@
+"""Feature pipelines shared by every model (transforms, tabular features, the processed-graph cache)."""

@@ -1,0 +1,1 @@
+"""Models that score configurations: baselines, GBDT, GNNs, and the ensembler."""
