@@ -1,0 +1,440 @@
+"""Write a synthetic TpuGraphs world to disk, in the Kaggle download's exact layout.
+
+``generate_world(out, scale="demo", seed=0)`` writes::
+
+    out/npz_all/npz/tile/xla/{train,valid,test}/*.npz
+    out/npz_all/npz/layout/{xla,nlp}/{default,random}/{train,valid,test}/*.npz
+    out/sample_submission.csv
+    out/secret/<same relative paths>.npz   # hidden test runtimes and every split's noiseless runtimes
+    out/world.json                         # what was generated, with which seed; lets a rerun resume
+
+Every graph is seeded from ``(seed, collection source, split, index)`` alone, so the bytes do not depend on the
+order or the number of worker processes, and a killed run resumes: every file is written atomically and a
+rerun with the same settings skips the files that are complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from tqdm.auto import tqdm
+
+from competition.collections import Collection, Split
+from competition.npzio import StreamedArray, atomic_write_text, write_npz
+from competition.synthetic.featurize import featurize
+from competition.synthetic.layout_physics import LayoutProblem
+from competition.synthetic.physics import measure
+from competition.synthetic.programs import build_program, tile_kernels
+from competition.synthetic.tile_physics import TileProblem
+
+KAGGLE_SUBDIR = Path("npz_all") / "npz"
+SECRET_SUBDIR = Path("secret")
+MANIFEST = "world.json"
+# Configs whose features are computed and written together: bounds the writer's memory to a few blocks.
+CONFIG_BLOCK = 512
+# Tile kernels written per generated program (tile graphs are cut from programs, several from each).
+KERNELS_PER_PROGRAM = 8
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Sizes of one world scale.
+
+    Args:
+        name: ``tiny``, ``demo`` or ``full``.
+        layout_counts: graphs per split per layout collection ``{collection value: (train, valid, test)}``.
+        tile_counts: tile graphs per split ``(train, valid, test)``.
+        layout_nodes: ``(low, high)`` target node counts of layout programs, drawn log-uniformly.
+        layout_configs: ``(low, high)`` configs per train/valid layout graph, drawn log-uniformly.
+        layout_test_configs: configs per layout test graph (a few get one more, as in the real data).
+        max_config_cells: cap on configs x configurable nodes of one layout graph (bounds file sizes).
+        tile_program_nodes: ``(low, high)`` node counts of the programs tile kernels are cut from.
+        tile_configs: ``(low, high)`` configs per tile graph, drawn log-uniformly.
+    """
+
+    name: str
+    layout_counts: dict[str, tuple[int, int, int]]
+    tile_counts: tuple[int, int, int]
+    layout_nodes: tuple[int, int]
+    layout_configs: tuple[int, int]
+    layout_test_configs: int
+    max_config_cells: int
+    tile_program_nodes: tuple[int, int]
+    tile_configs: tuple[int, int]
+
+
+def _layout_counts(xd: Sequence[int], xr: Sequence[int], nd: Sequence[int], nr: Sequence[int]) -> dict:
+    return {
+        Collection.LAYOUT_XLA_DEFAULT.value: tuple(xd),
+        Collection.LAYOUT_XLA_RANDOM.value: tuple(xr),
+        Collection.LAYOUT_NLP_DEFAULT.value: tuple(nd),
+        Collection.LAYOUT_NLP_RANDOM.value: tuple(nr),
+    }
+
+
+SCALES: dict[str, Scale] = {
+    "tiny": Scale(
+        "tiny",
+        _layout_counts((3, 2, 2), (3, 2, 2), (3, 2, 2), (3, 2, 2)),
+        tile_counts=(16, 8, 8),
+        layout_nodes=(120, 400),
+        layout_configs=(40, 120),
+        layout_test_configs=60,
+        max_config_cells=200_000,
+        tile_program_nodes=(150, 400),
+        tile_configs=(6, 60),
+    ),
+    "demo": Scale(
+        "demo",
+        _layout_counts((10, 4, 4), (10, 4, 4), (12, 4, 4), (12, 4, 4)),
+        tile_counts=(320, 64, 64),
+        layout_nodes=(400, 4000),
+        layout_configs=(300, 2000),
+        layout_test_configs=1000,
+        max_config_cells=2_000_000,
+        tile_program_nodes=(300, 1500),
+        tile_configs=(8, 400),
+    ),
+    "full": Scale(
+        "full",
+        _layout_counts((61, 7, 8), (69, 7, 8), (198, 20, 17), (207, 20, 17)),
+        tile_counts=(5709, 676, 844),
+        layout_nodes=(400, 44_000),
+        layout_configs=(1000, 100_000),
+        layout_test_configs=1000,
+        max_config_cells=40_000_000,
+        tile_program_nodes=(300, 3000),
+        tile_configs=(8, 7000),
+    ),
+}
+
+_SPLITS = (Split.TRAIN, Split.VALID, Split.TEST)
+
+
+def _rng(seed: int, *key: str | int) -> np.random.Generator:
+    """A generator seeded by ``seed`` and a textual key, independent of generation order."""
+    digest = hashlib.sha256("/".join(str(k) for k in key).encode()).digest()
+    words = np.frombuffer(digest[:16], dtype=np.uint32).tolist()
+    return np.random.default_rng(np.random.SeedSequence([seed, *words]))
+
+
+def _loguniform(rng: np.random.Generator, lo: int, hi: int) -> int:
+    return int(round(np.exp(rng.uniform(np.log(lo), np.log(hi)))))
+
+
+def _hex_stem(seed: int, *key: str | int) -> str:
+    return hashlib.md5(("/".join(str(k) for k in (seed, *key))).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class GraphJob:
+    """One file to write (or, for tile, one program whose kernels become several files)."""
+
+    collection: str
+    split: str
+    index: int
+    count: int = 1  # tile: kernels taken from this program
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """What a world is made of; stored in ``world.json`` so that a rerun can tell whether it may resume."""
+
+    scale: str
+    seed: int
+    collections: tuple[str, ...]
+    limit: int | None
+
+
+def _program_name(source: str, split: str, index: int, module_name: str) -> str:
+    # Several programs can draw the same model name; the index keeps stems unique within a split.
+    return f"{module_name}_{index}" if split != Split.TEST else module_name
+
+
+def _layout_program(cfg: WorldConfig, sc: Scale, source: str, split: str, index: int):
+    """The program behind layout graph ``index`` of ``source``/``split``: shared by default and random."""
+    rng = _rng(cfg.seed, "layout-program", source, split, index)
+    target = _loguniform(rng, *sc.layout_nodes)
+    module = build_program(source, rng, target)
+    if split == Split.TEST:
+        stem = _hex_stem(cfg.seed, "layout", source, index)
+    else:
+        stem = _program_name(source, split, index, module.name)
+    return module, stem
+
+
+def _paths(out: Path, collection: Collection, split: str, stem: str) -> tuple[Path, Path]:
+    rel = Path(collection.relpath) / split / f"{stem}.npz"
+    return out / KAGGLE_SUBDIR / rel, out / SECRET_SUBDIR / rel
+
+
+def _duplicate_rows(choices: npt.NDArray[np.integer], rng: np.random.Generator) -> npt.NDArray[np.integer]:
+    """Replace a share of rows by copies of other rows: the same config measured again."""
+    n = choices.shape[0]
+    share = rng.uniform(0.0, 0.3)
+    k = int(n * share)
+    if k == 0 or n < 2:
+        return choices
+    dst = rng.choice(n, size=k, replace=False)
+    src = rng.integers(0, n, size=k)
+    choices = choices.copy()
+    choices[dst] = choices[src]
+    return choices
+
+
+def write_layout_graph(
+    path: Path,
+    secret: Path,
+    module,
+    search: str,
+    n_configs: int,
+    rng: np.random.Generator,
+    *,
+    hidden: bool = False,
+    duplicates: bool = True,
+) -> None:
+    """Write one layout graph of ``module`` with ``n_configs`` configs drawn by ``search``, and its secret file.
+
+    ``node_config_feat`` is computed and compressed block by block, so memory stays at a few blocks however many
+    configs there are. With ``hidden`` (test files) the visible runtimes are zeros and the measured ones go to
+    ``secret``; the secret file always holds the noiseless runtimes (for the oracle score).
+    """
+    graph = featurize(module)
+    problem = LayoutProblem.from_module(module)
+    nc = int(problem.node_config_ids.size)
+    choices = problem.sample_configs(search, n_configs, rng)
+    if duplicates and not hidden:
+        choices = _duplicate_rows(choices, rng)
+    true_ns = np.concatenate(
+        [problem.runtime_ns(choices[i : i + CONFIG_BLOCK]) for i in range(0, n_configs, CONFIG_BLOCK)]
+    )
+    observed = measure(true_ns, rng)
+    feats = StreamedArray(
+        (n_configs, nc, 18),
+        np.dtype(np.float32),
+        (problem.config_features(choices[i : i + CONFIG_BLOCK]) for i in range(0, n_configs, CONFIG_BLOCK)),
+    )
+    arrays = {
+        "edge_index": graph.edge_index,
+        "node_feat": graph.node_feat,
+        "node_opcode": graph.node_opcode,
+        "node_config_feat": feats,
+        "node_config_ids": problem.node_config_ids.astype(np.int64),
+        "node_splits": graph.node_splits,
+        "config_runtime": np.zeros_like(observed) if hidden else observed,
+    }
+    # The secret file first: a visible file is only ever complete together with its secret.
+    write_npz(secret, _secret_arrays(module.name, true_ns, observed if hidden else None))
+    write_npz(path, arrays)
+
+
+def _write_layout(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list[Path]:
+    collection = Collection(job.collection)
+    module, stem = _layout_program(cfg, sc, collection.source, job.split, job.index)
+    path, secret = _paths(out, collection, job.split, stem)
+    if path.exists() and secret.exists():
+        return []
+    rng = _rng(cfg.seed, "layout-configs", job.collection, job.split, job.index)
+    nc = int(sum(ins.opcode in ("convolution", "dot", "reshape") for ins in module.instructions()))
+    if job.split == Split.TEST:
+        n_configs = sc.layout_test_configs + int(rng.random() < 0.1)
+    else:
+        n_configs = _loguniform(rng, *sc.layout_configs)
+    n_configs = max(2, min(n_configs, sc.max_config_cells // max(nc, 1)))
+    write_layout_graph(path, secret, module, collection.search or "random", n_configs, rng,
+                       hidden=job.split == Split.TEST)
+    return [path]
+
+
+def _secret_arrays(input_name: str, true_ns: np.ndarray, observed: np.ndarray | None,
+                   normalizers: np.ndarray | None = None, true_default_ns: float | None = None) -> dict:
+    arrays: dict[str, np.ndarray] = {"input_file": np.asarray(input_name)}
+    if observed is not None:
+        arrays["config_runtime"] = observed
+    if normalizers is not None:
+        arrays["config_runtime_normalizers"] = normalizers
+    arrays["config_runtime_noiseless"] = true_ns.astype(np.float64)
+    if true_default_ns is not None:
+        arrays["default_runtime_noiseless"] = np.asarray(true_default_ns, dtype=np.float64)
+    return arrays
+
+
+def _write_tile_program(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list[Path]:
+    collection = Collection.TILE_XLA
+    rng = _rng(cfg.seed, "tile-program", job.split, job.index)
+    module = build_program("xla", rng, _loguniform(rng, *sc.tile_program_nodes))
+    kernels = tile_kernels(module, rng)
+    if not kernels:
+        raise RuntimeError(f"program {module.name} gave no tile kernels")
+    picks = rng.permutation(len(kernels)) if len(kernels) >= job.count else rng.integers(0, len(kernels), job.count)
+    written = []
+    for k in range(job.count):
+        kernel = kernels[int(picks[k])]
+        krng = _rng(cfg.seed, "tile-configs", job.split, job.index, k)
+        signed = int.from_bytes(krng.bytes(8), "little", signed=True)
+        if job.split == Split.TEST:
+            stem = _hex_stem(cfg.seed, "tile", job.split, job.index, k)
+        else:
+            stem = f"{module.name}_{'-' if signed < 0 else ''}{abs(signed):x}"
+        path, secret = _paths(out, collection, job.split, stem)
+        if path.exists() and secret.exists():
+            continue
+        graph = featurize(kernel)
+        problem = TileProblem.from_kernel(kernel)
+        config_feat = problem.sample_configs(_loguniform(krng, *sc.tile_configs), krng).astype(np.float32)
+        true_ns = problem.runtime_ns(config_feat)
+        true_default = float(problem.runtime_ns(problem.default_config()[None, :])[0])
+        observed = measure(true_ns, krng)
+        normalizers = measure(np.full(true_ns.shape, true_default), krng)
+        hidden = job.split == Split.TEST
+        arrays = {
+            "node_feat": graph.node_feat,
+            "node_opcode": graph.node_opcode,
+            "edge_index": graph.edge_index,
+            "config_feat": config_feat,
+            "config_runtime": np.zeros_like(observed) if hidden else observed,
+            "config_runtime_normalizers": np.ones_like(normalizers) if hidden else normalizers,
+        }
+        write_npz(secret, _secret_arrays(
+            kernel.name, true_ns, observed if hidden else None, normalizers if hidden else None, true_default))
+        write_npz(path, arrays)
+        written.append(path)
+    return written
+
+
+def _run_job(args: tuple[Path, WorldConfig, GraphJob]) -> list[Path]:
+    out, cfg, job = args
+    sc = SCALES[cfg.scale]
+    if job.collection == Collection.TILE_XLA.value:
+        return _write_tile_program(out, cfg, sc, job)
+    return _write_layout(out, cfg, sc, job)
+
+
+def plan_jobs(cfg: WorldConfig) -> list[GraphJob]:
+    """The files of a world, as jobs; ``limit`` caps graphs per collection and split."""
+    sc = SCALES[cfg.scale]
+    jobs: list[GraphJob] = []
+    for value in cfg.collections:
+        counts = sc.tile_counts if value == Collection.TILE_XLA.value else sc.layout_counts[value]
+        for split, n in zip(_SPLITS, counts, strict=True):
+            n = n if cfg.limit is None else min(n, cfg.limit)
+            if value == Collection.TILE_XLA.value:
+                for j, start in enumerate(range(0, n, KERNELS_PER_PROGRAM)):
+                    jobs.append(GraphJob(value, split.value, j, min(KERNELS_PER_PROGRAM, n - start)))
+            else:
+                jobs.extend(GraphJob(value, split.value, i) for i in range(n))
+    # Big layout graphs first, so that the pool does not end on one long straggler.
+    return sorted(jobs, key=lambda j: j.collection == Collection.TILE_XLA.value)
+
+
+def _sample_submission(out: Path, cfg: WorldConfig) -> Path:
+    """``ID,TopConfigs`` for every test graph: the identity order (tile: the first five)."""
+    from competition.npzio import NpzReader
+
+    rows = ["ID,TopConfigs"]
+    for value in cfg.collections:
+        collection = Collection(value)
+        folder = out / KAGGLE_SUBDIR / collection.relpath / Split.TEST.value
+        for path in sorted(folder.glob("*.npz")):
+            with NpzReader(path) as r:
+                n = r.info("config_runtime").shape[0]
+            k = min(5, n) if collection.is_tile else n
+            rows.append(f"{value}:{path.stem}," + ";".join(map(str, range(k))))
+    return atomic_write_text(out / "sample_submission.csv", "\n".join(rows) + "\n")
+
+
+class WorldMismatch(RuntimeError):
+    """The output folder holds a world made with other settings."""
+
+
+def generate_world(
+    out: str | os.PathLike[str],
+    *,
+    scale: str = "demo",
+    seed: int = 0,
+    collections: Iterable[Collection | str] | None = None,
+    limit: int | None = None,
+    workers: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+    on_written: Callable[[Path], None] | None = None,
+) -> Path:
+    """Generate (or finish generating) a synthetic world.
+
+    Args:
+        out: destination folder (the data root: it receives ``npz_all/``, ``secret/``, ``sample_submission.csv``).
+        scale: ``tiny``, ``demo`` or ``full`` (see :data:`SCALES`).
+        seed: world seed; the same seed and settings give identical bytes.
+        collections: collections to generate (default: all five).
+        limit: at most this many graphs per collection and split.
+        workers: worker processes (default: the machine's cores).
+        force: regenerate over a world made with other settings (otherwise that is an error).
+        progress: show a progress bar.
+        on_written: called with each file written.
+
+    Returns:
+        The data root ``out``.
+
+    Raises:
+        WorldMismatch: ``out`` holds a world made with other settings and ``force`` is false.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; expected one of {', '.join(SCALES)}")
+    cols = tuple(Collection.parse(c) if isinstance(c, str) else c for c in (collections or list(Collection)))
+    cfg = WorldConfig(scale, int(seed), tuple(sorted(c.value for c in cols)), limit)
+    out = Path(out)
+    manifest = out / MANIFEST
+    if manifest.exists():
+        old = json.loads(manifest.read_text())
+        if old.get("config") != json.loads(json.dumps(asdict(cfg))):
+            if not force:
+                raise WorldMismatch(
+                    f"{out} holds a world made with {old.get('config')}; asked for {asdict(cfg)}. "
+                    "Choose another --out, or pass --force to regenerate it."
+                )
+            _clear_world(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(manifest, json.dumps({"config": asdict(cfg), "complete": False}, indent=2) + "\n")
+
+    jobs = plan_jobs(cfg)
+    total = sum(j.count for j in jobs)
+    workers = workers or os.cpu_count() or 1
+    bar = tqdm(total=total, desc=f"synth {scale}", unit="graph", disable=not progress)
+    try:
+        if workers <= 1:
+            results: Iterable[list[Path]] = map(_run_job, [(out, cfg, j) for j in jobs])
+            for job, paths in zip(jobs, results, strict=True):
+                _report(bar, job, paths, on_written)
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                for job, paths in zip(jobs, pool.map(_run_job, [(out, cfg, j) for j in jobs]), strict=True):
+                    _report(bar, job, paths, on_written)
+    finally:
+        bar.close()
+    _sample_submission(out, cfg)
+    atomic_write_text(manifest, json.dumps({"config": asdict(cfg), "complete": True}, indent=2) + "\n")
+    return out
+
+
+def _report(bar: tqdm, job: GraphJob, paths: list[Path], on_written: Callable[[Path], None] | None) -> None:
+    bar.update(job.count)
+    if on_written:
+        for p in paths:
+            on_written(p)
+
+
+def _clear_world(out: Path) -> None:
+    import shutil
+
+    for sub in (KAGGLE_SUBDIR.parts[0], SECRET_SUBDIR.name):
+        shutil.rmtree(out / sub, ignore_errors=True)
+    for name in ("sample_submission.csv", MANIFEST):
+        (out / name).unlink(missing_ok=True)

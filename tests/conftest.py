@@ -1,0 +1,18 @@
+"""Shared fixtures: one tiny synthetic world per test session, generated once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TINY_SEED = 7
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny world (two graphs per collection and split at most), read-only for the tests that use it."""
+    from competition.synthetic.world import generate_world
+
+    out = tmp_path_factory.mktemp("tiny-world")
+    return generate_world(out, scale="tiny", seed=TINY_SEED, limit=2, workers=1, progress=False)

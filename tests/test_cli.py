@@ -1,0 +1,61 @@
+"""The fastslow command line: help texts, and the data commands run on a tiny world."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from competition.cli import build_parser, main
+from competition.collections import Collection
+
+
+def _subparsers(parser):
+    for action in parser._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            yield from action.choices.items()
+
+
+def test_every_option_has_help():
+    def walk(parser, path):
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{path} {action.option_strings} has no help"
+        for name, sub in _subparsers(parser):
+            assert sub.description, f"{path} {name} has no description"
+            walk(sub, f"{path} {name}")
+
+    walk(build_parser(), "fastslow")
+
+
+def test_module_entry_point_prints_help():
+    res = subprocess.run([sys.executable, "-m", "competition", "data", "synth", "--help"],
+                         capture_output=True, text=True, check=True)
+    for opt in ("--scale", "--out", "--seed", "--collections", "--limit", "--force"):
+        assert opt in res.stdout
+
+
+def test_stats_prints_every_collection_with_oracle(tiny_world: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["data", "stats", str(tiny_world), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    for c in Collection:
+        assert f"== {c.value} ==" in out
+    assert out.count("oracle score (test ") == 5
+    assert "files (train/valid/test): 2 / 2 / 2" in out
+    assert "duplicated configs" in out
+
+
+def test_where_and_validate(tiny_world: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["data", "where", "--data", str(tiny_world)]) == 0
+    out = capsys.readouterr().out
+    assert "layout:nlp:random" in out and "kaggle" in out
+    assert main(["data", "validate", "--data", str(tiny_world), "--deep", "--no-progress"]) == 0
+    assert "30 files checked, 0 with problems" in capsys.readouterr().out
+
+
+def test_missing_data_root_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["data", "where", "--data", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere" in err and err.startswith("error:")
