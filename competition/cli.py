@@ -7,7 +7,6 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from competition.collections import Collection, Split
 from competition.errors import DataFileError, DataRootNotFound

@@ -60,7 +60,9 @@ def _write_member(zf: zipfile.ZipFile, key: str, value: npt.ArrayLike | Streamed
         if isinstance(value, StreamedArray):
             _write_streamed(fp, key, value)
         else:
-            arr = np.ascontiguousarray(value)
+            arr = np.asarray(value)
+            # np.ascontiguousarray would turn a 0-d array into shape (1,): copy only when needed.
+            arr = arr if arr.flags.c_contiguous else arr.copy(order="C")
             np.lib.format.write_array_header_1_0(fp, _npy_header(arr.shape, arr.dtype))
             fp.write(memoryview(arr.reshape(-1)).cast("B") if arr.size else b"")
 

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
 from competition.npzio import StreamedArray, atomic_write_text, write_npz
+from competition.opcodes import CONFIGURABLE_OPCODES
 from competition.synthetic.featurize import featurize
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.physics import measure
@@ -243,7 +244,7 @@ def _write_layout(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list
     if path.exists() and secret.exists():
         return []
     rng = _rng(cfg.seed, "layout-configs", job.collection, job.split, job.index)
-    nc = int(sum(ins.opcode in ("convolution", "dot", "reshape") for ins in module.instructions()))
+    nc = int(sum(ins.opcode_id in CONFIGURABLE_OPCODES for ins in module.instructions()))
     if job.split == Split.TEST:
         n_configs = sc.layout_test_configs + int(rng.random() < 0.1)
     else:
@@ -271,13 +272,15 @@ def _write_tile_program(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -
     collection = Collection.TILE_XLA
     rng = _rng(cfg.seed, "tile-program", job.split, job.index)
     module = build_program("xla", rng, _loguniform(rng, *sc.tile_program_nodes))
-    kernels = tile_kernels(module, rng)
+    # A kernel with a single possible tile config (a scalar output) has nothing to rank: real files have >= 2.
+    kernels = [(k, TileProblem.from_kernel(k)) for k in tile_kernels(module, rng)]
+    kernels = [(k, p) for k, p in kernels if p.sample_configs(2, np.random.default_rng(0)).shape[0] >= 2]
     if not kernels:
-        raise RuntimeError(f"program {module.name} gave no tile kernels")
+        raise RuntimeError(f"program {module.name} gave no tile kernel with two or more configs")
     picks = rng.permutation(len(kernels)) if len(kernels) >= job.count else rng.integers(0, len(kernels), job.count)
     written = []
     for k in range(job.count):
-        kernel = kernels[int(picks[k])]
+        kernel, problem = kernels[int(picks[k])]
         krng = _rng(cfg.seed, "tile-configs", job.split, job.index, k)
         signed = int.from_bytes(krng.bytes(8), "little", signed=True)
         if job.split == Split.TEST:
@@ -288,7 +291,6 @@ def _write_tile_program(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -
         if path.exists() and secret.exists():
             continue
         graph = featurize(kernel)
-        problem = TileProblem.from_kernel(kernel)
         config_feat = problem.sample_configs(_loguniform(krng, *sc.tile_configs), krng).astype(np.float32)
         true_ns = problem.runtime_ns(config_feat)
         true_default = float(problem.runtime_ns(problem.default_config()[None, :])[0])

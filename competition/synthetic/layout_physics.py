@@ -1,0 +1,489 @@
+"""Layout runtime model of the synthetic world: what a layout config costs, evaluated for many configs at once.
+
+The model (constants in :mod:`competition.synthetic.physics`):
+
+* A layout is a minor-to-major permutation per tensor. Configurable nodes are convolution, dot and reshape. A
+  convolution or dot config names the two most-minor dims of its output, input (operand 0) and kernel (operand 1);
+  the rest of each tensor follows in descending order. A reshape config names full permutations of output and input.
+  Choice 0 of every node is the compiler's default heuristic (feature row all -1): a concrete layout per tensor that
+  ignores the neighbours (conv: feature dims minor, kernel output-feature minor; dot and reshape: row-major).
+* A convolution or dot runs at the roofline ``max(flops / peak * inefficiency, physical bytes / bandwidth) + launch``,
+  the inefficiency a product over its three tensors of :data:`MINOR_PENALTY` indexed by where the tensor's key dim
+  sits (most-minor, second-minor, elsewhere): conv input feature / kernel input feature / output feature; dot
+  contracting dims and the output's last dim. Physical bytes pad the minor dim to 128 and the second-minor to 8.
+* Every other op takes the default (row-major) layout, except elementwise ops (:data:`ELEMENTWISE`, same shape as
+  operand 0), which carry operand 0's layout on: chains of them carry a configurable producer's output layout to
+  its consumers, and they pay their own physical bytes in that layout.
+* Where a consumer needs a layout other than its producer's, a copy is charged: physical bytes read plus written
+  over the bandwidth, plus a launch. Conv/dot demand their chosen input/kernel layouts on operands 0/1, a reshape its
+  chosen input layout; an elementwise op demands operand 0's layout on its other same-shape operands; every other op
+  (parameters' consumers, reduce, transpose, gather, concatenate, tuple, computation roots...) demands row-major.
+* A reshape is free (a bitcast) when its input and output layouts line up (both row-major over their non-unit dims
+  with equal most-minor size, or the same non-unit dims in the same order), and a copy otherwise.
+
+So ``runtime = base + sum over nodes own[node, choice] + sum over links table[link, opt_a, opt_b]``: the base holds
+every layout-independent op, ``own`` a node's efficiency and its copies against fixed (row-major) neighbours, and
+each link a copy between two layout decisions. The tables are built once (:meth:`LayoutProblem.from_module`) and
+configs are evaluated with vectorised look-ups (:meth:`LayoutProblem.runtime_ns`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import product
+
+import numpy as np
+import numpy.typing as npt
+
+from competition.synthetic import physics
+from competition.synthetic.hlo import ITEMSIZE, Instruction, Module, Shape, default_layout
+
+CONFIGURABLE: frozenset[str] = frozenset({"convolution", "dot", "reshape"})
+
+ELEMENTWISE: frozenset[str] = frozenset({
+    "abs", "add", "and", "atan2", "bitcast-convert", "cbrt", "ceil", "clamp", "compare", "convert", "cosine",
+    "divide", "exponential", "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one",
+    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "power", "real",
+    "reduce-precision", "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor",
+    "stochastic-convert",
+})
+"""Ops that follow their operand 0's layout (so layouts flow through chains of them)."""
+
+FREE_OPS: frozenset[str] = frozenset({
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "fusion", "while", "call", "conditional",
+    "after-all", "add-dependency", "opt-barrier", "domain",
+})
+"""Ops with no cost of their own (bookkeeping, or their called computations pay)."""
+
+NO_DEMAND: frozenset[str] = frozenset({"get-tuple-element", "bitcast", "add-dependency", "opt-barrier", "domain"})
+"""Ops that place no layout demand on their operands."""
+
+MINOR_PENALTY: tuple[float, float, float] = (1.0, 1.25, 2.0)
+"""Matrix-unit inefficiency of one tensor whose key dim is most-minor, second-minor, or elsewhere."""
+
+MAX_CHOICES: int = 200
+"""At most this many explicit choices per node (plus choice 0, the default)."""
+
+MAX_RESHAPE_OPTIONS: int = 12
+"""At most this many layouts per reshape tensor (keeps link tables small)."""
+
+RANDOM_EXPONENT: float = 12.0
+"""``random`` search mutates a fraction ``u ** RANDOM_EXPONENT`` (u uniform) of the nodes, see sample_configs."""
+
+_OUT, _IN, _KERNEL = 0, 1, 2
+_FEW = 8  # configs mutating at most this many nodes are drawn vectorised
+
+
+def _full_layout(written: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """Complete a written (most-minor-first) prefix with the remaining dims in descending order."""
+    rest = [d for d in range(rank - 1, -1, -1) if d not in written]
+    return tuple(written) + tuple(rest)
+
+
+def _pair_options(rank: int) -> list[tuple[int, ...]]:
+    """Ordered pairs of distinct dims (the two most-minor dims), descending order first."""
+    if rank == 0:
+        return [()]
+    if rank == 1:
+        return [(0,)]
+    first = (rank - 1, rank - 2)
+    return [first] + [(a, b) for a in range(rank) for b in range(rank) if a != b and (a, b) != first]
+
+
+@lru_cache(maxsize=1 << 16)
+def _phys_bytes(shape: Shape, layout: tuple[int, ...]) -> float:
+    return float(physics.physical_elements(shape.dims, layout) * ITEMSIZE[shape.element_type])
+
+
+def _is_bitcast(in_shape: Shape, in_layout: Sequence[int], out_shape: Shape, out_layout: Sequence[int]) -> bool:
+    """Whether a reshape between these layouts is a pure reinterpretation of the stored bytes."""
+    ri = [d for d in in_layout if in_shape.dims[d] != 1]
+    ro = [d for d in out_layout if out_shape.dims[d] != 1]
+    si = [in_shape.dims[d] for d in ri]
+    so = [out_shape.dims[d] for d in ro]
+    if not si or not so:
+        return True
+    row_major = ri == sorted(ri, reverse=True) and ro == sorted(ro, reverse=True)
+    if row_major and si[0] == so[0]:
+        return True
+    # Only unit dims inserted or removed: same physical order of the same non-unit dims.
+    in_logical = [in_shape.dims[d] for d in range(in_shape.rank) if in_shape.dims[d] != 1]
+    out_logical = [out_shape.dims[d] for d in range(out_shape.rank) if out_shape.dims[d] != 1]
+    if in_logical != out_logical:
+        return False
+    rank_i = {d: k for k, d in enumerate(d for d in range(in_shape.rank) if in_shape.dims[d] != 1)}
+    rank_o = {d: k for k, d in enumerate(d for d in range(out_shape.rank) if out_shape.dims[d] != 1)}
+    return [rank_i[d] for d in ri] == [rank_o[d] for d in ro]
+
+
+@dataclass
+class _Node:
+    """One configurable node: its tensors, their layout options and the choice -> option maps."""
+
+    kind: str
+    shapes: list[Shape]                     # output, input[, kernel]
+    written: list[list[tuple[int, ...]]]    # per tensor: the options as written into the feature row
+    layouts: list[list[tuple[int, ...]]]    # per tensor: the same options as full minor-to-major layouts
+    sub: list[npt.NDArray[np.int64]]        # per tensor: option index of each choice (choice 0 = default)
+    own: npt.NDArray[np.float64]            # [num_choices] own cost, ns
+    unary: list[npt.NDArray[np.float64]]    # per tensor: [num_options] cost against fixed neighbours, ns
+
+    @property
+    def num_choices(self) -> int:
+        return int(self.sub[0].size)
+
+
+def _key_dims(ins: Instruction, shapes: list[Shape]) -> tuple[int, int, int]:
+    if ins.opcode == "convolution":
+        cd = ins.conv_dims
+        if cd is None:  # NHWC-like: features last
+            return shapes[0].rank - 1, shapes[1].rank - 1, max(shapes[2].rank - 2, 0)
+        return cd.output_feature, cd.input_feature, cd.kernel_input_feature
+    dd = ins.dot_dims
+    lhs_c = dd.lhs_contracting[0] if dd and dd.lhs_contracting else max(shapes[1].rank - 1, 0)
+    rhs_c = dd.rhs_contracting[0] if dd and dd.rhs_contracting else 0
+    return max(shapes[0].rank - 1, 0), lhs_c, rhs_c
+
+
+def _default_written(ins: Instruction, shapes: list[Shape], keys: tuple[int, int, int]) -> list[tuple[int, ...]]:
+    """The compiler's default heuristic, a concrete pair per tensor that ignores the neighbours."""
+    out: list[tuple[int, ...]] = []
+    for t, shape in enumerate(shapes):
+        r = shape.rank
+        if r < 2:
+            out.append(_pair_options(r)[0])
+            continue
+        if ins.opcode == "convolution":
+            cd = ins.conv_dims
+            if t == _KERNEL:
+                kout = cd.kernel_output_feature if cd else r - 1
+                first = kout
+                second = keys[t] if keys[t] != kout else next(d for d in range(r - 1, -1, -1) if d != kout)
+            else:
+                first = keys[t]
+                second = next(d for d in range(r - 1, -1, -1) if d != first)
+            out.append((first, second))
+        else:  # dot: row-major
+            out.append((r - 1, r - 2))
+    return out
+
+
+def _subset(counts: Sequence[int], default_combo: tuple[int, ...], cap: int) -> list[tuple[int, ...]]:
+    """A deterministic subset of at most ``cap`` option combos, spread over the product, with the default's."""
+    total = int(np.prod(counts))
+    if total <= cap:
+        combos = list(product(*[range(c) for c in counts]))
+    else:
+        flat = np.unique(np.linspace(0, total - 1, cap - 1).round().astype(np.int64))
+        combos = list(zip(*(ix.tolist() for ix in np.unravel_index(flat, tuple(counts))), strict=True))
+    if default_combo not in combos:
+        combos.insert(0, default_combo)
+    return combos[:cap] if default_combo in combos[:cap] else [default_combo] + combos[: cap - 1]
+
+
+def _build_node(ins: Instruction, comp_ins: list[Instruction]) -> _Node:
+    ops = [comp_ins[o].shape for o in ins.operands]
+    if ins.opcode == "reshape":
+        shapes = [ins.shape, ops[0]]
+        written = []
+        for s in shapes:
+            opts = [_full_layout(p, s.rank) for p in _pair_options(s.rank)]
+            opts = list(dict.fromkeys(opts))
+            if len(opts) > MAX_RESHAPE_OPTIONS:
+                keep = np.unique(np.linspace(0, len(opts) - 1, MAX_RESHAPE_OPTIONS).round().astype(int))
+                opts = [opts[int(k)] for k in keep]
+            written.append(opts)
+        layouts = [list(w) for w in written]
+        default_combo = (0, 0)  # row-major is the first option of each
+    else:
+        shapes = [ins.shape, ops[0], ops[1]]
+        keys = _key_dims(ins, shapes)
+        written = [_pair_options(s.rank) for s in shapes]
+        layouts = [[_full_layout(w, s.rank) for w in ws] for ws, s in zip(written, shapes, strict=True)]
+        dflt = _default_written(ins, shapes, keys)
+        default_combo = tuple(ws.index(d) for ws, d in zip(written, dflt, strict=True))
+    combos = _subset([len(w) for w in written], default_combo, MAX_CHOICES)
+    arr = np.asarray([default_combo] + combos, dtype=np.int64)
+    sub = [arr[:, t].copy() for t in range(len(shapes))]
+
+    if ins.opcode == "reshape":
+        cost = np.zeros((len(layouts[0]), len(layouts[1])))
+        for a, lo in enumerate(layouts[0]):
+            for b, li in enumerate(layouts[1]):
+                if not _is_bitcast(shapes[1], li, shapes[0], lo):
+                    cost[a, b] = physics.copy_ns(_phys_bytes(shapes[1], li), _phys_bytes(shapes[0], lo))
+        own = cost[sub[0], sub[1]]
+    else:
+        keys = _key_dims(ins, shapes)
+        ineff = np.ones(arr.shape[0])
+        nbytes = np.zeros(arr.shape[0])
+        for t, s in enumerate(shapes):
+            pos = np.asarray([lay.index(keys[t]) if s.rank else 0 for lay in layouts[t]])
+            pen = np.asarray(MINOR_PENALTY)[np.minimum(pos, 2)]
+            phys = np.asarray([_phys_bytes(s, lay) for lay in layouts[t]])
+            ineff = ineff * pen[sub[t]]
+            nbytes = nbytes + phys[sub[t]]
+        flops = _flops(ins, shapes)
+        own = np.maximum(flops / physics.PEAK_FLOPS_PER_NS * ineff, nbytes / physics.HBM_BYTES_PER_NS)
+        own = own + physics.LAUNCH_NS
+    unary = [np.zeros(len(lay)) for lay in layouts]
+    return _Node(ins.opcode, shapes, written, layouts, sub, own.astype(np.float64), unary)
+
+
+def _flops(ins: Instruction, shapes: list[Shape]) -> float:
+    out = shapes[0].num_elements
+    if ins.opcode == "convolution":
+        kernel = shapes[2]
+        cd = ins.conv_dims
+        kout = kernel.dims[cd.kernel_output_feature] if cd else (kernel.dims[-1] if kernel.dims else 1)
+        per_out = kernel.num_elements / max(kout, 1) / max(ins.feature_group_count, 1)
+        return 2.0 * out * per_out
+    dd = ins.dot_dims
+    lhs = shapes[1]
+    contract = dd.lhs_contracting if dd else ((lhs.rank - 1,) if lhs.rank else ())
+    k = int(np.prod([lhs.dims[d] for d in contract])) if contract else 1
+    return 2.0 * out * k
+
+
+def _default_op_ns(ins: Instruction, operand_shapes: list[Shape]) -> float:
+    """Time of a non-configurable op in row-major layouts (its own work, no copies)."""
+    if ins.opcode in FREE_OPS or ins.shape.is_tuple:
+        return 0.0
+    shapes = [ins.shape, *[s for s in operand_shapes if not s.is_tuple]]
+    nbytes = sum(_phys_bytes(s, default_layout(s.rank)) for s in shapes)
+    return physics.roofline_ns(float(ins.shape.num_elements), nbytes)
+
+
+def _elementwise_ns(ins: Instruction, operand_shapes: list[Shape], layout: Sequence[int]) -> float:
+    """Time of an elementwise op whose tensors (same shape as the output) are stored in ``layout``."""
+    nbytes = 0.0
+    for s in [ins.shape, *operand_shapes]:
+        nbytes += _phys_bytes(s, layout if s.dims == ins.shape.dims else default_layout(s.rank))
+    return physics.roofline_ns(float(ins.shape.num_elements), nbytes)
+
+
+class LayoutProblem:
+    """The layout cost tables of one module, and vectorised evaluation of configs.
+
+    Attributes:
+        node_config_ids: int64 ``[NC]`` ascending global node ids of the configurable nodes.
+        num_choices: int64 ``[NC]`` choices per node; choice 0 is the compiler default (feature row all -1).
+        base_ns: the layout-independent part of every config's runtime, ns.
+    """
+
+    def __init__(self, nodes: list[_Node], node_ids: npt.NDArray[np.int64], base_ns: float,
+                 links: dict[tuple[int, int, int, int], npt.NDArray[np.float64]]) -> None:
+        self._nodes = nodes
+        self.node_config_ids = node_ids.astype(np.int64)
+        self.num_choices = np.asarray([n.num_choices for n in nodes], dtype=np.int64)
+        self.base_ns = float(base_ns)
+        nc = len(nodes)
+        self._choice_off = np.concatenate([[0], np.cumsum(self.num_choices)]).astype(np.int64)[:nc]
+        own = [n.own + sum(u[s] for u, s in zip(n.unary, n.sub, strict=True)) for n in nodes]
+        self._own = np.concatenate(own) if own else np.zeros(0)
+        feats = []
+        for n in nodes:
+            f = np.full((n.num_choices, 18), -1.0, dtype=np.float32)
+            for t, ws in enumerate(n.written):
+                table = np.full((len(ws), 6), -1.0, dtype=np.float32)
+                for k, w in enumerate(ws):
+                    table[k, : len(w)] = w
+                f[:, 6 * t: 6 * t + 6] = table[n.sub[t]]
+            f[0] = -1.0
+            feats.append(f)
+        self._feats = np.concatenate(feats) if feats else np.zeros((0, 18), np.float32)
+        # Links: flat tables, and per link a row map (choice of a -> row offset) and a column map (choice of b).
+        keys = sorted(links)
+        self._link_a = np.asarray([k[0] for k in keys], dtype=np.int64)
+        self._link_b = np.asarray([k[2] for k in keys], dtype=np.int64)
+        tables, rows, cols = [], [], []
+        off = 0
+        for k in keys:
+            a, ta, b, tb = k
+            tab = links[k]
+            tables.append(tab.ravel())
+            rows.append(nodes[a].sub[ta] * tab.shape[1] + off)
+            cols.append(nodes[b].sub[tb])
+            off += tab.size
+        self._link_table = np.concatenate(tables) if tables else np.zeros(0)
+        self._rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        self._cols = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+        self._row_off = np.concatenate([[0], np.cumsum([r.size for r in rows])])[:-1].astype(np.int64)
+        self._col_off = np.concatenate([[0], np.cumsum([c.size for c in cols])])[:-1].astype(np.int64)
+
+    @property
+    def num_links(self) -> int:
+        """Number of producer -> consumer links between two layout decisions."""
+        return int(self._link_a.size)
+
+    def layouts(self, node: int, choice: int) -> list[tuple[int, ...]]:
+        """Full minor-to-major layouts (output, input[, kernel]) of configurable node ``node`` (index into
+        ``node_config_ids``) under ``choice``."""
+        n = self._nodes[node]
+        return [n.layouts[t][int(n.sub[t][choice])] for t in range(len(n.shapes))]
+
+    @classmethod
+    def from_module(cls, module: Module) -> LayoutProblem:
+        """Analyse a module once: cost tables for its configurable nodes and the links between them.
+
+        Deterministic (no randomness): choice lists are fixed subsets of each node's layout options.
+        """
+        nodes: list[_Node] = []
+        node_ids: list[int] = []
+        base = 0.0
+        links: dict[tuple[int, int, int, int], npt.NDArray[np.float64]] = {}
+        gid0 = 0
+        for comp in module.computations:
+            insts = comp.instructions
+            src: list[int] = [-1] * len(insts)  # configurable node whose output layout this node carries
+            for i, ins in enumerate(insts):
+                opshapes = [insts[o].shape for o in ins.operands]
+                if ins.opcode in CONFIGURABLE and not ins.shape.is_tuple and (
+                        ins.opcode == "reshape" or len(ins.operands) >= 2):
+                    src[i] = len(nodes)
+                    nodes.append(_build_node(ins, insts))
+                    node_ids.append(gid0 + i)
+                elif (ins.opcode in ELEMENTWISE and ins.operands
+                      and insts[ins.operands[0]].shape.dims == ins.shape.dims and src[ins.operands[0]] >= 0):
+                    src[i] = src[ins.operands[0]]
+                    n = nodes[src[i]]
+                    n.unary[_OUT] += np.asarray([_elementwise_ns(ins, opshapes, lay) for lay in n.layouts[_OUT]])
+                else:
+                    base += _default_op_ns(ins, opshapes)
+                me = src[i] if ins.opcode in CONFIGURABLE else -1
+                for k, o in enumerate(ins.operands):
+                    if k != ins.operands.index(o):
+                        continue  # an operand used twice demands once
+                    shape = insts[o].shape
+                    if shape.is_tuple:
+                        continue
+                    supplier = src[o]
+                    if me >= 0:
+                        tensor = k + 1 if k < len(nodes[me].shapes) - 1 else None
+                        demand = (me, tensor) if tensor is not None else None
+                    elif ins.opcode in ELEMENTWISE and src[i] >= 0:
+                        if k == 0 or shape.dims != ins.shape.dims:
+                            continue
+                        demand = (src[i], _OUT)
+                    elif ins.opcode in NO_DEMAND:
+                        continue
+                    else:
+                        demand = None
+                    cls._charge(nodes, links, shape, supplier, demand)
+            root = comp.root_index
+            if insts and src[root] >= 0 and not insts[root].shape.is_tuple:
+                cls._charge(nodes, links, insts[root].shape, src[root], None)
+            gid0 += len(insts)
+        return cls(nodes, np.asarray(node_ids, dtype=np.int64), base, links)
+
+    @staticmethod
+    def _charge(nodes: list[_Node], links: dict[tuple[int, int, int, int], npt.NDArray[np.float64]],
+                shape: Shape, supplier: int, demand: tuple[int, int] | None) -> None:
+        """Add the copy cost of moving ``shape`` from the supplier's output layout to the demanded one."""
+        row_major = default_layout(shape.rank)
+        if supplier < 0 and demand is None:
+            return
+        if supplier < 0 or demand is None:
+            n, t = (nodes[demand[0]], demand[1]) if demand is not None else (nodes[supplier], _OUT)
+            n.unary[t] += np.asarray([
+                0.0 if lay == row_major else physics.copy_ns(_phys_bytes(shape, row_major), _phys_bytes(shape, lay))
+                for lay in n.layouts[t]])
+            return
+        if demand == (supplier, _OUT):
+            return
+        a, b = nodes[supplier], nodes[demand[0]]
+        la, lb = a.layouts[_OUT], b.layouts[demand[1]]
+        pa = np.asarray([_phys_bytes(shape, x) for x in la])
+        pb = np.asarray([_phys_bytes(shape, y) for y in lb])
+        same = np.asarray([[x == y for y in lb] for x in la], dtype=bool).reshape(len(la), len(lb))
+        copy = (pa[:, None] + pb[None, :]) / physics.HBM_BYTES_PER_NS + physics.LAUNCH_NS  # physics.copy_ns
+        tab = np.where(same, 0.0, copy)
+        key = (supplier, _OUT, demand[0], demand[1])
+        links[key] = links[key] + tab if key in links else tab
+
+    def _check(self, choices: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        c = np.asarray(choices, dtype=np.int64)
+        if c.ndim != 2 or c.shape[1] != self.num_choices.size:
+            raise ValueError(f"choices must be [n, {self.num_choices.size}], got {c.shape}")
+        if c.size and (c.min() < 0 or np.any(c >= self.num_choices)):
+            raise ValueError("choice out of range")
+        return c
+
+    def config_features(self, choices: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """Feature rows of configs.
+
+        Args:
+            choices: int ``[n, NC]`` choice per configurable node.
+
+        Returns:
+            float32 ``[n, NC, 18]``: chosen dims (output slots 0-5, input 6-11, kernel 12-17), -1 unused; all -1
+            for choice 0.
+        """
+        c = self._check(choices)
+        return self._feats[c + self._choice_off]
+
+    def runtime_ns(self, choices: npt.ArrayLike, chunk: int = 2048) -> npt.NDArray[np.float64]:
+        """Noiseless runtimes of configs, ns.
+
+        Args:
+            choices: int ``[n, NC]`` choice per configurable node.
+            chunk: configs evaluated at once (bounds memory to about ``chunk * (NC + links) * 16`` bytes).
+
+        Returns:
+            float64 ``[n]``.
+        """
+        c = self._check(choices)
+        out = np.full(c.shape[0], self.base_ns)
+        for s in range(0, c.shape[0], chunk):
+            block = c[s: s + chunk]
+            total = self._own[block + self._choice_off].sum(axis=1)
+            if self._link_a.size:
+                r = self._rows[block[:, self._link_a] + self._row_off]
+                q = self._cols[block[:, self._link_b] + self._col_off]
+                total += self._link_table[r + q].sum(axis=1)
+            out[s: s + chunk] += total
+        return out
+
+    def sample_configs(self, search: str, n: int, rng: np.random.Generator) -> npt.NDArray[np.int32]:
+        """Draw configs as a search would.
+
+        ``default``: each config differs from the default (choice 0) in 1 to 5 nodes (drawn with replacement, so
+        sometimes fewer than drawn), each set to a uniform explicit choice; duplicates come naturally. ``random``: each config mutates a random subset of the nodes, each to a
+        uniform explicit choice; the subset's share is ``u ** RANDOM_EXPONENT`` (u uniform, at least one node). A
+        uniform draw on every node would put every config far from the best (sums of many independent terms
+        concentrate); the real random-search records instead have half their configs within 0.2% of the best and a
+        tail to about 5x, which this heavy-tailed mutated share reproduces.
+
+        Args:
+            search: ``"default"`` or ``"random"``.
+            n: number of configs.
+            rng: the generator.
+
+        Returns:
+            int32 ``[n, NC]``.
+        """
+        nc = self.num_choices.size
+        out = np.zeros((n, nc), dtype=np.int32)
+        if nc == 0 or n == 0:
+            return out
+        if search == "default":
+            k = rng.integers(1, min(5, nc) + 1, size=n)
+        elif search == "random":
+            share = rng.random(n) ** RANDOM_EXPONENT
+            k = np.clip(np.rint(share * nc), 1, nc).astype(np.int64)
+        else:
+            raise ValueError(f"unknown search {search!r}")
+        explicit = self.num_choices - 1  # >= 1: the default's concrete layout is always an explicit choice
+        # Few mutated nodes (most configs): drawn at once; a node drawn twice in a row counts once.
+        rows = np.nonzero(k <= _FEW)[0]
+        picked = rng.integers(0, nc, size=(rows.size, _FEW))
+        mask = np.arange(_FEW)[None, :] < k[rows, None]
+        values = 1 + (rng.random(picked.shape) * explicit[picked]).astype(np.int32)
+        out[np.broadcast_to(rows[:, None], picked.shape)[mask], picked[mask]] = values[mask]
+        for i in np.nonzero(k > _FEW)[0]:
+            nodes = rng.choice(nc, size=int(k[i]), replace=False)
+            out[i, nodes] = 1 + (rng.random(nodes.size) * explicit[nodes]).astype(np.int32)
+        return out

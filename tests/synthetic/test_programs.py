@@ -1,0 +1,145 @@
+"""Synthetic programs: valid HLO-like modules, sizes on target, configurable share, determinism, tile kernels."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from competition.opcodes import CONFIGURABLE_OPCODES, NUM_OPCODES
+from competition.synthetic.featurize import featurize
+from competition.synthetic.hlo import Module
+from competition.synthetic.programs import build_program, tile_kernels
+
+
+def _check_valid(module: Module) -> None:
+    names = [c.name for c in module.computations]
+    assert len(set(names)) == len(names)
+    for k, comp in enumerate(module.computations):
+        for i, ins in enumerate(comp.instructions):
+            assert all(0 <= o < i for o in ins.operands), (comp.name, i, ins.opcode)
+            for callee in ins.called:
+                assert callee in names[:k], f"{callee} must come before its caller {comp.name}"
+            ops = [comp.instructions[o].shape for o in ins.operands]
+            if ins.opcode == "reshape":
+                assert ops[0].num_elements == ins.shape.num_elements
+                assert ins.shape.rank <= 5
+            elif ins.opcode == "dot":
+                d = ins.dot_dims
+                lhs, rhs = ops
+                assert [lhs.dims[a] for a in d.lhs_contracting] == [rhs.dims[a] for a in d.rhs_contracting]
+                assert [lhs.dims[a] for a in d.lhs_batch] == [rhs.dims[a] for a in d.rhs_batch]
+                expect = [lhs.dims[a] for a in d.lhs_batch]
+                expect += [x for a, x in enumerate(lhs.dims) if a not in d.lhs_contracting + d.lhs_batch]
+                expect += [x for a, x in enumerate(rhs.dims) if a not in d.rhs_contracting + d.rhs_batch]
+                assert list(ins.shape.dims) == expect
+            elif ins.opcode == "convolution":
+                assert ins.shape.rank in (4, 5) and ins.conv_dims is not None and ins.window is not None
+                assert len(ins.window.size) == ins.shape.rank - 2
+            elif ins.opcode in ("add", "multiply", "subtract", "divide", "maximum"):
+                assert all(s.dims == ins.shape.dims for s in ops)
+            elif ins.opcode == "concatenate":
+                (axis,) = ins.dimensions
+                assert sum(s.dims[axis] for s in ops) == ins.shape.dims[axis]
+            elif ins.opcode == "transpose":
+                assert tuple(ops[0].dims[p] for p in ins.dimensions) == ins.shape.dims
+
+
+def _programs(source: str, target: int, seeds: range) -> list[Module]:
+    return [build_program(source, np.random.default_rng(s), target) for s in seeds]
+
+
+@pytest.mark.parametrize("source", ["xla", "nlp"])
+@pytest.mark.parametrize("target", [120, 400, 1500, 6000])
+def test_valid_and_on_target(source: str, target: int) -> None:
+    for m in _programs(source, target, range(3)):
+        _check_valid(m)
+        assert 0.65 * target <= m.num_nodes <= 1.35 * target, (m.name, m.num_nodes)
+        g = featurize(m)
+        assert g.node_feat.shape == (m.num_nodes, 140)
+        assert np.all(g.edge_index[:, 0] > g.edge_index[:, 1])
+        conf = int(np.isin(g.node_opcode, list(CONFIGURABLE_OPCODES)).sum())
+        assert 0.01 <= conf / m.num_nodes <= 0.10, (m.name, conf, m.num_nodes)
+        if target >= 400:
+            assert conf >= 20, (m.name, conf)
+
+
+def test_xla_mixes_families_and_training() -> None:
+    mods = _programs("xla", 2500, range(12))
+    opsets = [{i.opcode for i in m.instructions()} for m in mods]
+    assert any("while" in s and "all-reduce" in s for s in opsets)
+    assert any("while" not in s for s in opsets)
+    assert any("convolution" in s for s in opsets) and any("gather" in s for s in opsets)
+    assert len({m.name.split(".")[0].split("_batch")[0] for m in mods}) >= 3
+    for m in mods:
+        if any(c.name.startswith("while_body") for c in m.computations):
+            assert featurize(m).node_splits.shape[1] >= 4
+
+
+def test_nlp_names_and_modes() -> None:
+    for m in _programs("nlp", 800, range(4)):
+        assert "_L-" in m.name and "_H-" in m.name and "_A-" in m.name
+        assert m.name.endswith(("_train", "_test"))
+
+
+def test_deterministic() -> None:
+    for source in ("xla", "nlp"):
+        a = build_program(source, np.random.default_rng(11), 900)
+        b = build_program(source, np.random.default_rng(11), 900)
+        assert a.name == b.name
+        fa, fb = featurize(a), featurize(b)
+        for key in ("node_feat", "node_opcode", "edge_index", "node_splits"):
+            np.testing.assert_array_equal(getattr(fa, key), getattr(fb, key))
+
+
+def _mean_pairwise_cosine(mods: list[Module]) -> float:
+    hists = []
+    for m in mods:
+        h = np.bincount(featurize(m).node_opcode, minlength=NUM_OPCODES).astype(float)
+        hists.append(h / np.linalg.norm(h))
+    h = np.stack(hists)
+    sim = h @ h.T
+    return float(sim[np.triu_indices(len(mods), 1)].mean())
+
+
+def test_nlp_graphs_resemble_each_other_more_than_xla() -> None:
+    nlp = _mean_pairwise_cosine(_programs("nlp", 1200, range(8)))
+    xla = _mean_pairwise_cosine(_programs("xla", 1200, range(8)))
+    assert nlp > xla + 0.02, (nlp, xla)
+
+
+def test_tile_kernels() -> None:
+    roots: set[str] = set()
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        m = build_program("xla", rng, 800)
+        kernels = tile_kernels(m, rng)
+        assert len(kernels) >= 4
+        for k in kernels:
+            assert len(k.computations) == 1
+            comp = k.computations[0]
+            assert comp.name.startswith("fused_computation.")
+            assert 2 <= k.num_nodes <= 80
+            ops = [i.opcode for i in comp.instructions]
+            n_params = ops.count("parameter")
+            assert ops[:n_params] == ["parameter"] * n_params
+            assert "parameter" not in ops[n_params:] and n_params < len(ops)
+            assert [i.parameter_number for i in comp.instructions[:n_params]] == list(range(n_params))
+            _check_valid(k)
+            roots.add(ops[-1])
+            g = featurize(k)
+            assert g.node_feat[-1, 0] == 1 and g.node_feat[:, 0].sum() == 1
+            assert g.node_splits.tolist() == [[0, k.num_nodes]]
+    assert {"convolution", "dot", "reduce"} <= roots
+    assert roots - {"convolution", "dot", "reduce"}
+
+
+def test_44k_program_is_fast() -> None:
+    t0 = time.perf_counter()
+    m = build_program("xla", np.random.default_rng(3), 44_000)
+    g = featurize(m)
+    elapsed = time.perf_counter() - t0
+    assert 0.65 * 44_000 <= m.num_nodes <= 1.35 * 44_000
+    assert g.edge_index.shape[0] > m.num_nodes
+    assert elapsed < 10.0
