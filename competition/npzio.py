@@ -29,7 +29,7 @@ from competition.errors import DataFileError
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 # Bytes decompressed per step when streaming rows: bounds the reader's working memory.
-DEFAULT_BLOCK_BYTES = 32 * 1024 * 1024
+DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ MAX_RESHAPE_OPTIONS: int = 12
 RANDOM_EXPONENT: float = 12.0
 """``random`` search mutates a fraction ``u ** RANDOM_EXPONENT`` (u uniform) of the nodes, see sample_configs."""
 
+DEFAULT_MAX_MUTATIONS: int = 5
+"""``default`` search changes at most this many nodes from the compiler default per config."""
+
 _OUT, _IN, _KERNEL = 0, 1, 2
 _FEW = 8  # configs mutating at most this many nodes are drawn vectorised
 
@@ -447,11 +450,37 @@ class LayoutProblem:
             out[s: s + chunk] += total
         return out
 
+    def _near_default_choices(self) -> list[npt.NDArray[np.int64]]:
+        """Per node, the explicit choices whose layouts differ from the default's in at most one tensor."""
+        near = []
+        for node in self._nodes:
+            diff = sum((sub != sub[0]).astype(np.int64) for sub in node.sub)
+            idx = np.nonzero(diff <= 1)[0]
+            idx = idx[idx > 0]
+            near.append(idx if idx.size else np.arange(1, node.num_choices))
+        return near
+
+    def _sample_near_default(self, n: int, rng: np.random.Generator) -> npt.NDArray[np.int32]:
+        nc = self.num_choices.size
+        out = np.zeros((n, nc), dtype=np.int32)
+        near = self._near_default_choices()
+        sizes = np.asarray([a.size for a in near], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])[:-1]
+        flat = np.concatenate(near).astype(np.int32)
+        k = rng.integers(1, min(DEFAULT_MAX_MUTATIONS, nc) + 1, size=n)
+        picked = rng.integers(0, nc, size=(n, DEFAULT_MAX_MUTATIONS))
+        mask = np.arange(DEFAULT_MAX_MUTATIONS)[None, :] < k[:, None]
+        values = flat[offsets[picked] + (rng.random(picked.shape) * sizes[picked]).astype(np.int64)]
+        out[np.broadcast_to(np.arange(n)[:, None], picked.shape)[mask], picked[mask]] = values[mask]
+        return out
+
     def sample_configs(self, search: str, n: int, rng: np.random.Generator) -> npt.NDArray[np.int32]:
         """Draw configs as a search would.
 
-        ``default``: each config differs from the default (choice 0) in 1 to 5 nodes (drawn with replacement, so
-        sometimes fewer than drawn), each set to a uniform explicit choice; duplicates come naturally. ``random``: each config mutates a random subset of the nodes, each to a
+        ``default``: each config differs from the default (choice 0) in 1 to :data:`DEFAULT_MAX_MUTATIONS` nodes
+        (drawn with replacement, so sometimes fewer), each set to a uniform choice among those that change at most
+        one of its tensors' layouts, as a tuner stepping out from the default would: spreads stay narrow (the real
+        default collections span a few percent) and duplicates come naturally. ``random``: each config mutates a random subset of the nodes, each to a
         uniform explicit choice; the subset's share is ``u ** RANDOM_EXPONENT`` (u uniform, at least one node). A
         uniform draw on every node would put every config far from the best (sums of many independent terms
         concentrate); the real random-search records instead have half their configs within 0.2% of the best and a
@@ -470,7 +499,7 @@ class LayoutProblem:
         if nc == 0 or n == 0:
             return out
         if search == "default":
-            k = rng.integers(1, min(5, nc) + 1, size=n)
+            return self._sample_near_default(n, rng)
         elif search == "random":
             share = rng.random(n) ** RANDOM_EXPONENT
             k = np.clip(np.rint(share * nc), 1, nc).astype(np.int64)

@@ -42,16 +42,16 @@ HALO: float = 0.02
 SPILL_SLOPE: float = 2.0
 """Time multiplier gained per doubling of the working set beyond on-chip memory (x3 at twice, x9 at 16 times)."""
 
-HEURISTIC_OVERHEAD: float = 3.0
+HEURISTIC_OVERHEAD: float = 1.5
 """The compiler's default heuristic believes a tile step costs this many times its true overhead."""
 
-HEURISTIC_BANDWIDTH: float = 2.0
+HEURISTIC_BANDWIDTH: float = 1.3
 """The compiler's default heuristic believes memory is this many times faster than it is."""
 
-HEURISTIC_FILL: float = 0.75
+HEURISTIC_FILL: float = 0.9
 """The compiler's default heuristic keeps a tile's working set within this share of on-chip memory."""
 
-SAMPLE_WINDOW: float = 4.0
+SAMPLE_WINDOW: float = 3.0
 """Sampled tile sizes lie within this factor of the default's, per dim (an autotuner searches around it)."""
 
 EXHAUSTIVE_LIMIT: int = 200_000
