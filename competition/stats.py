@@ -97,6 +97,23 @@ def _oracle(collection: Collection, secret: Path, observed: np.ndarray, normaliz
     return kendall_tau(true_ns, observed)
 
 
+def oracle_score(root: DataRoot, collection: Collection, split: Split) -> float | None:
+    """Mean oracle score of one split of a collection, or ``None`` where no noiseless runtimes exist (real data)."""
+    values = []
+    for path in list_graphs(root, collection, split):
+        secret = _secret_path(root, collection, split, path.stem)
+        if secret is None:
+            return None
+        with NpzReader(path) as r:
+            observed = r.load("config_runtime").astype(np.float64)
+            normalizers = r.load("config_runtime_normalizers").astype(np.float64) if collection.is_tile else None
+        score = _oracle(collection, secret, observed, normalizers)
+        if score is None:
+            return None
+        values.append(score)
+    return float(np.mean(values)) if values else None
+
+
 def collection_stats(root: DataRoot, collection: Collection, *, progress: bool = True) -> CollectionStats:
     """Gather :class:`CollectionStats` over every split of one collection (streams large config arrays)."""
     st = CollectionStats(collection)

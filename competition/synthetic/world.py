@@ -396,7 +396,10 @@ def generate_world(
     manifest = out / MANIFEST
     if manifest.exists():
         old = json.loads(manifest.read_text())
-        if old.get("config") != json.loads(json.dumps(asdict(cfg))):
+        same = old.get("config") == json.loads(json.dumps(asdict(cfg)))
+        if same and old.get("complete") and _all_present(out, cfg):
+            return out
+        if not same:
             if not force:
                 raise WorldMismatch(
                     f"{out} holds a world made with {old.get('config')}; asked for {asdict(cfg)}. "
@@ -424,6 +427,18 @@ def generate_world(
     _sample_submission(out, cfg)
     atomic_write_text(manifest, json.dumps({"config": asdict(cfg), "complete": True}, indent=2) + "\n")
     return out
+
+
+def _all_present(out: Path, cfg: WorldConfig) -> bool:
+    """Whether every collection and split folder holds its planned number of files (a cheap completeness check)."""
+    want: dict[tuple[str, str], int] = {}
+    for job in plan_jobs(cfg):
+        want[(job.collection, job.split)] = want.get((job.collection, job.split), 0) + job.count
+    for (value, split), n in want.items():
+        folder = out / KAGGLE_SUBDIR / Collection(value).relpath / split
+        if len(list(folder.glob("*.npz"))) < n:
+            return False
+    return (out / "sample_submission.csv").exists()
 
 
 def _report(bar: tqdm, job: GraphJob, paths: list[Path], on_written: Callable[[Path], None] | None) -> None:

@@ -1,0 +1,178 @@
+"""The offline leaderboard: every scoring of a submission appends a row to ``submissions/leaderboard.csv``.
+
+A row records when, which file (and its SHA-256), the git commit of the code, what produced the file, which split and
+data root it was scored on, the score of each collection, the combined score, and whether all five collections were
+present. ``fastslow leaderboard`` prints the history best first and plots scores per collection over time.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import subprocess
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from competition.collections import Collection
+from competition.npzio import atomic_write_text
+
+DEFAULT_PATH = Path("submissions") / "leaderboard.csv"
+COLUMNS: tuple[str, ...] = (
+    "time", "file", "sha256", "commit", "producer", "split", "data", "synthetic",
+    *(c.value for c in Collection), "combined", "complete",
+)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git_commit(cwd: str | os.PathLike[str] | None = None) -> str:
+    """The current commit (with ``+dirty`` when the tree has changes), or ``unknown`` outside a checkout."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return rev + ("+dirty" if dirty else "")
+
+
+def append_row(
+    scores: Mapping[Collection, float],
+    *,
+    file: str | os.PathLike[str],
+    producer: str,
+    split: str,
+    data: str | os.PathLike[str],
+    synthetic: bool,
+    path: str | os.PathLike[str] = DEFAULT_PATH,
+    now: datetime | None = None,
+) -> dict[str, str]:
+    """Append one scoring to the leaderboard (rewritten atomically, so an interrupted append loses nothing).
+
+    Args:
+        scores: score per collection present in the submission.
+        file: the submission file scored.
+        producer: what produced it (a model name, ``ensemble(...)``, ``manual``...).
+        split: the split it was scored on.
+        data: the data root.
+        synthetic: whether the data root is a synthetic world.
+        path: the leaderboard CSV.
+        now: the time to record (default: now, UTC).
+
+    Returns:
+        The row written, as strings.
+    """
+    path = Path(path)
+    present = [c for c in Collection if c in scores]
+    row = {
+        "time": (now or datetime.now(UTC)).isoformat(timespec="seconds"),
+        "file": str(file),
+        "sha256": file_sha256(file),
+        "commit": git_commit(),
+        "producer": producer,
+        "split": split,
+        "data": str(data),
+        "synthetic": str(bool(synthetic)).lower(),
+        **{c.value: (f"{scores[c]:.6f}" if c in scores else "") for c in Collection},
+        "combined": f"{float(np.mean([scores[c] for c in present])):.6f}" if present else "",
+        "complete": str(len(present) == len(Collection)).lower(),
+    }
+    rows = read_rows(path)
+    rows.append(row)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+    return row
+
+
+def read_rows(path: str | os.PathLike[str] = DEFAULT_PATH) -> list[dict[str, str]]:
+    """All rows, oldest first; an absent file is an empty leaderboard."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = set(COLUMNS) - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: expected leaderboard columns {', '.join(COLUMNS)}; "
+                             f"found {', '.join(reader.fieldnames or ())} (missing {', '.join(sorted(missing))})")
+        return [{k: r.get(k) or "" for k in COLUMNS} for r in reader]
+
+
+def _combined(row: Mapping[str, str]) -> float:
+    return float(row["combined"]) if row["combined"] else float("-inf")
+
+
+def format_leaderboard(rows: list[dict[str, str]], top: int | None = None) -> str:
+    """A table of the rows, best combined score first."""
+    ordered = sorted(rows, key=_combined, reverse=True)[:top]
+    short = {"tile:xla": "tile", "layout:xla:default": "xla-def", "layout:xla:random": "xla-rnd",
+             "layout:nlp:default": "nlp-def", "layout:nlp:random": "nlp-rnd"}
+    head = f"{'#':>3} {'combined':>8} " + " ".join(f"{short[c.value]:>8}" for c in Collection)
+    head += f" {'split':5} {'producer':24} {'time':25} file"
+    lines = [head]
+    for i, r in enumerate(ordered, 1):
+        cells = " ".join(f"{float(r[c.value]):8.4f}" if r[c.value] else f"{'-':>8}" for c in Collection)
+        comb = f"{_combined(r):8.4f}" if r["combined"] else f"{'-':>8}"
+        star = "" if r["complete"] == "true" else " (partial)"
+        data = " synthetic" if r["synthetic"] == "true" else ""
+        lines.append(f"{i:>3} {comb} {cells} {r['split']:5} {r['producer'][:24]:24} {r['time']:25} "
+                     f"{Path(r['file']).name}{star}{data}")
+    return "\n".join(lines)
+
+
+def plot_leaderboard(rows: list[dict[str, str]], ax=None):
+    """Scores per collection (and combined) in the order they were recorded. Returns the matplotlib ``Axes``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4.5))
+    x = np.arange(len(rows))
+    for name in [c.value for c in Collection] + ["combined"]:
+        y = np.array([float(r[name]) if r[name] else np.nan for r in rows])
+        if np.isfinite(y).any():
+            ax.plot(x, y, marker="o", lw=2.5 if name == "combined" else 1.2, label=name)
+    ax.set_xlabel("scoring (oldest to newest)")
+    ax.set_ylabel("score (tile: 2 - slowdown; layout: Kendall tau)")
+    ax.set_title("offline leaderboard")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    if rows:
+        ax.set_xticks(x, [r["time"][5:16].replace("T", " ") for r in rows], rotation=45, ha="right", fontsize=7)
+    return ax
+
+
+def save_plot(rows: list[dict[str, str]], out: str | os.PathLike[str]) -> Path:
+    """Plot the leaderboard to a PNG (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    plot_leaderboard(rows, ax)
+    fig.tight_layout()
+    tmp = out.with_name(f".{out.name}.part")
+    fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out
