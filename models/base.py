@@ -1,0 +1,172 @@
+"""The interface every ranking model follows, and saving and loading a fitted model as one JSON file.
+
+A model is fitted per collection (one instance per collection) and follows scikit-learn's estimator contract:
+hyper-parameters are stored unchanged in ``__init__``, :meth:`RankingModel.fit` returns ``self``, learned state is
+held in public attributes whose names end with ``_``, and :meth:`RankingModel.predict` never refits.
+
+Saving writes the model's name, hyper-parameters, collection, a format version and every learned attribute
+(numpy arrays as lists with their dtype, NaN as null) to one strict JSON file; Python's float repr round-trips float64 exactly, so a
+loaded model predicts exactly what the saved one did.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from competition.collections import Collection, Split
+from competition.npzio import atomic_write_text
+from competition.reader import DataRoot, LayoutGraph, TileGraph
+
+FORMAT_VERSION = 1
+
+Graph = TileGraph | LayoutGraph
+
+
+class NotFittedError(ValueError, AttributeError):
+    """A model that needs fitting was asked to predict before :meth:`RankingModel.fit`."""
+
+
+class RankingModel(abc.ABC):
+    """Scores the configs of one graph; lower score means predicted faster.
+
+    Subclasses set :attr:`name` (their registry key), store their hyper-parameters unchanged in ``__init__`` under
+    the same names as the arguments, and keep learned state in attributes ending with ``_`` (JSON-able values or
+    numpy arrays), which :meth:`save` and :meth:`load` carry.
+    """
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
+            progress: bool = True) -> Self:
+        """Learn from the graphs of one collection and split.
+
+        Args:
+            root: the data root.
+            collection: the collection this model will rank.
+            split: which split to learn from (its runtimes must be known).
+            progress: show a progress bar.
+
+        Returns:
+            ``self``.
+        """
+
+    @abc.abstractmethod
+    def predict(self, graph: Graph) -> npt.NDArray[np.float64]:
+        """Scores of the graph's configs, float64 ``[C]``; lower means predicted faster. Never refits.
+
+        Raises:
+            NotFittedError: the model needs fitting and was not fitted.
+        """
+
+    def get_params(self) -> dict[str, Any]:
+        """Hyper-parameters as given to ``__init__``."""
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {p: getattr(self, p) for p in names}
+
+    def learned_state(self) -> dict[str, Any]:
+        """Learned attributes (names ending with ``_``), as stored on the instance."""
+        return {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model to a JSON file, atomically.
+
+        Args:
+            path: destination (conventionally ``*.json``).
+
+        Returns:
+            The destination path.
+        """
+        state = self.learned_state()
+        collection = state.get("collection_")
+        doc = {
+            "name": self.name,
+            "version": FORMAT_VERSION,
+            "params": self.get_params(),
+            "collection": None if collection is None else str(collection),
+            "state": {k: _encode(v) for k, v in state.items()},
+        }
+        return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RankingModel:
+        """Read a model written by :meth:`save`; on the base class, dispatch on the saved name.
+
+        Args:
+            path: a file written by :meth:`save`.
+
+        Returns:
+            The model, predicting exactly as the saved one did.
+
+        Raises:
+            ValueError: the file is not a saved model of this class (or of any registered one).
+        """
+        path = Path(path)
+        doc = _read_doc(path)
+        if cls is RankingModel:
+            from models.registry import MODELS  # the registry imports the models, which import this module
+
+            if doc["name"] not in MODELS:
+                raise ValueError(f"{path}: expected a saved model named one of {sorted(MODELS)}; "
+                                 f"found name {doc['name']!r}")
+            cls = MODELS[doc["name"]]
+        elif doc["name"] != cls.name:
+            raise ValueError(f"{path}: expected a saved {cls.__name__} (name {cls.name!r}); "
+                             f"found name {doc['name']!r}")
+        model = cls(**doc["params"])
+        for key, value in doc["state"].items():
+            setattr(model, key, _decode(value))
+        if "collection_" in doc["state"] and model.collection_ is not None:  # type: ignore[attr-defined]
+            model.collection_ = Collection(model.collection_)  # type: ignore[attr-defined]
+        return model
+
+
+def load_model(path: str | os.PathLike[str]) -> RankingModel:
+    """Load any saved model, choosing its class by the name stored in the file."""
+    return RankingModel.load(path)
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: expected a saved model; found no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: expected a saved model (JSON); found invalid JSON ({exc})") from None
+    missing = [k for k in ("name", "version", "params", "state") if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise ValueError(f"{path}: expected a saved model with keys name, version, params, state; "
+                         f"found it lacks {', '.join(missing)}")
+    if doc["version"] != FORMAT_VERSION:
+        raise ValueError(f"{path}: expected model format version {FORMAT_VERSION}; found {doc['version']!r}")
+    return doc
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        data: Any = value.tolist()
+        if value.dtype.kind == "f":
+            # Strict JSON has no NaN: null stands for it, and numpy reads None back as NaN in a float array.
+            data = np.where(np.isnan(value), None, value.astype(object)).tolist()
+        return {"__ndarray__": data, "dtype": value.dtype.str, "shape": list(value.shape)}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and "__ndarray__" in value:
+        return np.asarray(value["__ndarray__"], dtype=np.dtype(value["dtype"])).reshape(value["shape"])
+    return value

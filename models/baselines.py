@@ -1,0 +1,189 @@
+"""Baselines that every learned model must beat: random scores, and the compiler's default config first.
+
+* :class:`RandomModel` scores configs at random, reproducibly per ``(seed, graph stem)``.
+* :class:`DefaultFirstModel` ranks configs by how far they are from the compiler's default:
+
+  - **Layout**: a configurable node whose 18-value row is all -1 is left to the compiler's default layout, so a
+    config's score is the number of configurable nodes it sets explicitly (0 for the default config). Configs are
+    streamed block by block. Ties keep index order (the metrics' stable sort); no jitter is added.
+  - **Tile**: the config features carry no default flag, so :meth:`DefaultFirstModel.fit` learns what the default
+    looks like relative to the kernel's output shape (see :func:`tile_default_features`): in each training graph
+    the default is the config whose ``config_runtime / config_runtime_normalizers`` is closest to 1, and the model
+    stores, per feature, the median over these defaults and a robust spread (median absolute deviation, floored).
+    The features are ``log2(output tile / output dim)`` counted from the most-minor output dim, and
+    ``log2(kernel tile)`` per kernel dim.
+    A config's score is ``sum_j |x_j - median_j| / spread_j`` over the features it has (a robust L1 distance).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Self
+
+import numpy as np
+import numpy.typing as npt
+from tqdm.auto import tqdm
+
+from competition.collections import Collection, Split
+from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
+from competition.schema import COL_IS_ROOT, COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE
+from models.base import Graph, NotFittedError, RankingModel
+
+MAX_DIMS = 6
+TILE_FEATURES = tuple(f"log2(output_bounds/shape), minor dim {k}" for k in range(MAX_DIMS)) + tuple(
+    f"log2(kernel_bounds_{d})" for d in range(MAX_DIMS)
+)
+"""Names of the tile features of :func:`tile_default_features`, in column order."""
+
+MIN_SPREAD = 0.25
+"""Floor on a feature's spread (log2 units): keeps a feature that never varied in training from dominating."""
+
+
+class RandomModel(RankingModel):
+    """Random scores, the same for a graph whatever else was scored before it.
+
+    Args:
+        seed: combined with the graph's stem to seed the generator.
+    """
+
+    name = "random"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
+            progress: bool = True) -> Self:
+        """Nothing to learn; records the collection and returns ``self``."""
+        self.collection_ = Collection(collection)
+        return self
+
+    def predict(self, graph: Graph) -> npt.NDArray[np.float64]:
+        """Uniform [0, 1) scores, float64 ``[C]``, determined by ``(seed, graph.stem)``."""
+        words = np.frombuffer(hashlib.sha256(graph.stem.encode("utf-8")).digest(), dtype=np.uint32)
+        rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), *words.tolist()]))
+        return rng.random(graph.num_configs)
+
+
+def layout_default_distance(graph: LayoutGraph, block_rows: int | None = None) -> npt.NDArray[np.float64]:
+    """Per config, the number of configurable nodes not left to the compiler's default layout.
+
+    Args:
+        graph: a layout graph; its configs are streamed, one block in memory at a time.
+        block_rows: configs per block (default: the reader's block size).
+
+    Returns:
+        float64 ``[C]``, in ``[0, NC]``.
+    """
+    out = np.zeros(graph.num_configs, dtype=np.float64)
+    for first, block in graph.iter_config_blocks(block_rows):
+        out[first: first + block.shape[0]] = (block != -1).any(axis=2).sum(axis=1)
+    return out
+
+
+def tile_root(node_feat: npt.NDArray[np.float32]) -> int:
+    """The node whose output the tile config cuts: the last node flagged ``is_root``, else the last node.
+
+    Nodes are numbered computation by computation, with a fusion's body before the computation calling it, so
+    the last root is the root of the outermost computation: the kernel's output.
+    """
+    roots = np.flatnonzero(node_feat[:, COL_IS_ROOT] > 0)
+    return int(roots[-1]) if roots.size else node_feat.shape[0] - 1
+
+
+def tile_default_features(graph: TileGraph) -> npt.NDArray[np.float64]:
+    """Shape-relative tile features of every config, NaN where a feature does not apply.
+
+    Columns (:data:`TILE_FEATURES`): for k = 0..5, ``log2(output_bounds_i / shape_i)`` with ``i = rank - 1 - k``,
+    i.e. counted from the most-minor dim of the output shape of :func:`tile_root` (``rank`` = its number of
+    positive dims; both values must be positive); then ``log2(kernel_bounds_d)`` for d = 0..5 (where positive).
+    Counting from the minor end lines up the lane and sublane dims of kernels of different ranks, which is where
+    defaults differ most. The kernel's operand shapes are not among the root's features, so kernel tiles stay
+    absolute.
+
+    Args:
+        graph: a tile graph.
+
+    Returns:
+        float64 ``[C, 12]``.
+    """
+    shape = graph.node_feat[tile_root(graph.node_feat), COLS_SHAPE].astype(np.float64)
+    rank = int((shape > 0).sum())
+    out_b = graph.config_feat[:, COLS_OUTPUT_BOUNDS][:, :MAX_DIMS].astype(np.float64)
+    ker_b = graph.config_feat[:, COLS_KERNEL_BOUNDS][:, :MAX_DIMS].astype(np.float64)
+    ratio = np.full((graph.num_configs, MAX_DIMS), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in range(rank):
+            i = rank - 1 - k
+            ratio[:, k] = np.where(out_b[:, i] > 0, np.log2(out_b[:, i] / shape[i]), np.nan)
+        kernel = np.where(ker_b > 0, np.log2(ker_b), np.nan)
+    return np.concatenate([ratio, kernel], axis=1)
+
+
+def tile_default_index(graph: TileGraph) -> int:
+    """The training label of the default: the config whose runtime is closest to its normalizer (ratio ~ 1)."""
+    return int(np.argmin(np.abs(np.log(graph.normalized_runtime()))))
+
+
+class DefaultFirstModel(RankingModel):
+    """The compiler's default config first, then configs by their distance from it (see the module docstring).
+
+    Layout graphs need no fitting. Tile graphs need :meth:`fit` on a tile collection.
+
+    Attributes:
+        collection_: the collection fitted on.
+        tile_center_: float64 ``[12]`` (tile only), per-feature median over the training defaults (NaN where no
+            default had the feature).
+        tile_spread_: float64 ``[12]`` (tile only), per-feature spread, at least :data:`MIN_SPREAD`.
+        n_graphs_: number of training graphs learned from.
+    """
+
+    name = "default-first"
+
+    def __init__(self) -> None:
+        pass
+
+    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
+            progress: bool = True) -> Self:
+        """Layout: nothing to learn. Tile: learn the typical default from the split's graphs.
+
+        Raises:
+            ValueError: a tile split without any graph with known runtimes.
+        """
+        collection = Collection(collection)
+        self.collection_ = collection
+        if collection.is_layout:
+            return self
+        rows = []
+        for path in tqdm(list_graphs(root, collection, split), desc=f"default-first {collection}",
+                         disable=not progress):
+            g = load_graph(path, collection)
+            if g.is_test or not isinstance(g, TileGraph):
+                continue
+            rows.append(tile_default_features(g)[tile_default_index(g)])
+        if not rows:
+            raise ValueError(f"{root.collection_dir(collection, split)}: expected tile graphs with known "
+                             f"runtimes to learn the default from; found none")
+        x = np.stack(rows)
+        present = ~np.isnan(x).all(axis=0)
+        center = np.full(x.shape[1], np.nan)
+        spread = np.full(x.shape[1], MIN_SPREAD)
+        center[present] = np.nanmedian(x[:, present], axis=0)
+        spread[present] = np.maximum(np.nanmedian(np.abs(x[:, present] - center[present]), axis=0), MIN_SPREAD)
+        self.tile_center_ = center
+        self.tile_spread_ = spread
+        self.n_graphs_ = len(rows)
+        return self
+
+    def predict(self, graph: Graph) -> npt.NDArray[np.float64]:
+        """Distance of each config from the (learned, for tile) default, float64 ``[C]``; 0 is the default.
+
+        Raises:
+            NotFittedError: a tile graph and the model was not fitted on a tile collection.
+        """
+        if isinstance(graph, LayoutGraph):
+            return layout_default_distance(graph)
+        if not hasattr(self, "tile_center_"):
+            raise NotFittedError("DefaultFirstModel needs fit() on the tile:xla collection before it can rank "
+                                 f"tile graphs (asked to predict {graph.path})")
+        z = np.abs(tile_default_features(graph) - self.tile_center_) / self.tile_spread_
+        return np.nansum(z, axis=1)

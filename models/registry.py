@@ -1,0 +1,33 @@
+"""Model names to classes: the CLI and saved files name models by these keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.base import RankingModel
+from models.baselines import DefaultFirstModel, RandomModel
+
+MODELS: dict[str, type[RankingModel]] = {
+    RandomModel.name: RandomModel,
+    DefaultFirstModel.name: DefaultFirstModel,
+}
+
+
+def available_models() -> list[str]:
+    """Registered model names, sorted."""
+    return sorted(MODELS)
+
+
+def make_model(name: str, **params: Any) -> RankingModel:
+    """A new, unfitted model.
+
+    Args:
+        name: a registered name (see :func:`available_models`).
+        **params: hyper-parameters for the model's ``__init__``.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(available_models())}")
+    return MODELS[name](**params)
