@@ -6,7 +6,7 @@ SCALE ?= demo
 DATA ?= data/synthetic-$(SCALE)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint bench synth stats clean
+.PHONY: help install submit test lint bench synth stats leaderboard clean
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed ## Create .venv and install the toolkit with its dev extras (torch pinned to 2.13.0).
+
+submit: install ## Run the whole pipeline (real data if found, else the synthetic demo world) and print the offline score.
+	$(VENV)/bin/fastslow submit
 
 test: install ## Run the test suite.
 	$(PY) -m pytest -q -n 2 tests
@@ -35,6 +38,9 @@ synth: install ## Generate the synthetic world: make synth SCALE=demo|tiny|full.
 
 stats: install ## Print statistics of a data root: make stats DATA=path.
 	$(VENV)/bin/fastslow data stats $(DATA)
+
+leaderboard: install ## Show the offline leaderboard, best first, and write its plot.
+	$(VENV)/bin/fastslow leaderboard
 
 clean: ## Remove caches and generated data (keeps .venv).
 	rm -rf .pytest_cache .ruff_cache bench-out data/synthetic-*

@@ -7,9 +7,11 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from competition.collections import Collection, Split
 from competition.errors import DataFileError, DataRootNotFound
+from competition.leaderboard import DEFAULT_PATH as DEFAULT_LEADERBOARD
 
 log = logging.getLogger("fastslow")
 
@@ -96,7 +98,118 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Resolve the data root as every command does, and count its graphs.")
     _add_data_arg(where)
     where.set_defaults(func=_cmd_where)
+
+    validate = sub.add_parser(
+        "validate", help="check a submission file; exits 1 on any problem",
+        description="Check a submission: header, every expected ID once, no unknown IDs, layout rows a permutation "
+                    "of all configs, tile rows at least min(5, C) distinct valid indices. Each problem is printed "
+                    "with its row and ID.",
+    )
+    validate.add_argument("file", metavar="FILE", help="the submission CSV")
+    _add_data_arg(validate)
+    validate.add_argument("--split", choices=[s.value for s in Split], default="test",
+                          help="split whose graphs the file ranks (default: %(default)s)")
+    validate.set_defaults(func=_cmd_validate_submission)
+
+    score = sub.add_parser(
+        "score", help="score a submission offline and record it in the leaderboard",
+        description="Score a submission against labelled data: the valid split (real or synthetic), or the "
+                    "synthetic test split through its secret/ runtimes. Prints a table per collection and the "
+                    "combined score, and appends a row to the leaderboard.",
+    )
+    score.add_argument("file", metavar="FILE", help="the submission CSV")
+    _add_data_arg(score)
+    score.add_argument("--split", choices=["valid", "test"], default="test",
+                       help="split the file ranks: test needs the synthetic secret/ tree (default: %(default)s)")
+    score.add_argument("--producer", default="manual", help="what produced the file, for the leaderboard "
+                                                            "(default: %(default)s)")
+    score.add_argument("--leaderboard", default=str(DEFAULT_LEADERBOARD), metavar="CSV",
+                       help="leaderboard file to append to (default: %(default)s)")
+    score.add_argument("--per-graph", action="store_true", help="also list every graph's score, worst first")
+    score.set_defaults(func=_cmd_score)
+
+    board = sub.add_parser("leaderboard", help="show the offline leaderboard, best first, and plot it",
+                           description="Print the leaderboard history best first and write a PNG plot of the scores "
+                                       "per collection over time.")
+    board.add_argument("--leaderboard", default=str(DEFAULT_LEADERBOARD), metavar="CSV",
+                       help="leaderboard file (default: %(default)s)")
+    board.add_argument("--plot", default=None, metavar="PNG",
+                       help="where to write the plot (default: beside the leaderboard, leaderboard.png)")
+    board.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default: %(default)s)")
+    board.set_defaults(func=_cmd_leaderboard)
+
+    submit = sub.add_parser(
+        "submit", help="run the whole pipeline: data, models, submission, validation, offline score",
+        description="What `make submit` runs: use real data if found (else generate the synthetic demo world), fit "
+                    "every model on train, pick the best on valid, write submissions/submission.csv, validate it "
+                    "and print the offline score tables.",
+    )
+    _add_data_arg(submit)
+    submit.add_argument("--models", nargs="+", metavar="NAME", default=None,
+                        help="models to try (default: every registered model)")
+    submit.add_argument("--out-dir", default="submissions", metavar="DIR",
+                        help="where submission files and the leaderboard go (default: %(default)s)")
+    submit.add_argument("--synth-dir", default="data/synthetic-demo", metavar="DIR",
+                        help="where the synthetic demo world is generated when no real data is found "
+                             "(default: %(default)s)")
+    submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    submit.set_defaults(func=_cmd_submit)
     return parser
+
+
+def _cmd_validate_submission(args: argparse.Namespace) -> int:
+    from competition.reader import find_data_root
+    from competition.submission import validate_submission
+
+    root = find_data_root(args.data)
+    problems = validate_submission(args.file, root, Split(args.split))
+    for p in problems:
+        print(p)
+    print(f"{args.file}: {'valid' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from competition.leaderboard import append_row
+    from competition.pipeline import is_synthetic, split_oracles
+    from competition.reader import find_data_root
+    from competition.submission import score_submission
+
+    root = find_data_root(args.data)
+    split = Split(args.split)
+    report = score_submission(args.file, root, split)
+    synthetic = is_synthetic(root)
+    print(report.format_table(split_oracles(root, list(report.collections), split) if synthetic else None))
+    if args.per_graph:
+        for c, res in report.collections.items():
+            for g in sorted(res.graphs, key=lambda g: g.score):
+                print(f"  {c.value:20s} {g.stem:40s} {g.score:8.4f}")
+    if synthetic:
+        print("(synthetic data: this score says nothing about the Kaggle leaderboard)")
+    append_row(report.scores(), file=args.file, producer=args.producer, split=split.value, data=root.root,
+               synthetic=synthetic, path=args.leaderboard)
+    return 0
+
+
+def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    from competition.leaderboard import format_leaderboard, read_rows, save_plot
+
+    rows = read_rows(args.leaderboard)
+    if not rows:
+        print(f"{args.leaderboard}: no scorings yet (run `fastslow score FILE` or `make submit`)")
+        return 0
+    print(format_leaderboard(rows, args.top))
+    plot = args.plot or str(Path(args.leaderboard).with_name("leaderboard.png"))
+    print(f"plot: {save_plot(rows, plot)}")
+    return 0
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from competition.pipeline import run_pipeline
+
+    run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
+                 progress=not args.no_progress)
+    return 0
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:

@@ -135,32 +135,38 @@ def format_leaderboard(rows: list[dict[str, str]], top: int | None = None) -> st
     return "\n".join(lines)
 
 
-def plot_leaderboard(rows: list[dict[str, str]], ax=None):
-    """Scores per collection (and combined) in the order they were recorded. Returns the matplotlib ``Axes``."""
+def plot_leaderboard(rows: list[dict[str, str]], ax=None, *, split: str | None = None):
+    """Scores per collection (and combined) of one split's scorings, oldest to newest. Returns the ``Axes``.
+
+    Scorings of different splits are not comparable, so each split gets its own axes (``split=None`` plots all
+    rows, for a leaderboard that holds one split only).
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if split is None or r["split"] == split]
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 4.5))
     x = np.arange(len(rows))
     for name in [c.value for c in Collection] + ["combined"]:
         y = np.array([float(r[name]) if r[name] else np.nan for r in rows])
         if np.isfinite(y).any():
-            ax.plot(x, y, marker="o", lw=2.5 if name == "combined" else 1.2, label=name)
-    ax.set_xlabel("scoring (oldest to newest)")
-    ax.set_ylabel("score (tile: 2 - slowdown; layout: Kendall tau)")
-    ax.set_title("offline leaderboard")
+            ax.plot(x, y, marker="o", lw=2.5 if name == "combined" else 1.0, label=name)
+    ax.set_xlabel("scoring (oldest to newest): time and producer")
+    ax.set_ylabel("score (tile: 2 - slowdown; layout: tau)")
+    ax.set_title(f"offline leaderboard: {split or 'all'} split")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=7, loc="best")
     if rows:
-        ax.set_xticks(x, [r["time"][5:16].replace("T", " ") for r in rows], rotation=45, ha="right", fontsize=7)
+        labels = [f"{r['time'][5:16].replace('T', ' ')}\n{r['producer'][:18]}" for r in rows]
+        ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=7)
     return ax
 
 
 def save_plot(rows: list[dict[str, str]], out: str | os.PathLike[str]) -> Path:
-    """Plot the leaderboard to a PNG (written atomically)."""
+    """Plot the leaderboard to a PNG, one panel per split (written atomically)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -168,8 +174,10 @@ def save_plot(rows: list[dict[str, str]], out: str | os.PathLike[str]) -> Path:
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    plot_leaderboard(rows, ax)
+    splits = list(dict.fromkeys(r["split"] for r in rows)) or [None]
+    fig, axes = plt.subplots(len(splits), 1, figsize=(9, 4.2 * len(splits)), squeeze=False)
+    for ax, split in zip(axes[:, 0], splits, strict=True):
+        plot_leaderboard(rows, ax, split=split)
     fig.tight_layout()
     tmp = out.with_name(f".{out.name}.part")
     fig.savefig(tmp, dpi=110, format="png")
