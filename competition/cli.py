@@ -152,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--synth-dir", default="data/synthetic-demo", metavar="DIR",
                         help="where the synthetic demo world is generated when no real data is found "
                              "(default: %(default)s)")
+    submit.add_argument("--synth-scale", choices=["tiny", "demo", "full"], default="demo",
+                        help="scale of that synthetic world (default: %(default)s)")
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
     submit.set_defaults(func=_cmd_submit)
     return parser
@@ -208,7 +210,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from competition.pipeline import run_pipeline
 
     run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
-                 progress=not args.no_progress)
+                 synth_scale=args.synth_scale, progress=not args.no_progress)
     return 0
 
 

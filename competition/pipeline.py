@@ -105,6 +105,7 @@ def run_pipeline(
     models: Sequence[str] | None = None,
     out_dir: str | Path = DEFAULT_OUT_DIR,
     synth_dir: str | Path = DEFAULT_SYNTH_DIR,
+    synth_scale: str = "demo",
     leaderboard: str | Path | None = None,
     progress: bool = True,
 ) -> PipelineResult:
@@ -114,7 +115,8 @@ def run_pipeline(
         data: explicit data root (default: discovered, else the synthetic demo world).
         models: model names to try (default: every registered model).
         out_dir: where submissions are written.
-        synth_dir: where the synthetic demo world lives (generated once).
+        synth_dir: where the synthetic world lives (generated once, when no real data is found).
+        synth_scale: the scale of that world (``demo``; ``tiny`` for tests).
         leaderboard: leaderboard CSV (default ``<out_dir>/leaderboard.csv``).
         progress: show progress bars.
     """
@@ -123,7 +125,7 @@ def run_pipeline(
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     board = Path(leaderboard) if leaderboard else out_dir / DEFAULT_PATH.name
-    root, synthetic = resolve_data(data, synth_dir, progress=progress)
+    root, synthetic = resolve_data(data, synth_dir, scale=synth_scale, progress=progress)
     collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
     print(f"data: {root.root} ({'synthetic world' if synthetic else 'real data'}; {root.source})")
     names = list(models or available_models())
