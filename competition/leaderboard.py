@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from competition.collections import Collection
-from competition.npzio import atomic_write_text
+from competition.npzio import atomic_path, atomic_write_text
 
 DEFAULT_PATH = Path("submissions") / "leaderboard.csv"
 COLUMNS: tuple[str, ...] = (
@@ -173,14 +173,12 @@ def save_plot(rows: list[dict[str, str]], out: str | os.PathLike[str]) -> Path:
     import matplotlib.pyplot as plt
 
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     splits = list(dict.fromkeys(r["split"] for r in rows)) or [None]
     fig, axes = plt.subplots(len(splits), 1, figsize=(9, 4.2 * len(splits)), squeeze=False)
     for ax, split in zip(axes[:, 0], splits, strict=True):
         plot_leaderboard(rows, ax, split=split)
     fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.part")
-    fig.savefig(tmp, dpi=110, format="png")
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    os.replace(tmp, out)
     return out

@@ -54,9 +54,9 @@ Kind = Literal["tile", "layout"]
 RowSelection = slice | Sequence[int] | npt.NDArray[np.integer] | None
 
 _GET_DATA = (
-    "To get data: `fastslow kaggle download` (the real data; needs Kaggle credentials and the competition rules "
-    "accepted), or `fastslow data synth --scale demo --out data/synthetic-demo` (a synthetic world in the same "
-    f"format); then pass --data DIR or set {ENV_VAR}=DIR."
+    "To get data: `kaggle competitions download -c predict-ai-model-runtime` and unzip it into ./data (the real "
+    "data; needs Kaggle credentials and the competition rules accepted), or `fastslow data synth --scale demo "
+    f"--out data/synthetic-demo` (a synthetic world in the same format); then pass --data DIR or set {ENV_VAR}=DIR."
 )
 _ROOT_SHAPES = (
     "a folder holding npz_all/npz/ (the Kaggle download) or npz/ (the official tarball) with tile/ or layout/ "
