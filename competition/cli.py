@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
     stats.add_argument("--top-opcodes", type=int, default=12, metavar="K",
                        help="opcodes listed in the histogram (default: %(default)s)")
+    stats.add_argument("--skip-bad", action="store_true",
+                       help="leave out files that cannot be read (each is named in a warning) instead of stopping")
     stats.add_argument("--no-progress", action="store_true", help="hide progress bars")
     stats.set_defaults(func=_cmd_stats)
 
@@ -236,7 +238,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     root = find_data_root(args.dir)
     print(f"data root: {root.root} ({root.source})")
     for c in _collections(args.collections):
-        st = collection_stats(root, c, progress=not args.no_progress)
+        st = collection_stats(root, c, progress=not args.no_progress, skip_bad=args.skip_bad)
         print(format_stats(st, args.top_opcodes))
         print()
     return 0

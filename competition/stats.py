@@ -8,6 +8,7 @@ noiseless runtimes ranked against the noisy observed ones, a ceiling no model ca
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +18,13 @@ import numpy.typing as npt
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
+from competition.errors import DataFileError
 from competition.metrics import kendall_tau, predicted_order, top_k_score
 from competition.npzio import NpzReader
 from competition.opcodes import OPCODE_NAMES
 from competition.reader import DataRoot, list_graphs, load_graph
+
+log = logging.getLogger(__name__)
 
 _HASH_WEIGHTS = np.random.default_rng(12345).integers(1, 2**62, size=4096, dtype=np.int64)
 
@@ -59,6 +63,7 @@ class CollectionStats:
     duplicates: int = 0
     duplicate_rows: int = 0
     oracle: dict[str, list[float]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
 
     def ratio_quantiles(self) -> dict[str, float]:
         if not self.ratios:
@@ -114,14 +119,26 @@ def oracle_score(root: DataRoot, collection: Collection, split: Split) -> float 
     return float(np.mean(values)) if values else None
 
 
-def collection_stats(root: DataRoot, collection: Collection, *, progress: bool = True) -> CollectionStats:
-    """Gather :class:`CollectionStats` over every split of one collection (streams large config arrays)."""
+def collection_stats(root: DataRoot, collection: Collection, *, progress: bool = True,
+                     skip_bad: bool = False) -> CollectionStats:
+    """Gather :class:`CollectionStats` over every split of one collection (streams large config arrays).
+
+    A file that cannot be read raises :class:`DataFileError` naming it, or with ``skip_bad`` is left out, logged
+    and listed in ``skipped``.
+    """
     st = CollectionStats(collection)
     for split in Split:
         paths = list_graphs(root, collection, split)
         st.files[split.value] = len(paths)
         for path in tqdm(paths, desc=f"{collection.value} {split.value}", disable=not progress, leave=False):
-            g = load_graph(path, collection, validate=False)
+            try:
+                g = load_graph(path, collection, validate=False)
+            except DataFileError as exc:
+                if not skip_bad:
+                    raise
+                log.warning("skipping %s", exc)
+                st.skipped.append(str(exc))
+                continue
             st.nodes.append(g.num_nodes)
             st.edges.append(g.num_edges)
             st.configs.append(g.num_configs)
@@ -183,6 +200,8 @@ def format_stats(st: CollectionStats, top_opcodes: int = 12) -> str:
                      f"worst/default: {np.min(st.worst_over_default):.2f} .. {np.max(st.worst_over_default):.2f}")
     if st.duplicate_rows:
         lines.append(f"duplicated configs    : {st.duplicates / st.duplicate_rows:.1%} of {st.duplicate_rows:,} rows")
+    if st.skipped:
+        lines.append(f"skipped (unreadable): {len(st.skipped)} file(s)")
     for split in (Split.VALID, Split.TEST, Split.TRAIN):
         score = st.oracle_score(split.value)
         if score is not None:

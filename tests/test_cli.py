@@ -59,3 +59,18 @@ def test_missing_data_root_is_a_clear_error(tmp_path: Path, capsys: pytest.Captu
     assert main(["data", "where", "--data", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "nowhere" in err and err.startswith("error:")
+
+
+def test_stats_names_a_corrupt_file_or_skips_it(tiny_world: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]):
+    import shutil
+
+    world = tmp_path / "w"
+    shutil.copytree(tiny_world, world)
+    victim = sorted((world / "npz_all" / "npz" / "tile" / "xla" / "train").glob("*.npz"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    assert main(["data", "stats", str(world), "--collections", "tile:xla", "--no-progress"]) == 2
+    assert victim.name in capsys.readouterr().err
+    assert main(["data", "stats", str(world), "--collections", "tile:xla", "--no-progress", "--skip-bad"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped (unreadable): 1 file(s)" in out and "files (train/valid/test): 2 / 2 / 2" in out
