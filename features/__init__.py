@@ -1,1 +1,45 @@
 """Feature pipelines shared by every model (transforms, tabular features, the processed-graph cache)."""
+
+from features.data import CONFIG_ATTRS, NODE_ATTRS, graph_to_data, num_configs, select_configs
+from features.transforms import (
+    DEFAULT_LOG_COLUMNS,
+    DOT_CONV_COLUMNS,
+    OPCODE_GROUP_NAMES,
+    OPCODE_GROUPS,
+    PLACEHOLDER_OPCODE,
+    CollapseChains,
+    DedupConfigs,
+    DotConvFeatures,
+    DropConstantColumns,
+    LogTransform,
+    Normalize,
+    OpcodeGroupFeatures,
+    PadLayoutMinusOne,
+    PruneToConfigurable,
+    SampleConfigs,
+    ShapeAlignmentFeatures,
+)
+
+__all__ = [
+    "CONFIG_ATTRS",
+    "DEFAULT_LOG_COLUMNS",
+    "DOT_CONV_COLUMNS",
+    "NODE_ATTRS",
+    "OPCODE_GROUPS",
+    "OPCODE_GROUP_NAMES",
+    "PLACEHOLDER_OPCODE",
+    "CollapseChains",
+    "DedupConfigs",
+    "DotConvFeatures",
+    "DropConstantColumns",
+    "LogTransform",
+    "Normalize",
+    "OpcodeGroupFeatures",
+    "PadLayoutMinusOne",
+    "PruneToConfigurable",
+    "SampleConfigs",
+    "ShapeAlignmentFeatures",
+    "graph_to_data",
+    "num_configs",
+    "select_configs",
+]
