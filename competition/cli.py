@@ -140,6 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default: %(default)s)")
     board.set_defaults(func=_cmd_leaderboard)
 
+    evaluate = sub.add_parser(
+        "evaluate", help="compare models side by side per collection, with the oracle ceiling",
+        description="Fit each model on the train split and print, per collection and combined, the score of every "
+                    "model and (synthetic data) the oracle ceiling, on the valid split and on the synthetic test "
+                    "split. Writes each model's predictions as submissions/<split>-<model>.csv.",
+    )
+    _add_data_arg(evaluate)
+    evaluate.add_argument("--models", nargs="+", metavar="NAME", default=None,
+                          help="models to compare (default: every registered model)")
+    evaluate.add_argument("--out-dir", default="submissions", metavar="DIR",
+                          help="where the per-model prediction files go (default: %(default)s)")
+    evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    evaluate.set_defaults(func=_cmd_evaluate)
+
     submit = sub.add_parser(
         "submit", help="run the whole pipeline: data, models, submission, validation, offline score",
         description="What `make submit` runs: use real data if found (else generate the synthetic demo world), fit "
@@ -205,6 +219,13 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     print(format_leaderboard(rows, args.top))
     plot = args.plot or str(Path(args.leaderboard).with_name("leaderboard.png"))
     print(f"plot: {save_plot(rows, plot)}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from competition.pipeline import evaluate_models
+
+    evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress)
     return 0
 
 

@@ -158,9 +158,60 @@ def run_pipeline(
     else:
         print("Real data: test labels are hidden; the valid table above is the offline estimate. "
               f"Submit with: fastslow kaggle submit {submission}")
+    print(f"\nall models on the valid split:\n{format_comparison(valid_reports, split_oracles(root, collections, Split.VALID))}")
     seconds = time.perf_counter() - t0
     print(f"\npipeline finished in {seconds:.0f} s; leaderboard: {board}")
     return PipelineResult(root, synthetic, best, submission, valid_reports, test_report, seconds)
+
+
+def format_comparison(reports: dict[str, ScoreReport], oracle: dict[Collection, float] | None = None) -> str:
+    """One row per collection (and the combined score), one column per model, and the oracle ceiling if known."""
+    names = list(reports)
+    width = max([10, *(len(n) + 2 for n in names)])
+    head = f"{'collection':20s}" + "".join(f"{n:>{width}s}" for n in names) + (f"{'oracle':>{width}s}" if oracle else "")
+    lines = [head, "-" * len(head)]
+    collections = [c for c in Collection if any(c in r.collections for r in reports.values())]
+    for c in collections:
+        cells = "".join(f"{reports[n].scores()[c]:>{width}.4f}" if c in reports[n].collections else f"{'-':>{width}}"
+                        for n in names)
+        orc = f"{oracle[c]:>{width}.4f}" if oracle and c in oracle else (f"{'-':>{width}}" if oracle else "")
+        lines.append(f"{c.value:20s}{cells}{orc}")
+    comb = "".join(f"{reports[n].combined:>{width}.4f}" for n in names)
+    orc = f"{float(np.mean([oracle[c] for c in collections if c in oracle])):>{width}.4f}" if oracle else ""
+    lines.append(f"{'combined':20s}{comb}{orc}")
+    return "\n".join(lines)
+
+
+def evaluate_models(
+    data: str | Path | None = None,
+    *,
+    models: Sequence[str] | None = None,
+    splits: Sequence[Split] = (Split.VALID, Split.TEST),
+    out_dir: str | Path = DEFAULT_OUT_DIR,
+    progress: bool = True,
+) -> dict[Split, dict[str, ScoreReport]]:
+    """Fit each model on train and score it on every labelled split asked for (test only on synthetic data).
+
+    Returns:
+        ``{split: {model: report}}``; the comparison tables are printed.
+    """
+    from models.registry import available_models
+
+    root, synthetic = resolve_data(data, progress=progress)
+    collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
+    splits = [s for s in splits if s != Split.TEST or synthetic]
+    out: dict[Split, dict[str, ScoreReport]] = {s: {} for s in splits}
+    for name in models or available_models():
+        preds = predict_split(name, root, collections, progress=progress)
+        for split in splits:
+            path = write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value])
+            out[split][name] = score_submission(path, root, split)
+    for split in splits:
+        print(f"\n{split.value} split ({'synthetic world' if synthetic else 'real data'}: {root.root})")
+        print(format_comparison(out[split], split_oracles(root, collections, split)))
+    if synthetic:
+        print("Synthetic scores say whether the machinery works; they say nothing about the Kaggle leaderboard.")
+    return out
 
 
 def split_oracles(root: DataRoot, collections: Sequence[Collection], split: Split) -> dict[Collection, float] | None:

@@ -47,3 +47,19 @@ def test_without_data_the_synthetic_world_is_generated(tmp_path: Path, monkeypat
 def test_explicit_data_that_is_not_data_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["submit", "--data", str(tmp_path), "--no-progress"]) == 2
     assert str(tmp_path) in capsys.readouterr().err
+
+
+def test_evaluate_prints_models_side_by_side_with_the_oracle(tiny_world: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]):
+    from competition.pipeline import evaluate_models
+
+    res = evaluate_models(tiny_world, models=["random", "default-first"], out_dir=tmp_path, progress=False)
+    assert set(res) == {Split.VALID, Split.TEST}
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("collection"))
+    assert header.split() == ["collection", "random", "default-first", "oracle"]
+    for split, reports in res.items():
+        assert set(reports) == {"random", "default-first"}
+        assert all(r.complete for r in reports.values())
+        row = next(line for line in out.split(f"{split.value} split")[1].splitlines() if line.startswith("combined"))
+        assert row.split()[1] == f"{reports['random'].combined:.4f}"
