@@ -6,10 +6,12 @@ from typing import Any
 
 from models.base import RankingModel
 from models.baselines import DefaultFirstModel, RandomModel
+from models.gbdt import GBDTModel
 
 MODELS: dict[str, type[RankingModel]] = {
     RandomModel.name: RandomModel,
     DefaultFirstModel.name: DefaultFirstModel,
+    GBDTModel.name: GBDTModel,
 }
 
 
