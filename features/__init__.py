@@ -1,5 +1,6 @@
 """Feature pipelines shared by every model (transforms, tabular features, the processed-graph cache)."""
 
+from features.cache import BuildReport, ProcessedGraphs, evenly_spaced_configs
 from features.data import CONFIG_ATTRS, NODE_ATTRS, graph_to_data, num_configs, select_configs
 from features.transforms import (
     DEFAULT_LOG_COLUMNS,
@@ -28,6 +29,7 @@ __all__ = [
     "OPCODE_GROUPS",
     "OPCODE_GROUP_NAMES",
     "PLACEHOLDER_OPCODE",
+    "BuildReport",
     "CollapseChains",
     "DedupConfigs",
     "DotConvFeatures",
@@ -36,9 +38,11 @@ __all__ = [
     "Normalize",
     "OpcodeGroupFeatures",
     "PadLayoutMinusOne",
+    "ProcessedGraphs",
     "PruneToConfigurable",
     "SampleConfigs",
     "ShapeAlignmentFeatures",
+    "evenly_spaced_configs",
     "graph_to_data",
     "num_configs",
     "select_configs",

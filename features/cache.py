@@ -1,0 +1,350 @@
+"""A disk cache of processed graphs: the one-time ``pre_transform`` of every graph of a split, kept between runs.
+
+Layout on disk::
+
+    cache_dir/<collection slug>/<split>/<pipeline hash>/
+        pipeline.txt                  the pre_transform repr, max_configs and format version (human-readable)
+        manifest.json                 per graph: cached file, source identity, node / edge counts, seconds
+        <stem>-<source key>.pt        one torch.save'd {"format", "data", "stats"} per graph
+
+The pipeline hash covers the ``pre_transform`` repr, ``max_configs`` and :data:`FORMAT_VERSION`, so a changed
+pipeline builds into a new folder and never reuses files made with other settings (as the official baselines
+name their caches by a hash of the settings). The old folder is left in place until :meth:`ProcessedGraphs.
+clean_stale` removes it. A graph's source key hashes the npz file's path relative to the data root, its size, its
+``mtime_ns`` and its stem, so a rewritten data file is rebuilt and the others are reused.
+
+Every cached file is written through :func:`competition.npzio.atomic_path`: a build that is interrupted leaves only
+complete files (reused by the next build) and ``.part`` temporary files, which never match a cached name and are
+removed by the next build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_all_start_methods, get_context
+from multiprocessing.context import BaseContext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch_geometric.data import Data
+from tqdm.auto import tqdm
+
+from competition.collections import Collection, Split
+from competition.npzio import atomic_path, atomic_write_text
+from competition.reader import DataRoot, LayoutGraph, list_graphs, load_graph
+from features.data import graph_to_data
+
+FORMAT_VERSION = 1
+"""Version of the cached file format; part of the pipeline hash, so bumping it rebuilds every cache."""
+
+DEFAULT_CACHE_DIR = Path(".cache/processed")
+PIPELINE_FILE = "pipeline.txt"
+MANIFEST_FILE = "manifest.json"
+_KEY_CHARS = 12
+
+Transform = Callable[[Data], Data]
+
+
+def collection_slug(collection: Collection) -> str:
+    """A folder name for a collection: ``layout:xla:random`` -> ``layout-xla-random``."""
+    return Collection(collection).value.replace(":", "-")
+
+
+def pipeline_description(pre_transform: Transform | None, max_configs: int | None) -> str:
+    """The settings that make a cache: what ``pipeline.txt`` holds and what the pipeline hash is taken of."""
+    return (f"format_version: {FORMAT_VERSION}\nmax_configs: {max_configs}\n"
+            f"pre_transform: {pre_transform!r}\n")
+
+
+def pipeline_hash(pre_transform: Transform | None, max_configs: int | None) -> str:
+    """16 hex digits of the SHA-256 of :func:`pipeline_description`."""
+    return hashlib.sha256(pipeline_description(pre_transform, max_configs).encode()).hexdigest()[:16]
+
+
+def evenly_spaced_configs(num_configs: int, max_configs: int | None) -> npt.NDArray[np.int64] | None:
+    """The config rows a cache keeps: all (``None``) when ``max_configs`` is ``None`` or not smaller than the count.
+
+    Rows are evenly spaced over the file (first and last included), which needs no seed, gives the same rows on
+    every machine, and covers a layout file's configs whatever order its search wrote them in.
+
+    Returns:
+        int64 ``[max_configs]`` ascending distinct rows, or ``None`` for every row.
+    """
+    if max_configs is None or num_configs <= max_configs:
+        return None
+    if max_configs < 1:
+        raise ValueError(f"max_configs must be >= 1 or None, got {max_configs}")
+    # Distinct because the step (num_configs - 1) / (max_configs - 1) exceeds 1 when num_configs > max_configs.
+    return np.linspace(0, num_configs - 1, max_configs).round().astype(np.int64)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One npz file of the split and the name its processed graph is cached under.
+
+    Attributes:
+        path: the npz file.
+        relpath: ``path`` relative to the data root (POSIX form).
+        size: bytes.
+        mtime_ns: modification time, ns.
+        key: :data:`_KEY_CHARS` hex digits of the hash of ``(relpath, size, mtime_ns, stem)``.
+    """
+
+    path: Path
+    relpath: str
+    size: int
+    mtime_ns: int
+    key: str
+
+    @property
+    def stem(self) -> str:
+        return self.path.stem
+
+    @property
+    def cache_name(self) -> str:
+        return f"{self.stem}-{self.key}.pt"
+
+    @classmethod
+    def of(cls, path: Path, root: Path) -> SourceFile:
+        st = path.stat()
+        rel = Path(os.path.relpath(path, root)).as_posix()
+        ident = json.dumps([rel, st.st_size, st.st_mtime_ns, path.stem])
+        return cls(path, rel, st.st_size, st.st_mtime_ns, hashlib.sha256(ident.encode()).hexdigest()[:_KEY_CHARS])
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What :meth:`ProcessedGraphs.build` did.
+
+    Attributes:
+        built: graphs processed and written.
+        reused: graphs whose cached file was already complete and current.
+        removed: stale cached files and leftover temporary files deleted from the pipeline folder.
+        seconds: wall time of the build.
+    """
+
+    built: int
+    reused: int
+    removed: int
+    seconds: float
+
+
+def _process_one(source: str, collection: str, dest: str, pre_transform: Transform | None,
+                 max_configs: int | None) -> dict[str, Any]:
+    """Read, convert, pre-transform and save one graph (runs in a worker process); returns its stats."""
+    graph = load_graph(source, Collection(collection))
+    rows = evenly_spaced_configs(graph.num_configs, max_configs) if isinstance(graph, LayoutGraph) else None
+    data = graph_to_data(graph, rows)
+    stats: dict[str, Any] = {"num_nodes_before": int(data.num_nodes),
+                             "num_edges_before": int(data.edge_index.shape[1]),
+                             "num_configs_file": graph.num_configs}
+    t0 = time.perf_counter()
+    if pre_transform is not None:
+        data = pre_transform(data)
+    stats.update(pre_transform_seconds=time.perf_counter() - t0, num_nodes=int(data.num_nodes),
+                 num_edges=int(data.edge_index.shape[1]))
+    with atomic_path(dest) as tmp:
+        torch.save({"format": FORMAT_VERSION, "data": data, "stats": stats}, tmp)
+    return stats
+
+
+def _worker_init() -> None:
+    # Graphs are processed one per worker: torch's own threads would only oversubscribe the cores.
+    torch.set_num_threads(1)
+
+
+def _mp_context() -> BaseContext:
+    """``fork`` where the platform has it, else ``spawn``.
+
+    Forked workers inherit the imported torch and PyG, where each spawned one spends seconds importing them again;
+    torch resets its thread pools in a forked child (as its ``DataLoader`` workers rely on), so forking is safe.
+    """
+    return get_context("fork" if "fork" in get_all_start_methods() else "spawn")
+
+
+class ProcessedGraphs(Sequence[Data]):
+    """The graphs of one collection and split after a ``pre_transform``, cached on disk; a sequence of ``Data``.
+
+    Construction only lists the source files (cheap); :meth:`build` processes the missing and stale ones.
+    Reading an item that is not built yet raises :class:`FileNotFoundError`.
+
+    For layout graphs only ``max_configs`` configs are cached (see :func:`evenly_spaced_configs`), so a file
+    with 100,000 configs stays bounded; ``node_config_feat`` is streamed from the file for just those rows.
+    Tile graphs keep all their configs (a few thousand of 24 values each).
+
+    Args:
+        root: the data root.
+        collection: the collection.
+        split: the split.
+        pre_transform: applied once per graph before caching; its ``repr`` names the cache, so it must show every
+            setting that changes the output (every transform in :mod:`features.transforms` does), and it must
+            pickle (no lambdas) when :meth:`build` uses worker processes.
+        transform: applied on every access, after loading.
+        cache_dir: the cache root.
+        max_configs: configs kept per layout graph, ``None`` for all.
+        workers: worker processes of :meth:`build` (default ``os.cpu_count()``); 1 processes in this process.
+        progress: show a progress bar while building.
+    """
+
+    def __init__(self, root: DataRoot, collection: Collection | str, split: Split | str,
+                 pre_transform: Transform | None = None, transform: Transform | None = None,
+                 cache_dir: str | os.PathLike[str] = DEFAULT_CACHE_DIR, max_configs: int | None = None,
+                 workers: int | None = None, progress: bool = True) -> None:
+        if max_configs is not None and max_configs < 1:
+            raise ValueError(f"max_configs must be >= 1 or None, got {max_configs}")
+        self.root = root
+        self.collection = Collection.parse(collection) if isinstance(collection, str) else collection
+        self.split = Split(split)
+        self.pre_transform = pre_transform
+        self.transform = transform
+        self.cache_dir = Path(cache_dir)
+        self.max_configs = max_configs
+        self.workers = workers
+        self.progress = progress
+        self.sources = [SourceFile.of(p, root.root) for p in list_graphs(root, self.collection, self.split)]
+
+    @property
+    def split_dir(self) -> Path:
+        """``cache_dir/<collection slug>/<split>``: holds one folder per pipeline."""
+        return self.cache_dir / collection_slug(self.collection) / self.split.value
+
+    @property
+    def processed_dir(self) -> Path:
+        """The folder of this pipeline: ``split_dir/<pipeline hash>``."""
+        return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs)
+
+    @property
+    def paths(self) -> list[Path]:
+        """The cached file of each graph, in the order of :attr:`stems` (they may not exist before :meth:`build`)."""
+        return [self.processed_dir / s.cache_name for s in self.sources]
+
+    @property
+    def stems(self) -> list[str]:
+        """Graph names (file stems), sorted."""
+        return [s.stem for s in self.sources]
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __getitem__(self, index: int) -> Data:  # type: ignore[override]
+        data = self.load(index)["data"]
+        return data if self.transform is None else self.transform(data)
+
+    def load(self, index: int) -> dict[str, Any]:
+        """The stored record of graph ``index``: ``{"format": int, "data": Data, "stats": dict}``.
+
+        ``data`` is the graph after ``pre_transform`` only; ``stats`` holds ``num_nodes_before``,
+        ``num_edges_before``, ``num_nodes``, ``num_edges``, ``num_configs_file`` and ``pre_transform_seconds``.
+        """
+        path = self.paths[index]
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: graph {self.sources[index].relpath} is not processed for this "
+                                    "pipeline; call build() first")
+        # Our own files hold a PyG Data, which the weights-only unpickler refuses.
+        return torch.load(path, weights_only=False)
+
+    def is_built(self) -> bool:
+        """Every graph has its current cached file."""
+        return all(p.is_file() for p in self.paths)
+
+    def build(self) -> BuildReport:
+        """Process every graph whose cached file is missing or stale, in parallel over files.
+
+        Files already complete are kept, so a build resumes where an interrupted one stopped. Cached files of
+        older versions of a source file and ``.part`` leftovers are removed, ``pipeline.txt`` and
+        ``manifest.json`` (re)written.
+
+        Returns:
+            The counts of graphs built and reused and of files removed, and the wall time.
+        """
+        t0 = time.perf_counter()
+        out = self.processed_dir
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / PIPELINE_FILE, pipeline_description(self.pre_transform, self.max_configs))
+        removed = self._remove_leftovers()
+        todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
+        stats: dict[str, dict[str, Any]] = {}
+        jobs = [(str(s.path), self.collection.value, str(out / s.cache_name), self.pre_transform, self.max_configs)
+                for s in todo]
+        workers = min(self.workers or os.cpu_count() or 1, len(jobs))
+        with tqdm(total=len(jobs), desc=f"process {self.collection.value} {self.split.value}", unit="graph",
+                  disable=not self.progress) as bar:
+            if workers <= 1:
+                for source, job in zip(todo, jobs, strict=True):
+                    stats[source.stem] = _process_one(*job)
+                    bar.update()
+            else:
+                with ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_worker_init) as pool:
+                    futures = {pool.submit(_process_one, *job): source for source, job in zip(todo, jobs, strict=True)}
+                    for future in as_completed(futures):
+                        stats[futures[future].stem] = future.result()
+                        bar.update()
+        self._write_manifest(stats)
+        return BuildReport(built=len(todo), reused=len(self.sources) - len(todo), removed=removed,
+                           seconds=time.perf_counter() - t0)
+
+    def _remove_leftovers(self) -> int:
+        """Delete ``.part`` files and cached files that no current source maps to; returns how many."""
+        wanted = {s.cache_name for s in self.sources}
+        count = 0
+        for p in self.processed_dir.iterdir():
+            if (p.name.endswith(".part") or p.suffix == ".pt") and p.name not in wanted:
+                p.unlink(missing_ok=True)
+                count += 1
+        return count
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest of the last build (``{}`` if none): pipeline settings and, per stem, file and stats."""
+        path = self.processed_dir / MANIFEST_FILE
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _write_manifest(self, fresh: dict[str, dict[str, Any]]) -> None:
+        old = self.manifest().get("graphs", {})
+        graphs: dict[str, Any] = {}
+        for i, s in enumerate(self.sources):
+            known = old.get(s.stem)
+            if s.stem in fresh:
+                stats = fresh[s.stem]
+            elif known is not None and known.get("file") == s.cache_name:
+                stats = known["stats"]
+            else:
+                # Built by an interrupted run that never wrote its manifest: the file carries its stats.
+                stats = self.load(i)["stats"]
+            graphs[s.stem] = {"file": s.cache_name, "source": s.relpath, "size": s.size, "mtime_ns": s.mtime_ns,
+                              "stats": stats}
+        manifest = {"format_version": FORMAT_VERSION, "collection": self.collection.value,
+                    "split": self.split.value, "pre_transform": repr(self.pre_transform),
+                    "max_configs": self.max_configs, "graphs": graphs}
+        atomic_write_text(self.processed_dir / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
+
+    def clean_stale(self) -> list[Path]:
+        """Delete the folders of other pipelines beside this one, and stale files inside this one.
+
+        Returns:
+            The folders removed.
+        """
+        removed: list[Path] = []
+        if not self.split_dir.is_dir():
+            return removed
+        for d in sorted(self.split_dir.iterdir()):
+            if d.is_dir() and d != self.processed_dir:
+                shutil.rmtree(d)
+                removed.append(d)
+        if self.processed_dir.is_dir():
+            self._remove_leftovers()
+        return removed
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.collection.value}, {self.split.value}, {len(self)} graphs, "
+                f"pre_transform={self.pre_transform!r}, transform={self.transform!r}, "
+                f"max_configs={self.max_configs})")

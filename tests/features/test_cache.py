@@ -1,0 +1,163 @@
+"""features.cache: building, reusing, invalidating and resuming the processed-graph cache on a tiny world."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.transforms import Compose
+
+from competition.collections import Collection, Split
+from competition.reader import DataRoot, find_data_root, load_graph
+from features import (
+    PadLayoutMinusOne,
+    ProcessedGraphs,
+    PruneToConfigurable,
+    evenly_spaced_configs,
+    graph_to_data,
+)
+from features.cache import MANIFEST_FILE, PIPELINE_FILE
+
+LAYOUT = Collection.LAYOUT_XLA_RANDOM
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
+    from competition.synthetic.world import generate_world
+
+    out = tmp_path_factory.mktemp("cache-world")
+    generate_world(out, scale="tiny", seed=3, limit=2, workers=1, progress=False,
+                   collections=[LAYOUT, Collection.TILE_XLA])
+    return find_data_root(out)
+
+
+def pipeline(hops: int = 1) -> Compose:
+    return Compose([PruneToConfigurable(hops=hops), PadLayoutMinusOne()])
+
+
+def assert_same(a: Data, b: Data) -> None:
+    assert sorted(a.keys()) == sorted(b.keys())
+    for key in a.keys():
+        if isinstance(a[key], torch.Tensor):
+            assert torch.equal(a[key], b[key]) or torch.allclose(a[key], b[key], equal_nan=True), key
+        else:
+            assert a[key] == b[key], key
+
+
+def make(world: DataRoot, cache: Path, **kw: object) -> ProcessedGraphs:
+    kw = {"pre_transform": pipeline(), "workers": 1, "progress": False, "max_configs": 16, **kw}
+    return ProcessedGraphs(world, LAYOUT, Split.TRAIN, cache_dir=cache, **kw)  # type: ignore[arg-type]
+
+
+def test_evenly_spaced_configs() -> None:
+    assert evenly_spaced_configs(10, None) is None
+    assert evenly_spaced_configs(10, 10) is None
+    assert evenly_spaced_configs(10, 4).tolist() == [0, 3, 6, 9]
+    rows = evenly_spaced_configs(100_000, 1000)
+    assert len(np.unique(rows)) == 1000 and rows[0] == 0 and rows[-1] == 99_999
+
+
+def test_build_reuse_and_items(world: DataRoot, tmp_path: Path) -> None:
+    ds = make(world, tmp_path)
+    assert len(ds) == 2 and not ds.is_built()
+    report = ds.build()
+    assert (report.built, report.reused) == (2, 0)
+    assert ds.is_built()
+    assert ds.processed_dir.parent == tmp_path / "layout-xla-random" / "train"
+    assert "PruneToConfigurable(hops=1" in (ds.processed_dir / PIPELINE_FILE).read_text()
+    again = make(world, tmp_path).build()
+    assert (again.built, again.reused) == (0, 2)
+    manifest = ds.manifest()
+    assert sorted(manifest["graphs"]) == ds.stems
+    for i, path in enumerate(ds.sources):
+        graph = load_graph(path.path, LAYOUT)
+        expected = pipeline()(graph_to_data(graph, evenly_spaced_configs(graph.num_configs, 16)))
+        assert_same(ds[i], expected)
+        assert ds[i].y.shape[0] == min(16, graph.num_configs)
+        stats = manifest["graphs"][ds.stems[i]]["stats"]
+        assert stats["num_nodes_before"] == graph.num_nodes and stats["num_nodes"] == expected.num_nodes
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+def test_transform_applied_per_access(world: DataRoot, tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def mark(data: Data) -> Data:
+        calls.append(1)
+        data.marked = True
+        return data
+
+    ds = make(world, tmp_path, transform=mark)
+    ds.build()
+    assert ds[0].marked and ds[0].marked and len(calls) == 2
+    assert "marked" not in ds.load(0)["data"]
+
+
+def test_changed_pipeline_uses_new_folder(world: DataRoot, tmp_path: Path) -> None:
+    one = make(world, tmp_path)
+    one.build()
+    two = make(world, tmp_path, pre_transform=pipeline(hops=2))
+    assert two.processed_dir != one.processed_dir
+    assert (two.build().built, make(world, tmp_path, max_configs=8).build().built) == (2, 2)
+    assert one.is_built()  # the old folder is left until clean_stale
+    assert sorted(two.clean_stale()) == sorted([one.processed_dir, make(world, tmp_path, max_configs=8).processed_dir])
+    assert not one.processed_dir.exists() and two.is_built()
+
+
+def test_rewritten_source_rebuilds_only_that_graph(world: DataRoot, tmp_path: Path) -> None:
+    ds = make(world, tmp_path)
+    ds.build()
+    old_paths = ds.paths
+    source = ds.sources[1].path
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    try:
+        fresh = make(world, tmp_path)
+        report = fresh.build()
+        assert (report.built, report.reused, report.removed) == (1, 1, 1)
+        assert fresh.paths[0] == old_paths[0] and fresh.paths[1] != old_paths[1]
+        assert not old_paths[1].exists() and fresh.is_built()
+    finally:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_interrupted_build_is_completed(world: DataRoot, tmp_path: Path) -> None:
+    ds = make(world, tmp_path)
+    ds.build()
+    expected = ds[0]
+    ds.paths[0].unlink()
+    (ds.processed_dir / MANIFEST_FILE).unlink()
+    leftover = ds.processed_dir / f".{ds.paths[0].name}.abc123.part"
+    leftover.write_bytes(b"half a file")
+    assert not ds.is_built()
+    with pytest.raises(FileNotFoundError, match="build"):
+        ds[0]
+    report = make(world, tmp_path).build()
+    assert (report.built, report.reused, report.removed) == (1, 1, 1)
+    assert not leftover.exists()
+    assert_same(ds[0], expected)
+    assert sorted(ds.manifest()["graphs"]) == ds.stems
+
+
+def test_parallel_build_matches_serial(world: DataRoot, tmp_path: Path) -> None:
+    serial = make(world, tmp_path / "serial")
+    serial.build()
+    parallel = make(world, tmp_path / "parallel", workers=2)
+    assert parallel.build().built == 2
+    for i in range(len(serial)):
+        assert_same(serial[i], parallel[i])
+
+
+def test_tile_graphs(world: DataRoot, tmp_path: Path) -> None:
+    ds = ProcessedGraphs(world, "tile:xla", "valid", pre_transform=pipeline(), cache_dir=tmp_path, workers=1,
+                         progress=False, max_configs=1)
+    assert ds.build().built == len(ds) > 0
+    graph = load_graph(ds.sources[0].path, Collection.TILE_XLA)
+    # Tile graphs keep every config, and pruning leaves them unchanged (they have no configurable nodes).
+    assert_same(ds[0], pipeline()(graph_to_data(graph)))
+    assert ds[0].y.shape[0] == graph.num_configs > 1
