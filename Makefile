@@ -33,6 +33,7 @@ lint: install ## Lint with ruff.
 bench: install ## Speed and memory benchmarks (prints ratios measured side by side).
 	$(PY) -m benchmarks.data_layer
 	$(PY) -m benchmarks.features
+	$(PY) -m benchmarks.models
 
 synth: install ## Generate the synthetic world: make synth SCALE=demo|tiny|full.
 	$(VENV)/bin/fastslow data synth --scale $(SCALE) --out $(DATA)

@@ -154,6 +154,28 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
     evaluate.set_defaults(func=_cmd_evaluate)
 
+    feats = sub.add_parser("features", help="inspect feature pipelines",
+                           description="Inspect what the feature pipelines do to the graphs.")
+    fsub = feats.add_subparsers(dest="features_command", metavar="ACTION", required=True)
+    prune = fsub.add_parser(
+        "prune-stats", help="nodes and edges before/after pruning, per collection",
+        description="Apply a pruning transform to every graph of a split (nodes and edges only) and print, per "
+                    "collection, the totals before and after and the pruning speed.",
+    )
+    _add_data_arg(prune)
+    prune.add_argument("--hops", type=int, default=1, help="neighbourhood kept around configurable nodes, 0 to 5 "
+                                                           "(default: %(default)s; 0 only with --collapse)")
+    prune.add_argument("--direction", choices=["in", "out", "both"], default="both",
+                       help="follow producers (in), consumers (out) or both (default: %(default)s)")
+    prune.add_argument("--collapse", choices=["edge", "node"], default=None,
+                       help="replace removed chains between kept nodes by a placeholder edge or node "
+                            "(CollapseChains) instead of cutting them")
+    prune.add_argument("--split", choices=[s.value for s in Split], default="train",
+                       help="split to measure (default: %(default)s)")
+    prune.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
+    prune.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    prune.set_defaults(func=_cmd_prune_stats)
+
     submit = sub.add_parser(
         "submit", help="run the whole pipeline: data, models, submission, validation, offline score",
         description="What `make submit` runs: use real data if found (else generate the synthetic demo world), fit "
@@ -226,6 +248,22 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from competition.pipeline import evaluate_models
 
     evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress)
+    return 0
+
+
+def _cmd_prune_stats(args: argparse.Namespace) -> int:
+    from competition.reader import find_data_root
+    from features.report import format_pruning_report, pruning_report
+    from features.transforms import CollapseChains, PruneToConfigurable
+
+    root = find_data_root(args.data)
+    if args.collapse:
+        transform = CollapseChains(hops=args.hops, direction=args.direction, mode=args.collapse)
+    else:
+        transform = PruneToConfigurable(hops=args.hops, direction=args.direction)
+    rows = pruning_report(root, transform, _collections(args.collections), Split(args.split),
+                          progress=not args.no_progress)
+    print(format_pruning_report(rows, transform))
     return 0
 
 

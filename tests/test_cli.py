@@ -74,3 +74,17 @@ def test_stats_names_a_corrupt_file_or_skips_it(tiny_world: Path, tmp_path: Path
     assert main(["data", "stats", str(world), "--collections", "tile:xla", "--no-progress", "--skip-bad"]) == 0
     out = capsys.readouterr().out
     assert "skipped (unreadable): 1 file(s)" in out and "files (train/valid/test): 2 / 2 / 2" in out
+
+
+def test_prune_stats_reports_every_collection(tiny_world: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["features", "prune-stats", "--data", str(tiny_world), "--hops", "1", "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "pipeline: PruneToConfigurable(hops=1, direction='both')"
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {c.value for c in Collection}
+    tile = rows["tile:xla"]
+    assert tile[2] == tile[3], "tile graphs are not pruned"
+    for c in Collection:
+        if c.is_layout:
+            before, after = (int(x.replace(",", "")) for x in rows[c.value][2:4])
+            assert 0 < after < before

@@ -1,0 +1,67 @@
+"""How much a pruning pipeline keeps: nodes and edges before and after, per collection, and its speed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from torch_geometric.transforms import BaseTransform
+from tqdm.auto import tqdm
+
+from competition.collections import Collection, Split
+from competition.reader import DataRoot, list_graphs, load_graph
+from features.data import graph_to_data
+
+
+@dataclass
+class PruningRow:
+    """Totals over one collection's graphs of one split."""
+
+    collection: Collection
+    graphs: int = 0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    edges_before: int = 0
+    edges_after: int = 0
+    seconds: float = 0.0
+
+    @property
+    def nodes_per_second(self) -> float:
+        return self.nodes_before / self.seconds if self.seconds > 0 else float("inf")
+
+
+def pruning_report(root: DataRoot, transform: BaseTransform, collections: Sequence[Collection],
+                   split: Split = Split.TRAIN, *, progress: bool = True) -> list[PruningRow]:
+    """Apply ``transform`` to every graph (nodes and edges only: no configs are read) and total the sizes.
+
+    ``seconds`` counts the transform alone, not the reading.
+    """
+    rows = []
+    for c in collections:
+        row = PruningRow(c)
+        for path in tqdm(list_graphs(root, c, split), desc=f"prune {c.value}", disable=not progress, leave=False):
+            data = graph_to_data(load_graph(path, c), config_rows=[])
+            row.nodes_before += data.num_nodes
+            row.edges_before += data.edge_index.shape[1]
+            t0 = time.perf_counter()
+            out = transform(data)
+            row.seconds += time.perf_counter() - t0
+            row.nodes_after += out.num_nodes
+            row.edges_after += out.edge_index.shape[1]
+            row.graphs += 1
+        rows.append(row)
+    return rows
+
+
+def format_pruning_report(rows: Sequence[PruningRow], transform: BaseTransform) -> str:
+    """A table of :func:`pruning_report`'s rows."""
+    lines = [f"pipeline: {transform!r}".replace("\n", " "),
+             f"{'collection':20s} {'graphs':>6s} {'nodes before':>13s} {'after':>9s} {'kept':>6s} "
+             f"{'edges before':>13s} {'after':>9s} {'kept':>6s} {'nodes/s':>11s}"]
+    for r in rows:
+        nk = r.nodes_after / r.nodes_before if r.nodes_before else 1.0
+        ek = r.edges_after / r.edges_before if r.edges_before else 1.0
+        lines.append(f"{r.collection.value:20s} {r.graphs:6d} {r.nodes_before:13,d} {r.nodes_after:9,d} {nk:6.1%} "
+                     f"{r.edges_before:13,d} {r.edges_after:9,d} {ek:6.1%} {r.nodes_per_second:11,.0f}")
+    return "\n".join(lines)
