@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.measure import peak_mib, run_part
 
 BIG_NODES = 40_000
 BIG_CONFIG_NODES = (1_800, 2_400)
@@ -29,8 +28,6 @@ BIG_CONFIGS = 20_000
 READ_CONFIGS = 1_000
 
 
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _big_module(seed: int):
@@ -52,7 +49,7 @@ def part_demo(out: Path) -> dict:
 
     t0 = time.perf_counter()
     generate_world(out, scale="demo", seed=0, progress=False)
-    return {"seconds": time.perf_counter() - t0, "peak_mib_main": _peak_mib()}
+    return {"seconds": time.perf_counter() - t0, "peak_mib_main": peak_mib()}
 
 
 def part_big(out: Path) -> dict:
@@ -68,7 +65,7 @@ def part_big(out: Path) -> dict:
 
     with NpzReader(path) as r:
         info = r.info("node_config_feat")
-    return {"seconds": seconds, "peak_mib": _peak_mib(), "nodes": module.num_nodes, "shape": list(info.shape),
+    return {"seconds": seconds, "peak_mib": peak_mib(), "nodes": module.num_nodes, "shape": list(info.shape),
             "member_gb": info.nbytes / 1e9, "file_mb": path.stat().st_size / 1e6, "path": str(path)}
 
 
@@ -84,13 +81,9 @@ def part_read(path: Path, how: str) -> dict:
             got = r.load_rows("node_config_feat", rows)
     else:
         got = np.load(path)["node_config_feat"][rows]
-    return {"seconds": time.perf_counter() - t0, "peak_mib": _peak_mib(), "checksum": float(got.sum())}
+    return {"seconds": time.perf_counter() - t0, "peak_mib": peak_mib(), "checksum": float(got.sum())}
 
 
-def _child(*args: str) -> dict:
-    res = subprocess.run([sys.executable, "-m", "benchmarks.data_layer", "--part", *args],
-                         check=True, capture_output=True, text=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -109,18 +102,18 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="fastslow-bench-"))
     try:
         if not args.skip_demo:
-            demo = _child("demo", str(work / "demo"))
+            demo = run_part("benchmarks.data_layer", "demo", str(work / "demo"))
             print(f"demo world generated in {demo['seconds']:.1f} s (target < 120 s): "
                   f"{'PASS' if demo['seconds'] < 120 else 'FAIL'}")
             shutil.rmtree(work / "demo", ignore_errors=True)
-        big = _child("big", str(work / "big"))
+        big = run_part("benchmarks.data_layer", "big", str(work / "big"))
         c, nc, _ = big["shape"]
         print(f"big layout graph: {big['nodes']:,} nodes, {nc:,} configurable, {c:,} configs, "
               f"node_config_feat {big['member_gb']:.2f} GB decompressed, {big['file_mb']:.1f} MB on disk")
         print(f"  generated in {big['seconds']:.1f} s (target < 60 s), peak {big['peak_mib']:.0f} MiB "
               f"(target < 4096 MiB): {'PASS' if big['seconds'] < 60 and big['peak_mib'] < 4096 else 'FAIL'}")
-        streamed = _child("read", big["path"], "streamed")
-        whole = _child("read", big["path"], "numpy")
+        streamed = run_part("benchmarks.data_layer", "read", big["path"], "streamed")
+        whole = run_part("benchmarks.data_layer", "read", big["path"], "numpy")
         assert streamed["checksum"] == whole["checksum"], "streamed and numpy reads disagree"
         ratio = whole["peak_mib"] / streamed["peak_mib"]
         print(f"read {READ_CONFIGS} configs:      time      peak memory")

@@ -14,17 +14,15 @@ import argparse
 import json
 import resource
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.measure import peak_mib, run_part
+
 COLLECTION = "layout:xla:random"
 
 
-def _peak_mib(who: int) -> float:
-    return resource.getrusage(who).ru_maxrss / 1024.0
 
 
 def part_generate(out: Path, limit: int, workers: int | None) -> dict:
@@ -57,14 +55,10 @@ def part_build(data: Path, cache: Path, hops: int, max_configs: int, workers: in
         "max_nodes": max(g["num_nodes_before"] for g in graphs),
         "prune_seconds": sum(g["pre_transform_seconds"] for g in graphs),
         "cache_mb": cache_bytes / 1e6,
-        "peak_mib": _peak_mib(resource.RUSAGE_SELF), "peak_worker_mib": _peak_mib(resource.RUSAGE_CHILDREN),
+        "peak_mib": peak_mib(resource.RUSAGE_SELF), "peak_worker_mib": peak_mib(resource.RUSAGE_CHILDREN),
     }
 
 
-def _child(*args: str) -> dict:
-    res = subprocess.run([sys.executable, "-m", "benchmarks.features", "--part", *args],
-                         check=True, capture_output=True, text=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -91,10 +85,10 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="fastslow-bench-features-"))
     try:
         world = work / f"world-full-{args.limit}"
-        gen = _child("generate", str(world), str(args.limit), str(workers))
+        gen = run_part("benchmarks.features", "generate", str(world), str(args.limit), str(workers))
         print(f"world: full-scale {COLLECTION}, limit {args.limit}, ready in {gen['seconds']:.1f} s "
               f"({'reused' if gen['seconds'] < 1 else 'generated'})")
-        b = _child("build", str(world), str(work / "cache"), str(args.hops), str(args.max_configs), str(workers))
+        b = run_part("benchmarks.features", "build", str(world), str(work / "cache"), str(args.hops), str(args.max_configs), str(workers))
         print(f"graphs: {b['graphs']} train graphs (largest {b['max_nodes']:,} nodes)")
         print(f"nodes:  {b['nodes_before']:,} -> {b['nodes_after']:,} "
               f"({b['nodes_after'] / b['nodes_before']:.1%} kept by PruneToConfigurable(hops={args.hops}))")

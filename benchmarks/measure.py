@@ -1,0 +1,20 @@
+"""What the benchmarks share: running one measurement in a fresh process, and peak resident memory."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+
+
+def peak_mib(who: int = resource.RUSAGE_SELF) -> float:
+    """Peak resident memory in MiB of this process (or of its finished children, with ``RUSAGE_CHILDREN``)."""
+    return resource.getrusage(who).ru_maxrss / 1024.0
+
+
+def run_part(module: str, *args: str) -> dict:
+    """Run ``python -m module --part ARGS`` in a fresh process, so its peak memory is its own; its last stdout line
+    is the JSON result."""
+    res = subprocess.run([sys.executable, "-m", module, "--part", *args], check=True, capture_output=True, text=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
