@@ -10,7 +10,7 @@ import argparse
 import time
 
 from competition.collections import Collection, Split
-from competition.metrics import kendall_tau_of_order, predicted_order, top_k_score
+from competition.metrics import predicted_order, score_graph
 from competition.pipeline import DEFAULT_SYNTH_DIR, resolve_data
 from competition.reader import list_graphs, load_graph
 from models.registry import make_model
@@ -20,11 +20,8 @@ def _valid_score(model, root, collection: Collection) -> float:
     values = []
     for path in list_graphs(root, collection, Split.VALID):
         g = load_graph(path, collection)
-        order = predicted_order(model.predict(g))
-        if collection.is_tile:
-            values.append(top_k_score(order, g.normalized_runtime()))
-        else:
-            values.append(kendall_tau_of_order(order, g.config_runtime))
+        normalizers = g.config_runtime_normalizers if collection.is_tile else None
+        values.append(score_graph(collection, predicted_order(model.predict(g)), g.config_runtime, normalizers).score)
     return sum(values) / len(values)
 
 

@@ -129,6 +129,7 @@ def run_pipeline(
     collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
     print(f"data: {root.root} ({'synthetic world' if synthetic else 'real data'}; {root.source})")
     names = list(models or available_models())
+    valid_oracles = split_oracles(root, collections, Split.VALID)
     valid_reports: dict[str, ScoreReport] = {}
     test_predictions: dict[str, dict[str, np.ndarray]] = {}
     for name in names:
@@ -139,7 +140,7 @@ def run_pipeline(
                    synthetic=synthetic, path=board)
         valid_reports[name] = report
         test_predictions[name] = preds[Split.TEST.value]
-        print(f"\n{name}: valid split\n{report.format_table(split_oracles(root, collections, Split.VALID))}")
+        print(f"\n{name}: valid split\n{report.format_table(valid_oracles)}")
     best = max(names, key=lambda n: valid_reports[n].combined)
     submission = write_submission(out_dir / "submission.csv", test_predictions[best])
     problems = validate_submission(submission, root, Split.TEST)
@@ -158,7 +159,7 @@ def run_pipeline(
     else:
         print("Real data: test labels are hidden; the valid table above is the offline estimate. "
               f"Submit with: fastslow kaggle submit {submission}")
-    print(f"\nall models on the valid split:\n{format_comparison(valid_reports, split_oracles(root, collections, Split.VALID))}")
+    print(f"\nall models on the valid split:\n{format_comparison(valid_reports, valid_oracles)}")
     seconds = time.perf_counter() - t0
     print(f"\npipeline finished in {seconds:.0f} s; leaderboard: {board}")
     return PipelineResult(root, synthetic, best, submission, valid_reports, test_report, seconds)

@@ -78,10 +78,8 @@ class CollectionStats:
 
 
 def _secret_path(root: DataRoot, collection: Collection, split: Split, stem: str) -> Path | None:
-    if root.secret_dir is None:
-        return None
-    p = root.secret_dir / collection.relpath / split.value / f"{stem}.npz"
-    return p if p.exists() else None
+    p = root.secret_file(collection, split, stem)
+    return p if p is not None and p.exists() else None
 
 
 def _oracle(collection: Collection, secret: Path, observed: np.ndarray, normalizers: np.ndarray | None) -> float | None:
@@ -151,8 +149,7 @@ def collection_stats(root: DataRoot, collection: Collection, *, progress: bool =
             else:
                 normalizers = None
                 st.config_nodes.append(g.num_config_nodes)
-                with NpzReader(path) as r:
-                    hashes = np.concatenate([row_hashes(b) for _, b in r.iter_blocks("node_config_feat")])
+                hashes = np.concatenate([row_hashes(b) for _, b in g.iter_config_blocks()])
             st.duplicate_rows += hashes.size
             st.duplicates += hashes.size - np.unique(hashes).size
             if not g.is_test and runtime.size and runtime.min() > 0:

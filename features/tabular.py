@@ -56,6 +56,16 @@ TILE_CONFIG_NAMES: tuple[str, ...] = tuple(
 )
 
 
+def tile_root(node_feat: npt.NDArray[np.float32]) -> int:
+    """The node whose output the tile config cuts: the last node flagged ``is_root``, else the last node.
+
+    Nodes are numbered computation by computation, with a fusion's body before the computation calling it, so
+    the last root is the root of the outermost computation: the kernel's output.
+    """
+    roots = np.flatnonzero(node_feat[:, COL_IS_ROOT] > 0)
+    return int(roots[-1]) if roots.size else node_feat.shape[0] - 1
+
+
 def _log2_size(x: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
     return np.log2(1.0 + np.maximum(x.astype(np.float64), 0.0))
 
@@ -117,9 +127,7 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     Returns:
         float32 ``[C, F]`` with ``F = len(tile_feature_names())``.
     """
-    roots = np.flatnonzero(graph.node_feat[:, COL_IS_ROOT] > 0)
-    root = int(roots[-1]) if roots.size else graph.num_nodes - 1
-    shape = graph.node_feat[root, COLS_SHAPE].astype(np.float64)
+    shape = graph.node_feat[tile_root(graph.node_feat), COLS_SHAPE].astype(np.float64)
     rank = int((shape > 0).sum())
     cfg = graph.config_feat.astype(np.float64)
     out_b = cfg[:, COLS_OUTPUT_BOUNDS][:, :MAX_DIMS]

@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
-from competition.schema import COL_IS_ROOT, COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE
+from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE
+from features.tabular import tile_root
 from models.base import Graph, NotFittedError, RankingModel
 
 MAX_DIMS = 6
@@ -78,16 +79,6 @@ def layout_default_distance(graph: LayoutGraph, block_rows: int | None = None) -
     for first, block in graph.iter_config_blocks(block_rows):
         out[first: first + block.shape[0]] = (block != -1).any(axis=2).sum(axis=1)
     return out
-
-
-def tile_root(node_feat: npt.NDArray[np.float32]) -> int:
-    """The node whose output the tile config cuts: the last node flagged ``is_root``, else the last node.
-
-    Nodes are numbered computation by computation, with a fusion's body before the computation calling it, so
-    the last root is the root of the outermost computation: the kernel's output.
-    """
-    roots = np.flatnonzero(node_feat[:, COL_IS_ROOT] > 0)
-    return int(roots[-1]) if roots.size else node_feat.shape[0] - 1
 
 
 def tile_default_features(graph: TileGraph) -> npt.NDArray[np.float64]:

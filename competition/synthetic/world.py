@@ -29,7 +29,6 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
 from competition.npzio import StreamedArray, atomic_write_text, write_npz
-from competition.opcodes import CONFIGURABLE_OPCODES
 from competition.synthetic.featurize import featurize
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.physics import measure
@@ -201,16 +200,19 @@ def write_layout_graph(
     *,
     hidden: bool = False,
     duplicates: bool = True,
+    max_config_cells: int | None = None,
 ) -> None:
     """Write one layout graph of ``module`` with ``n_configs`` configs drawn by ``search``, and its secret file.
 
     ``node_config_feat`` is computed and compressed block by block, so memory stays at a few blocks however many
-    configs there are. With ``hidden`` (test files) the visible runtimes are zeros and the measured ones go to
+    configs there are. ``max_config_cells`` caps configs x configurable nodes (at least 2 configs are kept). With ``hidden`` (test files) the visible runtimes are zeros and the measured ones go to
     ``secret``; the secret file always holds the noiseless runtimes (for the oracle score).
     """
     graph = featurize(module)
     problem = LayoutProblem.from_module(module)
     nc = int(problem.node_config_ids.size)
+    if max_config_cells is not None:
+        n_configs = max(2, min(n_configs, max_config_cells // max(nc, 1)))
     choices = problem.sample_configs(search, n_configs, rng)
     if duplicates and not hidden:
         choices = _duplicate_rows(choices, rng)
@@ -244,13 +246,12 @@ def _write_layout(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list
     if path.exists() and secret.exists():
         return []
     rng = _rng(cfg.seed, "layout-configs", job.collection, job.split, job.index)
-    nc = int(sum(ins.opcode_id in CONFIGURABLE_OPCODES for ins in module.instructions()))
     if job.split == Split.TEST:
         n_configs = sc.layout_test_configs + int(rng.random() < 0.1)
     else:
         n_configs = _loguniform(rng, *sc.layout_configs)
-    n_configs = max(2, min(n_configs, sc.max_config_cells // max(nc, 1)))
     write_layout_graph(path, secret, module, collection.search or "random", n_configs, rng,
+                       max_config_cells=sc.max_config_cells,
                        hidden=job.split == Split.TEST)
     return [path]
 
