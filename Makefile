@@ -6,7 +6,7 @@ SCALE ?= demo
 DATA ?= data/synthetic-$(SCALE)
 
 .DEFAULT_GOAL := help
-.PHONY: help install submit test lint bench synth stats leaderboard clean
+.PHONY: help install submit test lint bench synth stats leaderboard clean wheel kaggle-submit kaggle-notebook kaggle-dataset
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,3 +46,38 @@ leaderboard: install ## Show the offline leaderboard, best first, and write its 
 
 clean: ## Remove caches and generated data (keeps .venv).
 	rm -rf .pytest_cache .ruff_cache bench-out data/synthetic-*
+
+# ---- Kaggle ----------------------------------------------------------------------------------------------------
+FILE ?= submissions/submission.csv
+MSG ?= fastslow $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+KAGGLE := $(VENV)/bin/kaggle
+# The account: $KAGGLE_USERNAME, else the username in kaggle.json (read by competition.kaggle.kaggle_username).
+KAGGLE_USER = $(or $(KAGGLE_USERNAME),$(shell $(PY) -c 'from competition.kaggle import kaggle_username; print(kaggle_username() or "")' 2>/dev/null))
+FILL_USER = sed 's/YOUR_KAGGLE_USERNAME/$(KAGGLE_USER)/g'
+NEED_USER = @test -n "$(KAGGLE_USER)" || { echo "error: no Kaggle username: set KAGGLE_USERNAME or create ~/.kaggle/kaggle.json" >&2; exit 2; }
+
+wheel: install ## Build dist/: the fastslow wheel and the pure-python torch-geometric wheel (for the offline notebook).
+	rm -f dist/fastslow-*.whl dist/torch_geometric-*.whl
+	$(PY) -m pip wheel --no-deps -w dist . "torch-geometric==$$($(PY) -c 'import torch_geometric; print(torch_geometric.__version__)')"
+	@ls -l dist/*.whl
+
+kaggle-dataset: wheel ## Upload dist/*.whl as the Kaggle dataset <user>/fastslow-wheel (created once, then versioned).
+	$(NEED_USER)
+	rm -rf build/kaggle-dataset && mkdir -p build/kaggle-dataset
+	cp dist/fastslow-*.whl dist/torch_geometric-*.whl build/kaggle-dataset/
+	$(FILL_USER) notebooks/dataset-metadata.json > build/kaggle-dataset/dataset-metadata.json
+	if $(KAGGLE) datasets status $(KAGGLE_USER)/fastslow-wheel >/dev/null 2>&1; then \
+		$(KAGGLE) datasets version -p build/kaggle-dataset -m "$(MSG)"; \
+	else \
+		$(KAGGLE) datasets create -p build/kaggle-dataset; \
+	fi
+
+kaggle-notebook: install ## Push notebooks/fastslow-submit.ipynb as the Kaggle notebook <user>/fastslow-submit.
+	$(NEED_USER)
+	rm -rf build/kaggle-notebook && mkdir -p build/kaggle-notebook
+	cp notebooks/fastslow-submit.ipynb build/kaggle-notebook/
+	$(FILL_USER) notebooks/kernel-metadata.json > build/kaggle-notebook/kernel-metadata.json
+	$(KAGGLE) kernels push -p build/kaggle-notebook
+
+kaggle-submit: install ## Validate and submit to Kaggle: make kaggle-submit FILE=submissions/submission.csv MSG="...".
+	$(VENV)/bin/fastslow kaggle submit $(FILE) -m "$(MSG)"

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate a synthetic TpuGraphs world (npz_all/npz/..., secret/ with hidden test runtimes, "
                     "sample_submission.csv). Scores on it say nothing about the Kaggle leaderboard.",
     )
-    synth.add_argument("--scale", choices=["tiny", "demo", "full"], default="demo",
+    synth.add_argument("--scale", choices=["tiny", "demo", "bench", "full"], default="demo",
                        help="tiny: seconds, for tests; demo: the default of `make submit`; full: real counts "
                             "and sizes, for benchmarks (default: %(default)s)")
     synth.add_argument("--out", required=True, metavar="DIR", help="folder to write the world into")
@@ -176,6 +176,26 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--no-progress", action="store_true", help="hide progress bars")
     prune.set_defaults(func=_cmd_prune_stats)
 
+    trainp = sub.add_parser(
+        "train", help="fit a model per collection and save it (GNN runs keep checkpoints and learning curves)",
+        description="Fit a registered model on the train split of each collection (early stopping on valid where "
+                    "the model supports it), save it as runs/<model>/<collection>/model.json, and print the "
+                    "valid score per collection. A GNN run keeps checkpoint.pt, curves.csv and curves.png in the "
+                    "same folder; re-running with the same settings resumes an interrupted run.",
+    )
+    _add_data_arg(trainp)
+    trainp.add_argument("--model", default="gnn", metavar="NAME",
+                        help="registered model name: gnn, gnn-attn, gbdt, default-first, random "
+                             "(default: %(default)s)")
+    trainp.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
+    trainp.add_argument("--runs-dir", default="runs", metavar="DIR",
+                        help="where runs and saved models go (default: %(default)s)")
+    trainp.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a hyper-parameter of the model, repeatable (e.g. --param epochs=20 --param "
+                             "attention=True --param segment_size=2000); values are Python literals")
+    trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    trainp.set_defaults(func=_cmd_train)
+
     submit = sub.add_parser(
         "submit", help="run the whole pipeline: data, models, submission, validation, offline score",
         description="What `make submit` runs: use real data if found (else generate the synthetic demo world), fit "
@@ -190,10 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--synth-dir", default="data/synthetic-demo", metavar="DIR",
                         help="where the synthetic demo world is generated when no real data is found "
                              "(default: %(default)s)")
-    submit.add_argument("--synth-scale", choices=["tiny", "demo", "full"], default="demo",
+    submit.add_argument("--synth-scale", choices=["tiny", "demo", "bench", "full"], default="demo",
                         help="scale of that synthetic world (default: %(default)s)")
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
     submit.set_defaults(func=_cmd_submit)
+
+    from competition.kaggle import add_parser as add_kaggle_parser
+    from competition.report import add_parser as add_report_parser
+
+    add_kaggle_parser(sub)
+    add_report_parser(sub)
     return parser
 
 
@@ -264,6 +290,59 @@ def _cmd_prune_stats(args: argparse.Namespace) -> int:
     rows = pruning_report(root, transform, _collections(args.collections), Split(args.split),
                           progress=not args.no_progress)
     print(format_pruning_report(rows, transform))
+    return 0
+
+
+def _parse_params(items: Sequence[str]) -> dict[str, object]:
+    import ast
+
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"fastslow train: --param expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from competition.metrics import kendall_tau, predicted_order, tile_score
+    from competition.reader import find_data_root, list_graphs, load_graph
+    from features.cache import collection_slug
+    from models.registry import make_model
+
+    root = find_data_root(args.data)
+    params = _parse_params(args.param)
+    if args.model.startswith("gnn"):
+        params.setdefault("runs_dir", args.runs_dir)
+    try:
+        probe = make_model(args.model, **params)
+    except TypeError as exc:
+        raise SystemExit(f"fastslow train: {exc}") from None
+    del probe
+    collections = [c for c in _collections(args.collections) if list_graphs(root, c, Split.TRAIN)]
+    print(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved")
+    for c in collections:
+        t0 = time.perf_counter()
+        model = make_model(args.model, **params).fit(root, c, progress=not args.no_progress)
+        seconds = time.perf_counter() - t0
+        saved = model.save(Path(args.runs_dir) / args.model / collection_slug(c) / "model.json")
+        values = []
+        for path in list_graphs(root, c, Split.VALID):
+            graph = load_graph(path, c)
+            if c.is_tile:
+                y = graph.normalized_runtime()
+                if np.isfinite(y).all():
+                    values.append(tile_score(predicted_order(model.predict(graph)), y))
+            elif graph.config_runtime.any():
+                values.append(kendall_tau(model.predict(graph), graph.config_runtime))
+        valid = f"{np.mean(values):8.4f}" if values else f"{'-':>8s}"
+        print(f"{c.value:20s} {valid} {len(values):7d} {seconds:8.1f}  {saved}", flush=True)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 The same reader serves the real Kaggle download and the synthetic world, which share the on-disk format:
 
-* :func:`find_data_root` resolves the data root (``--data``, ``$FASTSLOW_DATA``, a Kaggle mount, ``./data``).
+* :func:`find_data_root` resolves the data root (``--data``, ``$FASTSLOW_DATA``, a Kaggle mount, ``./data``,
+  ``./data/kaggle``).
 * :func:`list_graphs` and :func:`iter_graphs` walk one collection and split.
 * :func:`load_graph` reads one file into a :class:`TileGraph` or a :class:`LayoutGraph`. Every array is read
   eagerly except a layout file's ``node_config_feat`` (gigabytes once decompressed), which is only ever streamed:
@@ -54,8 +55,8 @@ Kind = Literal["tile", "layout"]
 RowSelection = slice | Sequence[int] | npt.NDArray[np.integer] | None
 
 _GET_DATA = (
-    "To get data: `kaggle competitions download -c predict-ai-model-runtime` and unzip it into ./data (the real "
-    "data; needs Kaggle credentials and the competition rules accepted), or `fastslow data synth --scale demo "
+    "To get data: `fastslow kaggle download` (the real data into ./data/kaggle; needs Kaggle credentials and "
+    "the competition rules accepted), or `fastslow data synth --scale demo "
     f"--out data/synthetic-demo` (a synthetic world in the same format); then pass --data DIR or set {ENV_VAR}=DIR."
 )
 _ROOT_SHAPES = (
@@ -176,7 +177,8 @@ def find_data_root(
     """Find the TpuGraphs data root.
 
     Searched in order: ``explicit`` (the CLI's ``--data``), ``$FASTSLOW_DATA``, a Kaggle mount (``npz_all/npz``
-    up to 4 levels below ``kaggle_input``), then ``./data``. A folder qualifies if it holds ``npz_all/npz/`` or
+    up to 4 levels below ``kaggle_input``), then ``./data``, then ``./data/kaggle`` (where ``fastslow kaggle
+    download`` unpacks). A folder qualifies if it holds ``npz_all/npz/`` or
     ``npz/`` with ``tile/`` or ``layout/`` inside, or is such an ``npz/`` folder itself.
 
     Args:
@@ -216,6 +218,11 @@ def find_data_root(
     if found is not None:
         return found
     searched.append(f"./data ({data}): {_describe_folder(data)}")
+    downloaded = data / "kaggle"  # where `fastslow kaggle download` unpacks the competition data
+    found = _as_root(downloaded, "./data/kaggle")
+    if found is not None:
+        return found
+    searched.append(f"./data/kaggle ({downloaded}): {_describe_folder(downloaded)}")
 
     places = "\n".join(f"  {i}. {s}" for i, s in enumerate(searched, 1))
     raise DataRootNotFound(

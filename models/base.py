@@ -162,11 +162,21 @@ def _encode(value: Any) -> Any:
             data = np.where(np.isnan(value), None, value.astype(object)).tolist()
         return {"__ndarray__": data, "dtype": value.dtype.str, "shape": list(value.shape)}
     if isinstance(value, np.generic):
-        return value.item()
+        return _encode(value.item())
+    if isinstance(value, float) and not np.isfinite(value):
+        return None  # strict JSON has no NaN or inf
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
     return value
 
 
 def _decode(value: Any) -> Any:
     if isinstance(value, dict) and "__ndarray__" in value:
         return np.asarray(value["__ndarray__"], dtype=np.dtype(value["dtype"])).reshape(value["shape"])
+    if isinstance(value, dict):
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
     return value

@@ -7,11 +7,14 @@ from typing import Any
 from models.base import RankingModel
 from models.baselines import DefaultFirstModel, RandomModel
 from models.gbdt import GBDTModel
+from models.gnn.model import GNNAttentionModel, GNNModel
 
 MODELS: dict[str, type[RankingModel]] = {
     RandomModel.name: RandomModel,
     DefaultFirstModel.name: DefaultFirstModel,
     GBDTModel.name: GBDTModel,
+    GNNModel.name: GNNModel,
+    GNNAttentionModel.name: GNNAttentionModel,
 }
 
 

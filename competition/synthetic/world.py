@@ -103,6 +103,19 @@ SCALES: dict[str, Scale] = {
         tile_program_nodes=(300, 1500),
         tile_configs=(8, 400),
     ),
+    # Between demo and full: the world the GNN quality table is measured on (more and larger graphs than demo,
+    # still trainable on a 2-core CPU).
+    "bench": Scale(
+        "bench",
+        _layout_counts((24, 6, 6), (24, 6, 6), (28, 6, 6), (28, 6, 6)),
+        tile_counts=(960, 128, 128),
+        layout_nodes=(400, 8000),
+        layout_configs=(500, 3000),
+        layout_test_configs=1000,
+        max_config_cells=6_000_000,
+        tile_program_nodes=(300, 2000),
+        tile_configs=(8, 1000),
+    ),
     "full": Scale(
         "full",
         _layout_counts((61, 7, 8), (69, 7, 8), (198, 20, 17), (207, 20, 17)),

@@ -1,0 +1,199 @@
+"""The GNN ranker: opcode embedding + node features, residual bidirectional SAGE layers, sum and mean pooling, and a
+feed-forward head giving one score per config (lower = predicted faster).
+
+A graph is cut into :class:`Segment` s (one segment holding the whole graph for full-graph training and
+prediction; several for Graph Segment Training). A segment is an induced subgraph: its own nodes, the edges
+between them, and the configurable slots that fall in it. :meth:`RankNet.segment_sum` runs the layers on one
+segment for a block of configs and returns the sum of its final node states; :meth:`RankNet.head` turns the sum
+over segments into scores. With one segment this is plain full-graph message passing.
+
+How configs enter:
+
+* layout: each configurable node's 18 config values (-1..5) are embedded (4 channels each), projected to ``H``
+  and added to that node's state, so one graph yields one ``(N, H)`` state per config;
+* tile: the 24 config columns (signed log) are projected to ``H`` and either added to every node (``join="early"``)
+  or concatenated with the pooled graph vector (``join="late"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch_geometric.data import Data
+
+from competition.opcodes import NUM_OPCODES
+from models.gnn.layers import CrossConfigAttention, GNNBlock, mean_adjacency
+
+LAYOUT_CONFIG_SLOTS = 18
+TILE_CONFIG_COLUMNS = 24
+CONFIG_VALUES = 7  # layout config values -1..5, embedded at value + 1
+CONFIG_VALUE_DIM = 4
+INPUT_CLIP = 10.0  # normalised node features are clipped to this, so an unseen extreme value cannot blow up
+
+
+def signed_log(x: torch.Tensor) -> torch.Tensor:
+    return torch.sign(x) * torch.log1p(x.abs())
+
+
+@dataclass
+class Segment:
+    """One induced subgraph of a graph: what :meth:`RankNet.segment_sum` needs.
+
+    Attributes:
+        start, stop: the node range ``[start, stop)`` of the graph this segment is.
+        x: float32 ``[n, F]`` node features; op: int64 ``[n]`` opcodes.
+        adj_in, adj_out: row-normalised sparse adjacencies (see :func:`models.gnn.layers.mean_adjacency`).
+        slots: int64 ``[s]``, which configurable slots (columns of a layout ``config_feat``) lie in the segment.
+        slot_nodes: int64 ``[s]``, their nodes, relabelled into the segment.
+    """
+
+    start: int
+    stop: int
+    x: torch.Tensor
+    op: torch.Tensor
+    adj_in: torch.Tensor
+    adj_out: torch.Tensor
+    slots: torch.Tensor
+    slot_nodes: torch.Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return self.stop - self.start
+
+    def to(self, device: torch.device | str) -> Segment:
+        return Segment(self.start, self.stop, self.x.to(device), self.op.to(device), self.adj_in.to(device),
+                       self.adj_out.to(device), self.slots.to(device), self.slot_nodes.to(device))
+
+
+def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
+    """Cut a graph's nodes into contiguous ranges of at most ``segment_size`` nodes (all of them when ``None``).
+
+    Node ids follow the file's order, which is a topological order of the computation, so contiguous ranges are
+    connected stretches of the program. Edges between segments are dropped; every node is in exactly one segment.
+
+    Args:
+        data: a ``Data`` from :func:`features.data.graph_to_data` (after any transforms).
+        segment_size: nodes per segment, ``None`` for a single segment.
+
+    Returns:
+        The segments, in node order.
+    """
+    n = int(data.num_nodes)
+    size = n if segment_size is None or segment_size >= n else int(segment_size)
+    if size < 1:
+        raise ValueError(f"segment_size must be >= 1, got {segment_size}")
+    edge_index = data.edge_index
+    slot_node = data.get("config_node_index")
+    slot_node = torch.zeros(0, dtype=torch.long) if slot_node is None else slot_node
+    segments = []
+    for start in range(0, max(n, 1), size):
+        stop = min(start + size, n)
+        inside = ((edge_index >= start) & (edge_index < stop)).all(0)
+        local = edge_index[:, inside] - start
+        slots = ((slot_node >= start) & (slot_node < stop)).nonzero().flatten()
+        segments.append(Segment(
+            start, stop, data.x[start:stop], data.op[start:stop],
+            mean_adjacency(local, stop - start), mean_adjacency(local, stop - start, reverse=True),
+            slots, slot_node[slots] - start,
+        ))
+    return segments
+
+
+class RankNet(nn.Module):
+    """Scores the configs of one graph.
+
+    Args:
+        kind: ``"tile"`` or ``"layout"``.
+        num_features: node feature columns ``F`` (after the feature pipeline).
+        hidden: channels ``H``.
+        layers: residual message-passing layers.
+        opcode_dim: width of the opcode embedding (concatenated with the node features).
+        bidirectional: message passing in both directions, with separate weights.
+        attention: cross-configuration attention in every layer (and, for a late tile join, before the head).
+        join: tile only: ``"early"`` (config joined to every node) or ``"late"`` (after pooling).
+        dropout: dropout probability.
+    """
+
+    def __init__(self, kind: str, num_features: int, *, hidden: int = 64, layers: int = 3, opcode_dim: int = 16,
+                 bidirectional: bool = True, attention: bool = False, join: str = "early",
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        if kind not in ("tile", "layout"):
+            raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
+        if join not in ("early", "late"):
+            raise ValueError(f"join must be 'early' or 'late', got {join!r}")
+        self.kind = kind
+        self.join = join if kind == "tile" else "early"
+        self.opcode = nn.Embedding(NUM_OPCODES, opcode_dim)
+        self.node_in = nn.Linear(num_features + opcode_dim, hidden)
+        if kind == "layout":
+            self.config_value = nn.Embedding(CONFIG_VALUES, CONFIG_VALUE_DIM)
+            self.config_in = nn.Linear(LAYOUT_CONFIG_SLOTS * CONFIG_VALUE_DIM, hidden)
+        else:
+            self.config_in = nn.Sequential(nn.Linear(TILE_CONFIG_COLUMNS, hidden), nn.GELU(),
+                                           nn.Linear(hidden, hidden))
+        self.blocks = nn.ModuleList(GNNBlock(hidden, bidirectional=bidirectional, attention=attention,
+                                             dropout=dropout) for _ in range(layers))
+        head_in = 2 * hidden + (hidden if self.join == "late" else 0)
+        self.late_attention = CrossConfigAttention(head_in) if attention and self.join == "late" else None
+        self.head = nn.Sequential(nn.LayerNorm(head_in), nn.Linear(head_in, hidden), nn.GELU(), nn.Dropout(dropout),
+                                  nn.Linear(hidden, 1))
+        self.hidden = hidden
+
+    def _tile_config(self, config_feat: torch.Tensor) -> torch.Tensor:
+        return self.config_in(signed_log(config_feat))
+
+    def segment_sum(self, segment: Segment, config_feat: torch.Tensor) -> torch.Tensor:
+        """Run the layers on one segment for a block of configs.
+
+        Args:
+            segment: from :func:`make_segments`.
+            config_feat: layout float ``[B, NC, 18]`` (all slots of the graph; the segment picks its own), tile
+                float ``[B, 24]``.
+
+        Returns:
+            float32 ``[B, H]``: the sum of the segment's final node states, per config.
+        """
+        b = config_feat.shape[0]
+        x = segment.x.clamp(-INPUT_CLIP, INPUT_CLIP)
+        h = self.node_in(torch.cat([x, self.opcode(segment.op)], dim=1)).unsqueeze(0)  # [1, n, H]
+        if self.kind == "layout":
+            # A segment without configurable slots has the same states for every config: run it once (B = 1;
+            # cross-config attention over identical rows is the identity, so this changes nothing).
+            if segment.slots.numel():
+                h = h.expand(b, -1, -1)
+                values = config_feat[:, segment.slots].long().add(1).clamp(0, CONFIG_VALUES - 1)  # [B, s, 18]
+                emb = self.config_in(self.config_value(values).flatten(2))  # [B, s, H]
+                add = torch.zeros(b, segment.num_nodes, self.hidden, device=h.device, dtype=h.dtype)
+                add = add.index_add(1, segment.slot_nodes, emb)
+                h = h + add
+        elif self.join == "early":
+            h = h + self._tile_config(config_feat).unsqueeze(1)
+        for block in self.blocks:
+            h = block(h, segment.adj_in, segment.adj_out)
+        return h.sum(1).expand(b, -1) if h.shape[0] == 1 and b > 1 else h.sum(1)
+
+    def head_input(self, total: torch.Tensor, num_nodes: int, config_feat: torch.Tensor) -> torch.Tensor:
+        pooled = torch.cat([signed_log(total), total / max(num_nodes, 1)], dim=1)
+        if self.join == "late":
+            pooled = torch.cat([pooled, self._tile_config(config_feat)], dim=1)
+            if self.late_attention is not None:
+                pooled = self.late_attention(pooled.unsqueeze(1)).squeeze(1)
+        return pooled
+
+    def forward(self, segments: list[Segment], config_feat: torch.Tensor) -> torch.Tensor:
+        """Scores ``[B]`` of a block of configs, every segment with gradients (full-graph training and prediction).
+
+        Args:
+            segments: the graph's segments (:func:`make_segments`).
+            config_feat: the configs' features (see :meth:`segment_sum`).
+        """
+        total = sum(self.segment_sum(s, config_feat) for s in segments)
+        num_nodes = sum(s.num_nodes for s in segments)
+        return self.score(total, num_nodes, config_feat)
+
+    def score(self, total: torch.Tensor, num_nodes: int, config_feat: torch.Tensor) -> torch.Tensor:
+        """Scores ``[B]`` from the sum of node states over the graph ``total [B, H]`` and its node count."""
+        return self.head(self.head_input(total, num_nodes, config_feat)).squeeze(1)

@@ -1,0 +1,353 @@
+"""The training loop of the GNN rankers: AdamW, a cosine schedule, early stopping on the valid metric, a checkpoint
+every epoch with resume, seeded sampling, and learning curves as CSV and PNG.
+
+A run lives in one folder (``run_dir``)::
+
+    checkpoint.pt    everything needed to resume: settings, weights, optimiser, schedule, RNG states, history, best
+    curves.csv       epoch, train_loss, valid_metric, lr, seconds (one row per finished epoch)
+    curves.png       the same, plotted
+
+Re-running with the same settings resumes after the last finished epoch (a finished run returns at once); a run
+with other settings starts over. The valid metric is the collection's: mean Kendall tau (layout) or mean tile
+score (tile) over the valid graphs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from competition.metrics import kendall_tau, predicted_order, tile_score
+from competition.npzio import atomic_path, atomic_write_text
+from models.gnn.gst import HistoryTable, gst_scores
+from models.gnn.losses import get_loss
+from models.gnn.net import RankNet, Segment
+
+CHECKPOINT = "checkpoint.pt"
+CURVES_CSV = "curves.csv"
+CURVES_PNG = "curves.png"
+CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that shapes a training run (a changed value starts the run over instead of resuming it)."""
+
+    kind: str
+    num_features: int
+    hidden: int = 64
+    layers: int = 3
+    opcode_dim: int = 16
+    bidirectional: bool = True
+    attention: bool = False
+    join: str = "early"
+    dropout: float = 0.0
+    loss: str = "hinge"
+    epochs: int = 20
+    configs_per_graph: int = 32
+    steps_per_graph: int = 1
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    patience: int = 5
+    segment_size: int | None = None
+    backprop_segments: int = 1
+    keep_prob: float = 0.5
+    predict_batch: int = 128
+    seed: int = 0
+    data_key: str = ""  # identifies the training data (pipeline hash and graphs), so other data starts over
+
+    def make_net(self) -> RankNet:
+        return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
+                       opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
+                       join=self.join, dropout=self.dropout)
+
+    @property
+    def uses_gst(self) -> bool:
+        return self.segment_size is not None
+
+
+@dataclass
+class Item:
+    """One graph ready for the model: its segments and its configs (features and runtimes).
+
+    ``y`` is what configs rank by (layout runtime in ns, tile normalised runtime); NaN when unknown.
+    """
+
+    key: str
+    segments: list[Segment]
+    config_feat: torch.Tensor
+    y: torch.Tensor
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.config_feat.shape[0])
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(s.num_nodes for s in self.segments)
+
+
+@dataclass
+class TrainResult:
+    """What a run produced: the best weights (CPU), when they were reached, and the per-epoch history."""
+
+    state: dict[str, torch.Tensor]
+    best_epoch: int
+    best_metric: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    stopped: str = ""
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``auto`` (or ``None``) picks CUDA when available, else the CPU."""
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _fill(order: np.ndarray, batch: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Split ``order`` into batches of exactly ``batch`` (the last one topped up with other configs) when there are
+    at least ``batch`` configs; one batch of all otherwise."""
+    n = order.shape[0]
+    if n <= batch:
+        return [order]
+    out = [order[i:i + batch] for i in range(0, n, batch)]
+    short = batch - out[-1].shape[0]
+    if short:
+        extra = rng.choice(order[: n - out[-1].shape[0]], size=short, replace=False)
+        out[-1] = np.concatenate([out[-1], extra])
+    return out
+
+
+@torch.no_grad()
+def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor, *, batch: int = 128,
+                   orderings: int = 1, seed: int = 0, device: torch.device | None = None) -> np.ndarray:
+    """Scores of every config in ``config_feat`` (first dimension C), in batches, in eval mode.
+
+    Without cross-config attention a config's score does not depend on its batch: one pass in file order. With
+    it, configs are scored in batches of exactly ``batch`` and the scores are averaged over ``orderings`` seeded
+    random orderings, so every config is compared with several random sets of others.
+
+    Returns:
+        float64 ``[C]``, lower = predicted faster.
+    """
+    device = device or next(net.parameters()).device
+    was_training = net.training
+    net.eval()
+    n = int(config_feat.shape[0])
+    attention = any(b.attention is not None for b in net.blocks) or net.late_attention is not None
+    rng = np.random.default_rng(seed)
+    total = np.zeros(n)
+    counts = np.zeros(n)
+    passes = orderings if attention else 1
+    for p in range(passes):
+        order = rng.permutation(n) if attention and p > 0 else np.arange(n)
+        chunks = _fill(order, batch, rng) if attention else [order[i:i + batch] for i in range(0, n, batch)]
+        for idx in chunks:
+            cf = config_feat[torch.from_numpy(idx)].to(device)
+            scores = net(segments, cf).double().cpu().numpy()
+            np.add.at(total, idx, scores)
+            np.add.at(counts, idx, 1)
+    net.train(was_training)
+    return total / np.maximum(counts, 1)
+
+
+def graph_metric(kind: str, scores: np.ndarray, y: np.ndarray) -> float:
+    """Kendall tau (layout) or the tile score (tile) of one graph's scores."""
+    if kind == "tile":
+        return tile_score(predicted_order(scores), y)
+    return kendall_tau(scores, y)
+
+
+def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torch.device, *,
+             orderings: int = 1) -> float:
+    """The mean valid metric over ``items`` (NaN when there are none with known runtimes)."""
+    values = []
+    for item in items:
+        y = item.y.numpy()
+        if item.num_configs < 2 or not np.isfinite(y).all():
+            continue
+        segs = [s.to(device) for s in item.segments]
+        scores = predict_scores(net, segs, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
+                                seed=cfg.seed, device=device)
+        values.append(graph_metric(cfg.kind, scores, y))
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _cosine(total_steps: int, warmup: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return 0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * progress))
+    return factor
+
+
+def write_curves(run_dir: Path, history: list[dict[str, float]], title: str = "") -> None:
+    """Write ``curves.csv`` and ``curves.png`` (train loss and valid metric per epoch) atomically."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CURVE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in history:
+        writer.writerow({k: row[k] for k in CURVE_COLUMNS})
+    atomic_write_text(run_dir / CURVES_CSV, buf.getvalue())
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    epochs = [r["epoch"] for r in history]
+    ax1.plot(epochs, [r["train_loss"] for r in history], marker="o")
+    ax1.set(xlabel="epoch", ylabel="train loss", title="training loss")
+    ax2.plot(epochs, [r["valid_metric"] for r in history], marker="o", color="tab:green")
+    ax2.set(xlabel="epoch", ylabel="valid metric", title="valid metric (higher is better)")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_path(run_dir / CURVES_PNG) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def _rng_state(gen: torch.Generator, np_rng: np.random.Generator) -> dict[str, Any]:
+    return {"sampler": gen.get_state(), "numpy": np_rng.bit_generator.state, "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(state: dict[str, Any], gen: torch.Generator, np_rng: np.random.Generator) -> None:
+    gen.set_state(state["sampler"])
+    np_rng.bit_generator.state = state["numpy"]
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
+          run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
+          max_seconds: float | None = None, title: str = "") -> TrainResult:
+    """Train a :class:`RankNet` per ``cfg`` and return its best weights on the valid metric.
+
+    Args:
+        cfg: the settings.
+        train_items: graphs to learn from (at least two configs each to contribute).
+        valid_items: graphs for early stopping; when empty (or without runtimes) the last epoch is kept.
+        run_dir: where checkpoints and curves go (``None``: kept in memory only, no resume).
+        device: ``auto``, ``cpu``, ``cuda``...
+        progress: progress bars.
+        max_seconds: stop after this much training time (checked every step); the run stays resumable.
+        title: a title for the curves plot.
+
+    Returns:
+        The best weights (on the CPU) with the history.
+    """
+    device = resolve_device(device)
+    run = Path(run_dir) if run_dir is not None else None
+    settings = asdict(cfg)
+    seed_everything(cfg.seed)
+    net = cfg.make_net().to(device)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    usable = [it for it in train_items if it.num_configs >= 2]
+    if not usable:
+        raise ValueError("no training graph has two or more configs with known runtimes")
+    steps_per_epoch = len(usable) * cfg.steps_per_graph
+    total_steps = cfg.epochs * steps_per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(total_steps, max(1, total_steps // 50)))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    np_rng = np.random.default_rng(cfg.seed)
+    loss_fn = get_loss(cfg.loss)
+    table = HistoryTable()
+    history: list[dict[str, float]] = []
+    best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    best_metric, best_epoch, bad_epochs, start_epoch, stopped = -math.inf, 0, 0, 1, ""
+    if run is not None and (run / CHECKPOINT).exists():
+        ckpt = torch.load(run / CHECKPOINT, map_location="cpu", weights_only=False)
+        if ckpt.get("settings") == settings:
+            net.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+            sched.load_state_dict(ckpt["scheduler"])
+            _set_rng_state(ckpt["rng"], gen, np_rng)
+            history, best_state = ckpt["history"], ckpt["best_state"]
+            best_metric, best_epoch, bad_epochs = ckpt["best_metric"], ckpt["best_epoch"], ckpt["bad_epochs"]
+            start_epoch, stopped = ckpt["epoch"] + 1, ckpt.get("stopped", "")
+            if stopped and stopped != "time budget":
+                return TrainResult(best_state, best_epoch, best_metric, history, stopped)
+            stopped = ""
+    started = time.perf_counter()
+    elapsed_before = history[-1]["seconds"] if history else 0.0
+    for epoch in range(start_epoch, cfg.epochs + 1):
+        net.train()
+        # Every graph is visited steps_per_graph times per epoch (fresh configs each time), in a shuffled order.
+        order = torch.randperm(steps_per_epoch, generator=gen).remainder(len(usable)).tolist()
+        losses = []
+        bar = tqdm(order, desc=f"{title or cfg.kind} epoch {epoch}/{cfg.epochs}", disable=not progress, leave=False)
+        for i in bar:
+            item = usable[i]
+            k = min(cfg.configs_per_graph, item.num_configs)
+            pos = torch.randperm(item.num_configs, generator=gen)[:k]
+            cf = item.config_feat[pos].to(device)
+            y = item.y[pos].to(device)
+            segs = [s.to(device) for s in item.segments]
+            if cfg.uses_gst and len(segs) > 1:
+                scores, _ = gst_scores(net, segs, cf, pos, key=item.key, table=table, rng=np_rng,
+                                       backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
+            else:
+                scores = net(segs, cf)
+            loss = loss_fn(scores, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+            if max_seconds is not None and time.perf_counter() - started > max_seconds:
+                stopped = "time budget"
+                break
+        metric = evaluate(net, valid_items, cfg, device)
+        seconds = elapsed_before + time.perf_counter() - started
+        history.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else float("nan"),
+                        "valid_metric": metric, "lr": float(sched.get_last_lr()[0]), "seconds": seconds})
+        if math.isnan(metric) or metric > best_metric + 1e-6:
+            best_metric = metric if not math.isnan(metric) else best_metric
+            best_epoch, bad_epochs = epoch, 0
+            best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+        else:
+            bad_epochs += 1
+            if bad_epochs >= cfg.patience:
+                stopped = f"early stopping (no gain for {cfg.patience} epochs)"
+        if epoch == cfg.epochs and not stopped:
+            stopped = "all epochs"
+        if run is not None:
+            run.mkdir(parents=True, exist_ok=True)
+            ckpt = {"settings": settings, "epoch": epoch, "model": net.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "rng": _rng_state(gen, np_rng), "history": history,
+                    "best_state": best_state, "best_metric": best_metric, "best_epoch": best_epoch,
+                    "bad_epochs": bad_epochs, "stopped": stopped}
+            with atomic_path(run / CHECKPOINT) as tmp:
+                torch.save(ckpt, tmp)
+            write_curves(run, history, title)
+        if stopped:
+            break
+    return TrainResult(best_state, best_epoch, best_metric, history, stopped)
