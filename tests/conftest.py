@@ -9,6 +9,18 @@ import pytest
 TINY_SEED = 7
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tests use tiny tensors, and pytest-xdist already runs one worker per core: torch's intra-op threads would
+    only contend (tens of times slower on a loaded 2-core machine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny world (two graphs per collection and split at most), read-only for the tests that use it."""

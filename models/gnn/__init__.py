@@ -6,7 +6,7 @@ from models.gnn.layers import BiSAGEConv, CrossConfigAttention, GNNBlock, mean_a
 from models.gnn.losses import LOSSES, get_loss, list_mle, margin_ranking, pairwise_hinge
 from models.gnn.model import DEFAULTS, GNNAttentionModel, GNNModel, feature_pipeline
 from models.gnn.net import RankNet, Segment, make_segments
-from models.gnn.train import Item, TrainConfig, TrainResult, predict_scores, train
+from models.gnn.train import Item, TrainConfig, TrainResult, predict_scores
 
 __all__ = [
     "DEFAULTS",
@@ -32,5 +32,4 @@ __all__ = [
     "pairwise_hinge",
     "predict_scores",
     "propagate",
-    "train",
 ]

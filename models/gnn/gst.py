@@ -50,6 +50,8 @@ class HistoryTable:
         return values[safe], (filled[safe] & inside.to(values.device)).cpu()
 
     def put(self, key: Hashable, segment: int, positions: torch.Tensor, values: torch.Tensor) -> None:
+        if positions.numel() == 0:
+            return
         size = int(positions.max()) + 1 if positions.numel() else 0
         store, filled = self._slot(key, segment, size, values)
         idx = positions.to(store.device)

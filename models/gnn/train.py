@@ -325,6 +325,12 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             if max_seconds is not None and time.perf_counter() - started > max_seconds:
                 stopped = "time budget"
                 break
+        if stopped == "time budget":
+            # A partial epoch is neither recorded nor checkpointed: the checkpoint of the last whole epoch (with
+            # its RNG states) stays, so a re-run redoes this epoch and ends as an uninterrupted run would.
+            if not history:
+                best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+            break
         metric = evaluate(net, valid_items, cfg, device)
         seconds = elapsed_before + time.perf_counter() - started
         history.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else float("nan"),
