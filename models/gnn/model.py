@@ -41,9 +41,9 @@ from models.gnn.net import RankNet, make_segments
 from models.gnn.train import Item, TrainConfig, predict_scores, resolve_device, train
 
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "tile": {"hidden": 64, "layers": 3, "loss": "listmle", "epochs": 8, "configs_per_graph": 32,
-             "steps_per_graph": 1, "hops": None, "train_configs": None, "eval_configs": None, "patience": 4},
-    "layout": {"hidden": 64, "layers": 3, "loss": "hinge", "epochs": 12, "configs_per_graph": 32,
+    "tile": {"hidden": 64, "layers": 3, "lr": 1e-3, "loss": "listmle", "epochs": 6, "configs_per_graph": 32,
+             "steps_per_graph": 1, "hops": None, "train_configs": None, "eval_configs": None, "patience": 3},
+    "layout": {"hidden": 32, "layers": 3, "lr": 1e-2, "loss": "hinge", "epochs": 10, "configs_per_graph": 32,
                "steps_per_graph": 4, "hops": 1, "train_configs": 1000, "eval_configs": 500, "patience": 4},
 }
 """Per-kind defaults of the hyper-parameters left at ``None``."""
@@ -89,7 +89,7 @@ class GNNModel(RankingModel):
         epochs: training epochs (at most; early stopping may end sooner).
         configs_per_graph: configs sampled per graph per step.
         steps_per_graph: training steps per graph per epoch (each with freshly sampled configs).
-        lr: AdamW learning rate (cosine schedule).
+        lr: AdamW peak learning rate (cosine schedule).
         weight_decay: AdamW weight decay.
         dropout: dropout probability.
         patience: epochs without valid gain before stopping.
@@ -124,7 +124,7 @@ class GNNModel(RankingModel):
     def __init__(self, attention: bool | None = None, hidden: int | None = None, layers: int | None = None,
                  bidirectional: bool = True, join: str = "early", loss: str | None = None,
                  epochs: int | None = None, configs_per_graph: int | None = None,
-                 steps_per_graph: int | None = None, lr: float = 1e-3, weight_decay: float = 1e-5,
+                 steps_per_graph: int | None = None, lr: float | None = None, weight_decay: float = 1e-5,
                  dropout: float = 0.0, patience: int | None = None,
                  hops: int | str | None = "default", pad: bool = True, segment_size: int | None = None,
                  backprop_segments: int = 1, keep_prob: float = 0.5, train_configs: int | str | None = "default",
@@ -164,7 +164,7 @@ class GNNModel(RankingModel):
     def _resolved(self, kind: str) -> dict[str, Any]:
         """Hyper-parameters with the kind's defaults filled in for those left at ``None`` / ``"default"``."""
         out = dict(DEFAULTS[kind])
-        for key in ("hidden", "layers", "loss", "epochs", "configs_per_graph", "steps_per_graph", "patience"):
+        for key in ("hidden", "layers", "lr", "loss", "epochs", "configs_per_graph", "steps_per_graph", "patience"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         for key in ("hops", "train_configs", "eval_configs"):
@@ -212,7 +212,7 @@ class GNNModel(RankingModel):
                           layers=r["layers"], bidirectional=self.bidirectional, attention=r["attention"],
                           join=self.join, dropout=self.dropout, loss=r["loss"], epochs=r["epochs"],
                           configs_per_graph=r["configs_per_graph"],
-                          steps_per_graph=r["steps_per_graph"], lr=self.lr, weight_decay=self.weight_decay,
+                          steps_per_graph=r["steps_per_graph"], lr=r["lr"], weight_decay=self.weight_decay,
                           patience=r["patience"], segment_size=self.segment_size,
                           backprop_segments=self.backprop_segments, keep_prob=self.keep_prob,
                           predict_batch=self.predict_batch, seed=self.seed, data_key=data_key)
