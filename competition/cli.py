@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_data_arg(evaluate)
     evaluate.add_argument("--models", nargs="+", metavar="NAME", default=None,
-                          help="models to compare (default: every registered model)")
+                          help="models to compare (default: random default-first gbdt gnn-attn)")
     evaluate.add_argument("--out-dir", default="submissions", metavar="DIR",
                           help="where the per-model prediction files go (default: %(default)s)")
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_data_arg(submit)
     submit.add_argument("--models", nargs="+", metavar="NAME", default=None,
-                        help="models to try (default: every registered model)")
+                        help="models to try, ensembled when 2 or more (default: random default-first gbdt gnn-attn)")
     submit.add_argument("--out-dir", default="submissions", metavar="DIR",
                         help="where submission files and the leaderboard go (default: %(default)s)")
     submit.add_argument("--synth-dir", default="data/synthetic-demo", metavar="DIR",

@@ -2,7 +2,8 @@
 
 A row records when, which file (and its SHA-256), the git commit of the code, what produced the file, which split and
 data root it was scored on, the score of each collection, the combined score, and whether all five collections were
-present. ``fastslow leaderboard`` prints the history best first and plots scores per collection over time.
+present, and for an ensemble what it combined (``components``, a column added later: older files without
+it still read). ``fastslow leaderboard`` prints the history best first and plots scores per collection over time.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from competition.npzio import atomic_path, atomic_write_text
 DEFAULT_PATH = Path("submissions") / "leaderboard.csv"
 COLUMNS: tuple[str, ...] = (
     "time", "file", "sha256", "commit", "producer", "split", "data", "synthetic",
-    *(c.value for c in Collection), "combined", "complete",
+    *(c.value for c in Collection), "combined", "complete", "components",
 )
+OPTIONAL_COLUMNS: frozenset[str] = frozenset({"components"})
+"""Columns added after the first release: files written before them still read, with these left empty."""
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -58,6 +61,7 @@ def append_row(
     synthetic: bool,
     path: str | os.PathLike[str] = DEFAULT_PATH,
     now: datetime | None = None,
+    components: str = "",
 ) -> dict[str, str]:
     """Append one scoring to the leaderboard (rewritten atomically, so an interrupted append loses nothing).
 
@@ -70,6 +74,7 @@ def append_row(
         synthetic: whether the data root is a synthetic world.
         path: the leaderboard CSV.
         now: the time to record (default: now, UTC).
+        components: what an ensemble combined (its ``describe()`` text); empty for a single model.
 
     Returns:
         The row written, as strings.
@@ -88,6 +93,7 @@ def append_row(
         **{c.value: (f"{scores[c]:.6f}" if c in scores else "") for c in Collection},
         "combined": f"{float(np.mean([scores[c] for c in present])):.6f}" if present else "",
         "complete": str(len(present) == len(Collection)).lower(),
+        "components": components,
     }
     rows = read_rows(path)
     rows.append(row)
@@ -106,7 +112,7 @@ def read_rows(path: str | os.PathLike[str] = DEFAULT_PATH) -> list[dict[str, str
         return []
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        missing = set(COLUMNS) - set(reader.fieldnames or ())
+        missing = set(COLUMNS) - OPTIONAL_COLUMNS - set(reader.fieldnames or ())
         if missing:
             raise ValueError(f"{path}: expected leaderboard columns {', '.join(COLUMNS)}; "
                              f"found {', '.join(reader.fieldnames or ())} (missing {', '.join(sorted(missing))})")

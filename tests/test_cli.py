@@ -88,3 +88,25 @@ def test_prune_stats_reports_every_collection(tiny_world: Path, capsys: pytest.C
         if c.is_layout:
             before, after = (int(x.replace(",", "")) for x in rows[c.value][2:4])
             assert 0 < after < before
+
+
+def test_train_fits_saves_and_reports_each_collection(tiny_world, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert main(["train", "--data", str(tiny_world), "--model", "gnn", "--collections", "layout:nlp:random",
+                 "--runs-dir", str(runs), "--param", "epochs=1", "--param", "hidden=8",
+                 "--param", f"cache_dir='{tmp_path / 'cache'}'", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    run = runs / "gnn" / "layout-nlp-random"
+    assert {p.name for p in run.iterdir()} >= {"model.json", "checkpoint.pt", "curves.csv", "curves.png"}
+    row = next(line for line in out.splitlines() if line.startswith("layout:nlp:random"))
+    assert str(run / "model.json") in row
+    from models.base import load_model
+
+    model = load_model(run / "model.json")
+    assert model.settings_["hidden"] == 8 and model.settings_["epochs"] == 1
+
+
+def test_train_rejects_unknown_params(tiny_world, tmp_path):
+    with pytest.raises(SystemExit, match="bogus"):
+        main(["train", "--data", str(tiny_world), "--model", "gbdt", "--param", "bogus=1",
+              "--runs-dir", str(tmp_path)])

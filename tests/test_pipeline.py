@@ -4,26 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from competition.cli import main
 from competition.collections import Collection, Split
-from competition.leaderboard import read_rows
-from competition.pipeline import run_pipeline
-from competition.reader import find_data_root
-from competition.submission import read_submission, validate_submission
-from models.registry import available_models
+from competition.leaderboard import COLUMNS, append_row, read_rows
+from competition.pipeline import run_pipeline, split_labels
+from competition.reader import find_data_root, list_graphs, load_graph
+from competition.submission import read_submission, score_submission, validate_submission
+from models.ensemble import Ensemble
+from models.registry import default_models
 
 
-def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)  # the GNN's runs/ and .cache/ go under the working directory
     res = run_pipeline(tiny_world, out_dir=tmp_path, progress=False)
     out = capsys.readouterr().out
     assert res.synthetic and res.submission == tmp_path / "submission.csv"
     root = find_data_root(tiny_world)
     assert validate_submission(res.submission, root, Split.TEST) == []
     assert len(read_submission(res.submission)) == 2 * len(Collection)
-    assert set(res.valid_reports) == set(available_models())
-    assert res.best_model == max(res.valid_reports, key=lambda n: res.valid_reports[n].combined)
+    assert set(res.valid_reports) == {*default_models(), "ensemble"}
+    assert (tmp_path / "runs" / "gnn-attn" / "layout-xla-default" / "curves.csv").is_file()
+    assert res.valid_reports[res.best_model].combined == max(r.combined for r in res.valid_reports.values())
     assert res.test_report is not None and res.test_report.complete
     rows = read_rows(tmp_path / "leaderboard.csv")
     assert [(r["producer"], r["split"]) for r in rows] == [
@@ -64,3 +69,70 @@ def test_evaluate_prints_models_side_by_side_with_the_oracle(tiny_world: Path, t
         assert all(r.complete for r in reports.values())
         row = next(line for line in out.split(f"{split.value} split")[1].splitlines() if line.startswith("combined"))
         assert row.split()[1] == f"{reports['random'].combined:.4f}"
+
+
+def test_pipeline_ensembles_the_models(tiny_world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    members = ["random", "default-first"]
+    board = tmp_path / "lb.csv"
+    res = run_pipeline(tiny_world, models=members, out_dir=tmp_path, leaderboard=board, progress=False)
+    out = capsys.readouterr().out
+    root = find_data_root(tiny_world)
+    assert (tmp_path / "valid-ensemble.csv").is_file()
+    assert res.ensemble is not None and res.ensemble_path == tmp_path / "ensemble.json"
+    loaded = Ensemble.load(res.ensemble_path)
+    assert loaded.describe() == res.ensemble.describe() and loaded.models_ == members
+    assert set(res.valid_reports) == {*members, "ensemble"}
+    # the ensemble's valid report is the score of its cross-validated predictions, scored like any model's
+    labels = split_labels(root, res.valid_reports["random"].collections, Split.VALID)
+    again = score_submission(tmp_path / "valid-ensemble.csv", root, Split.VALID)
+    assert again.combined == res.valid_reports["ensemble"].combined
+    assert set(read_submission(tmp_path / "valid-ensemble.csv")) == set(labels)
+    rows = read_rows(board)
+    assert [(r["producer"], r["split"]) for r in rows] == [
+        ("random", "valid"), ("default-first", "valid"), ("ensemble", "valid"), (res.best_model, "test")]
+    assert rows[2]["components"] == res.ensemble.describe() != ""
+    assert rows[0]["components"] == "" and rows[1]["components"] == ""
+    assert rows[3]["components"] == (res.ensemble.describe() if res.best_model == "ensemble" else "")
+    chosen = res.valid_reports[res.best_model].combined
+    assert all(chosen >= res.valid_reports[m].combined for m in members)
+    assert res.best_model == ("ensemble" if res.valid_reports["ensemble"].combined
+                              >= max(res.valid_reports[m].combined for m in members) else
+                              max(members, key=lambda m: res.valid_reports[m].combined))
+    assert validate_submission(res.submission, root, Split.TEST) == []
+    header = next(line for line in out.split("all models on the valid split")[1].splitlines()
+                  if line.startswith("collection"))
+    assert header.split() == ["collection", "random", "default-first", "ensemble", "oracle"]
+    assert f"components: {res.ensemble.describe()}" in out
+
+
+def test_pipeline_without_ensemble(tiny_world: Path, tmp_path: Path):
+    res = run_pipeline(tiny_world, models=["random", "default-first"], out_dir=tmp_path, progress=False,
+                       ensemble=False)
+    assert res.ensemble is None and set(res.valid_reports) == {"random", "default-first"}
+    assert not (tmp_path / "valid-ensemble.csv").exists() and not (tmp_path / "ensemble.json").exists()
+
+
+def test_split_labels(tiny_world: Path):
+    root = find_data_root(tiny_world)
+    labels = split_labels(root, [Collection.TILE_XLA, Collection.LAYOUT_NLP_RANDOM], Split.VALID)
+    tile = list_graphs(root, Collection.TILE_XLA, Split.VALID)[0]
+    layout = list_graphs(root, Collection.LAYOUT_NLP_RANDOM, Split.VALID)[0]
+    np.testing.assert_array_equal(labels[f"tile:xla:{tile.stem}"], load_graph(tile).normalized_runtime())
+    np.testing.assert_array_equal(labels[f"layout:nlp:random:{layout.stem}"], load_graph(layout).config_runtime)
+    assert all(k.startswith(("tile:xla:", "layout:nlp:random:")) for k in labels)
+    with pytest.raises(ValueError, match="has no runtimes"):
+        split_labels(root, [Collection.TILE_XLA], Split.TEST)
+
+
+def test_leaderboard_written_before_components_still_reads(tmp_path: Path):
+    board = tmp_path / "lb.csv"
+    old = [c for c in COLUMNS if c != "components"]
+    board.write_text(",".join(old) + "\n" + ",".join("x" if c == "producer" else "" for c in old) + "\n")
+    assert read_rows(board)[0]["components"] == "" and read_rows(board)[0]["producer"] == "x"
+    sub = tmp_path / "s.csv"
+    sub.write_text("ID,TopConfigs\n")
+    append_row({Collection.TILE_XLA: 0.5}, file=sub, producer="ensemble", split="valid", data=tmp_path,
+               synthetic=True, path=board, components="tile:xla best=gbdt; layout:xla:default mean rank a,b")
+    rows = read_rows(board)
+    assert [r["producer"] for r in rows] == ["x", "ensemble"]
+    assert rows[1]["components"] == "tile:xla best=gbdt; layout:xla:default mean rank a,b"

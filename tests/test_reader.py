@@ -514,7 +514,8 @@ def test_nothing_found_lists_every_place(tmp_path: Path, nowhere: dict):
     assert lines[3].startswith(f"  3. Kaggle mount: {nowhere['kaggle_input']}/**/npz_all/npz")
     assert lines[3].endswith("does not exist")
     assert lines[4] == f"  4. ./data ({tmp_path / 'cwd' / 'data'}): no such folder"
-    assert "kaggle competitions download -c predict-ai-model-runtime" in msg
+    assert lines[5] == f"  5. ./data/kaggle ({tmp_path / 'cwd' / 'data' / 'kaggle'}): no such folder"
+    assert "fastslow kaggle download" in msg
     assert "fastslow data synth --scale demo --out data/synthetic-demo" in msg
     assert "--data DIR or set FASTSLOW_DATA=DIR" in msg
 

@@ -1,0 +1,595 @@
+"""Combine several models' per-config scores into one ranking per graph, with weights fitted per collection.
+
+Every model scores the configs of a graph (lower = predicted faster), on scales that differ from model to model. The
+ensemble first maps each model's scores of a graph onto [0, 1] (:func:`normalize_scores`: ``rank`` or ``minmax``),
+then adds them up with non-negative weights that sum to 1, one weight vector per collection:
+
+* ``best``: all the weight on the single model with the best mean metric on the fitting graphs;
+* ``mean``: equal weights;
+* ``weighted``: the weight vector of a simplex grid (step 0.1 for up to 4 models, coarser above, see
+  :func:`simplex_grid`) with the best mean metric on the fitting graphs (Kendall tau for layout collections, the
+  top-5 tile score for ``tile:xla``); ties go to the tied vector closest to the centroid of all tied vectors;
+* ``auto``: whichever of these (and, with ``normalization="auto"``, whichever normalisation) has the best
+  cross-validated score over the fitting graphs (ties go to the simpler choice: best, then mean, then weighted;
+  rank before minmax).
+
+Cross-validation splits a collection's graphs into ``folds`` groups (leave-one-graph-out when there are fewer graphs
+than folds), reproducibly from ``seed``. :meth:`Ensemble.cross_val_predict` scores each graph with weights fitted
+without it (and, for ``auto``, with the method chosen without it too, by cross-validation over the other graphs):
+this is the honest score of the ensemble on the fitting split. :meth:`Ensemble.fit` fits on all the graphs, which is
+what test predictions use. A graph with no other graph of its collection to fit on gets equal weights.
+
+The per-graph metric of a candidate weight vector is exactly the one the submission is scored by: the ensemble's
+scores are turned into an order with :func:`~competition.metrics.predicted_order` (ties by index), as
+:func:`~competition.submission.write_submission` does. Layout graphs with more than ``max_configs`` configs are
+scored on a fixed random subset of their configs while fitting (never when predicting), to bound the cost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import rankdata
+
+from competition.collections import Collection
+from competition.metrics import TILE_TOP_K, kendall_tau
+from competition.npzio import atomic_write_text
+from competition.submission import parse_submission_id
+
+METHODS = ("auto", "weighted", "best", "mean")
+NORMALIZATIONS = ("auto", "rank", "minmax")
+FORMAT_VERSION = 1
+MAX_GRID_POINTS = 300
+"""Upper bound on the simplex grid's size: step 0.1 up to 4 models, the finest step that fits above."""
+GRID_STEPS = 10
+"""Grid resolution for up to 4 models: weights are multiples of ``1 / GRID_STEPS``."""
+
+Predictions = Mapping[str, Mapping[str, npt.ArrayLike]]
+"""``{model name: {submission ID: float scores [C]}}``, lower = predicted faster."""
+Labels = Mapping[str, npt.ArrayLike]
+"""``{submission ID: runtimes [C]}``: normalised runtimes for tile, ``config_runtime`` for layout."""
+
+_CANDIDATE_ORDER = ("best", "mean", "weighted")  # tie-break of auto: the simpler choice first
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------------------------
+
+
+def normalize_scores(scores: npt.ArrayLike, how: str = "rank") -> npt.NDArray[np.float64]:
+    """Map one graph's scores onto [0, 1], keeping their order.
+
+    Args:
+        scores: ``[C]`` finite scores, lower = faster.
+        how: ``rank``: average ranks (ties share their mean rank), scaled so the lowest is 0 and the highest 1;
+            ``minmax``: ``(s - min) / (max - min)``.
+
+    Returns:
+        float64 ``[C]``; all 0.5 when the scores are constant (or there is a single config).
+
+    Raises:
+        ValueError: an unknown ``how``, a non-vector, or a non-finite score.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1:
+        raise ValueError(f"scores must be a vector; got shape {s.shape}")
+    if not np.isfinite(s).all():
+        raise ValueError(f"scores must be finite; found {int((~np.isfinite(s)).sum())} non-finite value(s)")
+    if how not in ("rank", "minmax"):
+        raise ValueError(f"normalization must be 'rank' or 'minmax'; got {how!r}")
+    if s.size == 0:
+        return s.copy()
+    lo, hi = float(s.min()), float(s.max())
+    if lo == hi:
+        return np.full(s.size, 0.5)
+    if how == "rank":
+        return (rankdata(s, method="average") - 1.0) / (s.size - 1.0)
+    return (s - lo) / (hi - lo)
+
+
+def combine(weights: npt.ArrayLike, normalized: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+    """Weighted sum of normalised score vectors, added in model order (zero weights skipped).
+
+    Args:
+        weights: ``[M]`` weights.
+        normalized: ``M`` arrays ``[C]`` (a ``[P, C]`` stack per model also works, with ``weights`` ``[P, M]``).
+
+    Returns:
+        float64 ``[C]`` (or ``[P, C]``).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    acc: npt.NDArray[np.float64] = np.zeros(np.broadcast_shapes(w[..., 0:1].shape, normalized[0].shape))
+    for m, n in enumerate(normalized):
+        if w.ndim == 1:
+            if w[m] != 0.0:
+                acc = acc + w[m] * n
+        else:
+            acc = acc + w[:, m: m + 1] * n
+    return acc
+
+
+def graph_metric(collection: Collection, scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> float:
+    """The competition metric of one graph from scores, as the scored submission would give it.
+
+    Args:
+        collection: decides the metric: the top-5 tile score for tile, Kendall tau of the full order for layout.
+        scores: ``[C]`` scores, lower = faster (ties broken by index, like the written submission).
+        runtimes: ``[C]`` runtimes (tile: normalised runtimes).
+    """
+    return float(_metric_rows(Collection(collection), np.asarray(scores, dtype=np.float64)[None, :],
+                              np.asarray(runtimes, dtype=np.float64))[0])
+
+
+def _metric_rows(collection: Collection, scores: npt.NDArray[np.float64],
+                 runtimes: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The metric of each row of ``scores`` ``[P, C]`` against ``runtimes`` ``[C]``."""
+    if collection.is_tile:
+        best = float(runtimes.min())
+        if not best > 0:
+            raise ValueError(f"tile runtimes must be positive; min is {best}")
+        top = np.argsort(scores, axis=1, kind="stable")[:, :TILE_TOP_K]
+        return 2.0 - runtimes[top].min(axis=1) / best
+    orders = np.argsort(scores, axis=1, kind="stable")  # predicted_order of every row at once
+    ranks = np.empty(scores.shape, dtype=np.float64)
+    np.put_along_axis(ranks, orders, np.arange(scores.shape[1], dtype=np.float64)[None, :], axis=1)
+    return np.array([kendall_tau(r, runtimes) for r in ranks])  # = kendall_tau_of_order(predicted_order(row))
+
+
+def simplex_grid(num_models: int, steps: int | None = None) -> npt.NDArray[np.float64]:
+    """Every weight vector with non-negative multiples of ``1 / steps`` summing to 1, in lexicographic order.
+
+    Args:
+        num_models: M.
+        steps: the resolution; default :data:`GRID_STEPS` when that gives at most :data:`MAX_GRID_POINTS`
+            points, else the largest resolution that does (at least 1: the M vertices).
+
+    Returns:
+        float64 ``[P, M]``; the vertices (single models) are always included.
+    """
+    if num_models < 1:
+        raise ValueError("at least one model is needed")
+    if steps is None:
+        steps = GRID_STEPS
+        while steps > 1 and math.comb(steps + num_models - 1, num_models - 1) > MAX_GRID_POINTS:
+            steps -= 1
+    return np.array(sorted(_compositions(steps, num_models), reverse=True), dtype=np.float64) / steps
+
+
+def _compositions(total: int, parts: int) -> list[tuple[int, ...]]:
+    if parts == 1:
+        return [(total,)]
+    return [(k, *rest) for k in range(total + 1) for rest in _compositions(total - k, parts - 1)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Per-collection tables
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Table:
+    """One collection's fitting graphs and the metric of every candidate weight vector on each of them.
+
+    ``weights`` ``[P, M]`` holds the grid then (if it is not on the grid) the mean; ``scores[norm]`` is ``[G, P]``.
+    """
+
+    collection: Collection
+    ids: list[str]
+    weights: npt.NDArray[np.float64]
+    grid: npt.NDArray[np.int64]
+    vertices: npt.NDArray[np.int64]
+    mean: int
+    scores: dict[str, npt.NDArray[np.float64]]
+
+
+def _candidates(num_models: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    grid = simplex_grid(num_models)
+    mean = np.full(num_models, 1.0 / num_models)
+    vertices = np.array([int(np.flatnonzero((grid == np.eye(num_models)[m]).all(axis=1))[0])
+                         for m in range(num_models)], dtype=np.int64)
+    on_grid = np.flatnonzero((grid == mean).all(axis=1))
+    if on_grid.size:
+        return grid, np.arange(len(grid)), vertices, int(on_grid[0])
+    return np.vstack([grid, mean]), np.arange(len(grid)), vertices, len(grid)
+
+
+def _subsample(sid: str, size: int, max_configs: int | None, seed: int) -> npt.NDArray[np.int64] | None:
+    if max_configs is None or size <= max_configs:
+        return None
+    words = np.frombuffer(hashlib.sha256(sid.encode("utf-8")).digest(), dtype=np.uint32)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), *words.tolist()]))
+    return np.sort(rng.choice(size, max_configs, replace=False))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The ensemble
+# --------------------------------------------------------------------------------------------------------------
+
+
+class Ensemble:
+    """Per-collection weighted combination of models' normalised scores.
+
+    Follows scikit-learn's estimator contract: hyper-parameters are stored unchanged, :meth:`fit` returns ``self``
+    and learned state lives in attributes ending with ``_``.
+
+    Args:
+        method: ``auto`` (chosen per collection by cross-validation), ``weighted``, ``best`` or ``mean``.
+        normalization: ``rank``, ``minmax``, or ``auto`` (chosen per collection by cross-validation).
+        folds: cross-validation folds per collection (leave-one-graph-out when a collection has fewer graphs).
+        seed: seeds the fold assignment and the config subsets of large layout graphs.
+        max_configs: layout graphs with more configs are scored on this many (a fixed random subset) while
+            fitting; ``None`` scores every config.
+
+    Attributes (after :meth:`fit`):
+        models_: the model names, in the order weights are listed.
+        collections_: ``{collection value: {"method", "normalization", "weights"}}``: what :meth:`predict` uses.
+        cv_score_: ``{collection value: mean metric of the cross-validated predictions}`` (the honest score).
+        member_scores_: ``{collection value: {model: mean metric}}`` on the fitting graphs (members are not fitted
+            on them, so this is their honest score too).
+        candidate_scores_: ``{collection value: {"method/normalization": cross-validated score}}`` of each
+            candidate the choice was made among.
+        num_graphs_: ``{collection value: graphs fitted on}``.
+    """
+
+    def __init__(self, method: str = "auto", normalization: str = "rank", folds: int = 5, seed: int = 0,
+                 max_configs: int | None = 2000) -> None:
+        self.method = method
+        self.normalization = normalization
+        self.folds = folds
+        self.seed = seed
+        self.max_configs = max_configs
+        self._cache: tuple[str, dict[Collection, _Table]] | None = None
+
+    # ---------------------------------------------------------------------------------------------------------
+    # Public API
+    # ---------------------------------------------------------------------------------------------------------
+
+    def get_params(self) -> dict[str, Any]:
+        """Hyper-parameters as given to ``__init__``."""
+        return {"method": self.method, "normalization": self.normalization, "folds": self.folds,
+                "seed": self.seed, "max_configs": self.max_configs}
+
+    def __repr__(self) -> str:
+        return f"Ensemble({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
+
+    def fit(self, predictions: Predictions, labels: Labels) -> Self:
+        """Choose and fit each collection's weights on every labelled graph.
+
+        Args:
+            predictions: ``{model: {ID: scores [C]}}``; every model must score every labelled ID.
+            labels: ``{ID: runtimes [C]}`` of the fitting graphs.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: bad hyper-parameters, no models or labels, a model missing an ID, a predicted ID without
+                labels, shapes that disagree, or non-finite scores.
+        """
+        self._check_params()
+        models, tables = self._tables(predictions, labels)
+        self.models_ = models
+        self.collections_: dict[str, dict[str, Any]] = {}
+        self.cv_score_: dict[str, float] = {}
+        self.member_scores_: dict[str, dict[str, float]] = {}
+        self.candidate_scores_: dict[str, dict[str, float]] = {}
+        self.num_graphs_: dict[str, int] = {}
+        for c, t in tables.items():
+            rows = np.arange(len(t.ids))
+            folds = self._folds(len(t.ids))
+            cand, cand_scores = self._choose(t, rows, folds)
+            self.collections_[c.value] = {"method": cand[0], "normalization": cand[1],
+                                          "weights": t.weights[self._fit_column(t, cand, rows)].tolist()}
+            self.candidate_scores_[c.value] = {f"{m}/{n}": s for (m, n), s in cand_scores.items()}
+            plan = self._cv_plan(t, folds)
+            self.cv_score_[c.value] = float(np.mean([t.scores[n][g, p] for g, (n, p) in enumerate(plan)]))
+            self.member_scores_[c.value] = {m: float(next(iter(t.scores.values()))[:, t.vertices[i]].mean())
+                                            for i, m in enumerate(models)}
+            self.num_graphs_[c.value] = len(t.ids)
+        return self
+
+    def predict(self, predictions: Predictions) -> dict[str, npt.NDArray[np.float64]]:
+        """The ensemble's scores of every graph the models scored, with the weights fitted by :meth:`fit`.
+
+        Args:
+            predictions: ``{model: {ID: scores [C]}}`` of any split; models with zero weight in a collection may
+                be absent.
+
+        Returns:
+            ``{ID: float64 scores [C]}`` (lower = faster), IDs sorted.
+
+        Raises:
+            ValueError: not fitted, a collection not fitted on, a needed model missing or missing an ID, shapes
+                that disagree, or non-finite scores.
+        """
+        if not hasattr(self, "collections_"):
+            raise ValueError("this Ensemble is not fitted: call fit(predictions, labels) first")
+        ids = sorted({sid for per in predictions.values() for sid in per})
+        by_collection: dict[Collection, list[str]] = {}
+        for sid in ids:
+            by_collection.setdefault(parse_submission_id(sid)[0], []).append(sid)
+        unknown = [c.value for c in by_collection if c.value not in self.collections_]
+        if unknown:
+            raise ValueError(f"no ensemble weights for collection(s) {', '.join(unknown)}; fitted on "
+                             f"{', '.join(self.collections_) or 'none'}")
+        out: dict[str, npt.NDArray[np.float64]] = {}
+        for c, cids in by_collection.items():
+            spec = self.collections_[c.value]
+            w = np.asarray(spec["weights"], dtype=np.float64)
+            needed = [m for m, wm in zip(self.models_, w, strict=True) if wm != 0.0]
+            missing = [m for m in needed if m not in predictions]
+            if missing:
+                raise ValueError(f"predictions lack model(s) {', '.join(missing)} needed for {c.value} "
+                                 f"(have {', '.join(predictions) or 'none'})")
+            for sid in cids:
+                lacking = [m for m in needed if sid not in predictions[m]]
+                if lacking:
+                    raise ValueError(f"model(s) {', '.join(lacking)} have no scores for ID {sid}")
+                vectors = self._vectors(predictions, self.models_, sid, skip=set(self.models_) - set(needed))
+                normed = [normalize_scores(v, spec["normalization"]) if v is not None else None for v in vectors]
+                size = next(n.size for n in normed if n is not None)
+                out[sid] = combine(w, [n if n is not None else np.zeros(size) for n in normed])
+        return out
+
+    def cross_val_predict(self, predictions: Predictions, labels: Labels) -> dict[str, npt.NDArray[np.float64]]:
+        """Each labelled graph scored by an ensemble fitted without it (choice of method included).
+
+        Uses the hyper-parameters only (the ensemble need not be fitted, and its fitted state is left alone).
+
+        Args:
+            predictions: ``{model: {ID: scores [C]}}``.
+            labels: ``{ID: runtimes [C]}``.
+
+        Returns:
+            ``{ID: float64 scores [C]}`` for every labelled ID, sorted.
+
+        Raises:
+            ValueError: as for :meth:`fit`.
+        """
+        self._check_params()
+        models, tables = self._tables(predictions, labels)
+        out: dict[str, npt.NDArray[np.float64]] = {}
+        for t in tables.values():
+            plan = self._cv_plan(t, self._folds(len(t.ids)))
+            for sid, (norm, p) in zip(t.ids, plan, strict=True):
+                vectors = self._vectors(predictions, models, sid)
+                out[sid] = combine(t.weights[p], [normalize_scores(v, norm) for v in vectors])
+        return dict(sorted(out.items()))
+
+    def describe(self) -> str:
+        """One line: per collection the method, normalisation and weights.
+
+        E.g. ``tile:xla best=gbdt; layout:xla:default weighted rank gbdt=0.70,gnn=0.30``.
+        """
+        if not hasattr(self, "collections_"):
+            return "unfitted " + repr(self)
+        parts = []
+        for c in Collection:
+            spec = self.collections_.get(c.value)
+            if spec is None:
+                continue
+            w = spec["weights"]
+            if spec["method"] == "best":
+                parts.append(f"{c.value} best={self.models_[int(np.argmax(w))]}")
+            elif spec["method"] == "mean":
+                parts.append(f"{c.value} mean {spec['normalization']} " + ",".join(self.models_))
+            else:
+                listed = ",".join(f"{m}={x:.2f}" for m, x in zip(self.models_, w, strict=True) if x > 0)
+                parts.append(f"{c.value} weighted {spec['normalization']} {listed}")
+        return "; ".join(parts)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted ensemble to a JSON file, atomically.
+
+        Returns:
+            The path written.
+
+        Raises:
+            ValueError: not fitted.
+        """
+        if not hasattr(self, "collections_"):
+            raise ValueError("this Ensemble is not fitted: nothing to save")
+        state = {k: getattr(self, k) for k in ("models_", "collections_", "cv_score_", "member_scores_",
+                                               "candidate_scores_", "num_graphs_")}
+        doc = {"name": "ensemble", "version": FORMAT_VERSION, "params": self.get_params(),
+               "describe": self.describe(), "state": state}
+        return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Ensemble:
+        """Read an ensemble written by :meth:`save`; it predicts exactly as the saved one did.
+
+        Raises:
+            ValueError: no such file, invalid JSON, or not a saved ensemble of this format version.
+        """
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"{path}: expected a saved ensemble; found no such file") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: expected a saved ensemble (JSON); found invalid JSON ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("name") != "ensemble" or "state" not in doc or "params" not in doc:
+            raise ValueError(f"{path}: expected a saved ensemble (name 'ensemble' with params and state)")
+        if doc.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: expected ensemble format version {FORMAT_VERSION}; found {doc.get('version')!r}")
+        model = cls(**doc["params"])
+        for key, value in doc["state"].items():
+            setattr(model, key, value)
+        return model
+
+    # ---------------------------------------------------------------------------------------------------------
+    # Internals
+    # ---------------------------------------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}; got {self.method!r}")
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}; got {self.normalization!r}")
+        if not isinstance(self.folds, int) or self.folds < 2:
+            raise ValueError(f"folds must be an integer >= 2; got {self.folds!r}")
+        if self.max_configs is not None and self.max_configs < 2:
+            raise ValueError(f"max_configs must be None or >= 2; got {self.max_configs!r}")
+
+    def _candidate_list(self) -> list[tuple[str, str]]:
+        methods = list(_CANDIDATE_ORDER) if self.method == "auto" else [self.method]
+        norms = ["rank", "minmax"] if self.normalization == "auto" else [self.normalization]
+        return [(m, n) for n in norms for m in methods]
+
+    @staticmethod
+    def _vectors(predictions: Predictions, models: Sequence[str], sid: str,
+                 skip: set[str] | None = None) -> list[npt.NDArray[np.float64] | None]:
+        vectors: list[npt.NDArray[np.float64] | None] = []
+        for m in models:
+            if skip and m in skip:
+                vectors.append(None)
+                continue
+            v = np.asarray(predictions[m][sid], dtype=np.float64)
+            if v.ndim != 1 or not np.isfinite(v).all():
+                raise ValueError(f"model {m} gave {'non-finite' if v.ndim == 1 else f'shape {v.shape}'} scores "
+                                 f"for ID {sid}; expected a finite vector")
+            vectors.append(v)
+        sizes = {m: v.size for m, v in zip(models, vectors, strict=True) if v is not None}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"models disagree on the number of configs of ID {sid}: {sizes}")
+        return vectors
+
+    def _tables(self, predictions: Predictions, labels: Labels) -> tuple[list[str], dict[Collection, _Table]]:
+        models = list(predictions)
+        if not models:
+            raise ValueError("no models: predictions must map at least one model name to its scores")
+        if not labels:
+            raise ValueError("no labels: the ensemble needs the runtimes of the graphs it is fitted on")
+        ids = sorted(labels)
+        for m in models:
+            missing = [sid for sid in ids if sid not in predictions[m]]
+            if missing:
+                raise ValueError(f"model {m} has no scores for {len(missing)} labelled ID(s): "
+                                 f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+            extra = sorted(set(predictions[m]) - set(labels))
+            if extra:
+                raise ValueError(f"model {m} scores {len(extra)} ID(s) without labels: "
+                                 f"{', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
+        key = self._fingerprint(predictions, labels, models)
+        if self._cache is not None and self._cache[0] == key:
+            return models, self._cache[1]
+        weights, grid, vertices, mean = _candidates(len(models))
+        norms = ["rank", "minmax"] if self.normalization == "auto" else [self.normalization]
+        by_collection: dict[Collection, list[str]] = {}
+        for sid in ids:
+            by_collection.setdefault(parse_submission_id(sid)[0], []).append(sid)
+        tables: dict[Collection, _Table] = {}
+        for c in sorted(by_collection, key=list(Collection).index):
+            cids = by_collection[c]
+            scores = {n: np.empty((len(cids), len(weights))) for n in norms}
+            for g, sid in enumerate(cids):
+                vectors = self._vectors(predictions, models, sid)
+                y = np.asarray(labels[sid], dtype=np.float64)
+                if y.shape != vectors[0].shape:  # type: ignore[union-attr]
+                    raise ValueError(f"labels of ID {sid} have shape {y.shape}; the scores "
+                                     f"{vectors[0].shape}")  # type: ignore[union-attr]
+                sub = _subsample(sid, y.size, self.max_configs, self.seed) if c.is_layout else None
+                if sub is not None:
+                    vectors = [v[sub] for v in vectors]  # type: ignore[index]
+                    y = y[sub]
+                for n in norms:
+                    normed = [normalize_scores(v, n) for v in vectors]
+                    scores[n][g] = _metric_rows(c, combine(weights, [x[None, :] for x in normed]), y)
+            tables[c] = _Table(c, cids, weights, grid, vertices, mean, scores)
+        self._cache = (key, tables)
+        return models, tables
+
+    def _fingerprint(self, predictions: Predictions, labels: Labels, models: list[str]) -> str:
+        """A digest of the inputs and of the parameters the tables depend on (the tables are cached on it)."""
+        h = hashlib.sha256(repr((self.normalization, self.max_configs, self.seed)).encode())
+        for m in models:
+            h.update(m.encode() + b"\0")
+            for sid in sorted(predictions[m]):
+                h.update(sid.encode() + b"\0")
+                h.update(np.ascontiguousarray(np.asarray(predictions[m][sid], dtype=np.float64)).tobytes())
+        for sid in sorted(labels):
+            h.update(sid.encode() + b"\1")
+            h.update(np.ascontiguousarray(np.asarray(labels[sid], dtype=np.float64)).tobytes())
+        return h.hexdigest()
+
+    def _folds(self, n: int) -> npt.NDArray[np.int64]:
+        """Fold of each of ``n`` graphs (sorted by ID): a seeded permutation dealt round-robin."""
+        k = min(self.folds, n)
+        perm = np.random.default_rng(self.seed).permutation(n)
+        out = np.empty(n, dtype=np.int64)
+        out[perm] = np.arange(n) % max(k, 1)
+        return out
+
+    @staticmethod
+    def _fit_column(t: _Table, cand: tuple[str, str], rows: npt.NDArray[np.int64]) -> int:
+        """The candidate column a method picks when fitted on ``rows`` (equal weights when there are none)."""
+        method, norm = cand
+        if method == "mean" or rows.size == 0:
+            return t.mean
+        means = t.scores[norm][rows].mean(axis=0)
+        if method == "best":
+            return int(t.vertices[int(np.argmax(means[t.vertices]))])
+        grid_means = means[t.grid]
+        tied = t.grid[np.flatnonzero(grid_means == grid_means.max())]
+        centroid = t.weights[tied].mean(axis=0)
+        dist = ((t.weights[tied] - centroid) ** 2).sum(axis=1)
+        return int(tied[int(np.argmin(dist))])
+
+    def _cv_candidate_scores(self, t: _Table, rows: npt.NDArray[np.int64],
+                             folds: npt.NDArray[np.int64]) -> dict[tuple[str, str], float]:
+        """Cross-validated score of each candidate over ``rows`` split by ``folds`` (aligned with ``rows``)."""
+        out: dict[tuple[str, str], float] = {}
+        for cand in self._candidate_list():
+            per_graph = np.empty(rows.size)
+            for f in np.unique(folds):
+                held = folds == f
+                p = self._fit_column(t, cand, rows[~held])
+                per_graph[held] = t.scores[cand[1]][rows[held], p]
+            out[cand] = float(per_graph.mean())
+        return out
+
+    def _choose(self, t: _Table, rows: npt.NDArray[np.int64], folds: npt.NDArray[np.int64]
+                ) -> tuple[tuple[str, str], dict[tuple[str, str], float]]:
+        """The candidate (method, normalisation) to fit on ``rows``, chosen without fitting and scoring alike.
+
+        With a single candidate there is nothing to choose. Otherwise candidates are cross-validated over the
+        folds of ``rows``; when those hold one fold only, ``rows`` is re-split (leave-one-graph-out up to
+        ``folds`` groups); a single graph is scored in-sample (it is still never a graph being predicted).
+        """
+        cands = self._candidate_list()
+        if rows.size == 0:
+            return ("mean", cands[0][1]), {}
+        if np.unique(folds).size < 2:
+            folds = self._folds(rows.size)
+        if rows.size == 1:
+            scores = {c: float(t.scores[c[1]][rows[0], self._fit_column(t, c, rows)]) for c in cands}
+        else:
+            scores = self._cv_candidate_scores(t, rows, folds)
+        if len(cands) == 1:
+            return cands[0], scores
+        best = max(scores.values())
+        return next(c for c in cands if scores[c] == best), scores
+
+    def _cv_plan(self, t: _Table, folds: npt.NDArray[np.int64]) -> list[tuple[str, int]]:
+        """Per graph, the (normalisation, candidate column) chosen and fitted without the graph's fold."""
+        plan: list[tuple[str, int]] = [("rank", t.mean)] * len(t.ids)
+        rows = np.arange(len(t.ids))
+        for f in np.unique(folds):
+            held = folds == f
+            train = rows[~held]
+            cand, _ = self._choose(t, train, folds[~held])
+            p = self._fit_column(t, cand, train)
+            for g in rows[held]:
+                plan[g] = (cand[1], p)
+        return plan
