@@ -34,6 +34,7 @@ bench: install ## Speed and memory benchmarks (prints ratios measured side by si
 	$(PY) -m benchmarks.data_layer
 	$(PY) -m benchmarks.features
 	$(PY) -m benchmarks.models
+	$(PY) -m benchmarks.gnn --threads 1
 
 synth: install ## Generate the synthetic world: make synth SCALE=demo|tiny|full.
 	$(VENV)/bin/fastslow data synth --scale $(SCALE) --out $(DATA)

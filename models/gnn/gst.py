@@ -97,10 +97,14 @@ def gst_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor,
                 continue
             stored, filled = table.get(key, i, positions)
             if stored is None or not bool(filled.all()):
+                missing = (~filled).nonzero().flatten()  # only configs the table lacks are computed
                 with torch.no_grad():
-                    fresh = net.segment_sum(segment, config_feat)
-                table.put(key, i, positions[~filled], fresh[~filled.to(fresh.device)])
-                emb = fresh if stored is None else torch.where(filled.to(fresh.device)[:, None], stored, fresh)
+                    fresh = net.segment_sum(segment, config_feat[missing.to(config_feat.device)])
+                table.put(key, i, positions[missing], fresh)
+                emb = torch.zeros(positions.shape[0], fresh.shape[1], device=fresh.device, dtype=fresh.dtype)
+                if stored is not None:
+                    emb = stored.clone()
+                emb[missing.to(fresh.device)] = fresh
             else:
                 emb = stored
             emb = emb.detach()

@@ -33,9 +33,14 @@ def mean_adjacency(edge_index: torch.Tensor, num_nodes: int, *, reverse: bool = 
 
 def propagate(adjacency: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """``adjacency @ h`` along the node axis of ``h`` ``(B, N, H)``, all configs at once."""
+    return propagate_many([adjacency], h)[0]
+
+
+def propagate_many(adjacencies: list[torch.Tensor], h: torch.Tensor) -> list[torch.Tensor]:
+    """``[A @ h for A in adjacencies]`` along the node axis, laying ``h`` out as ``(N, B * H)`` only once."""
     b, n, c = h.shape
     flat = h.permute(1, 0, 2).reshape(n, b * c)
-    return torch.sparse.mm(adjacency, flat).reshape(n, b, c).permute(1, 0, 2)
+    return [torch.sparse.mm(a, flat).reshape(n, b, c).permute(1, 0, 2) for a in adjacencies]
 
 
 class BiSAGEConv(nn.Module):
@@ -56,10 +61,10 @@ class BiSAGEConv(nn.Module):
         self.lin_out = nn.Linear(channels, channels, bias=False) if bidirectional else None
 
     def forward(self, h: torch.Tensor, adj_in: torch.Tensor, adj_out: torch.Tensor | None) -> torch.Tensor:
-        out = self.lin_self(h) + self.lin_in(propagate(adj_in, h))
         if self.lin_out is not None and adj_out is not None:
-            out = out + self.lin_out(propagate(adj_out, h))
-        return out
+            agg_in, agg_out = propagate_many([adj_in, adj_out], h)
+            return self.lin_self(h) + self.lin_in(agg_in) + self.lin_out(agg_out)
+        return self.lin_self(h) + self.lin_in(propagate(adj_in, h))
 
 
 class CrossConfigAttention(nn.Module):

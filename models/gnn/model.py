@@ -95,7 +95,9 @@ class GNNModel(RankingModel):
         patience: epochs without valid gain before stopping.
         hops: layout pruning depth (``None`` keeps the whole graph).
         pad: -1 padding of layouts and tile bounds.
-        segment_size: Graph Segment Training with segments of this many nodes (``None``: full-graph training).
+        segment_size: Graph Segment Training with segments of this many nodes (``None``: full-graph training). The
+            historical table holds ``hidden`` floats per config per segment of every graph, so keep
+            ``train_configs`` set (1000 configs x 20 segments x 32 channels is 2.5 MB per graph).
         backprop_segments: segments backpropagated per step under GST.
         keep_prob: GST segment-dropout keep probability for stale segments.
         train_configs: configs per training graph kept in the cache (evenly spaced; ``None`` for all).

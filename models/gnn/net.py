@@ -166,9 +166,7 @@ class RankNet(nn.Module):
                 h = h.expand(b, -1, -1)
                 values = config_feat[:, segment.slots].long().add(1).clamp(0, CONFIG_VALUES - 1)  # [B, s, 18]
                 emb = self.config_in(self.config_value(values).flatten(2))  # [B, s, H]
-                add = torch.zeros(b, segment.num_nodes, self.hidden, device=h.device, dtype=h.dtype)
-                add = add.index_add(1, segment.slot_nodes, emb)
-                h = h + add
+                h = h.index_add(1, segment.slot_nodes, emb)
         elif self.join == "early":
             h = h + self._tile_config(config_feat).unsqueeze(1)
         for block in self.blocks:

@@ -268,7 +268,10 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     seed_everything(cfg.seed)
     net = cfg.make_net().to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    usable = [it for it in train_items if it.num_configs >= 2]
+    # Graphs go to the device once (a no-op on the CPU), not at every step.
+    usable = [Item(it.key, [s.to(device) for s in it.segments], it.config_feat, it.y)
+              for it in train_items if it.num_configs >= 2]
+    valid_items = [Item(it.key, [s.to(device) for s in it.segments], it.config_feat, it.y) for it in valid_items]
     if not usable:
         raise ValueError("no training graph has two or more configs with known runtimes")
     steps_per_epoch = len(usable) * cfg.steps_per_graph
@@ -308,7 +311,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             pos = torch.randperm(item.num_configs, generator=gen)[:k]
             cf = item.config_feat[pos].to(device)
             y = item.y[pos].to(device)
-            segs = [s.to(device) for s in item.segments]
+            segs = item.segments
             if cfg.uses_gst and len(segs) > 1:
                 scores, _ = gst_scores(net, segs, cf, pos, key=item.key, table=table, rng=np_rng,
                                        backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)

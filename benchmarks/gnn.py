@@ -1,0 +1,431 @@
+"""GNN benchmarks: ``python -m benchmarks.gnn [--quick] [--ablation]`` (part of ``make bench``).
+
+Every measurement runs in a fresh subprocess (:func:`benchmarks.measure.run_part`), so its peak resident memory is
+its own. Three parts:
+
+1. **Graph Segment Training versus full-graph training** on whole (unpruned) synthetic ``xla`` layout graphs of
+   growing size: peak memory and seconds per epoch side by side, with the ratio full / GST; then the valid
+   Kendall tau both reach on a small generated world of such graphs (``GNNModel(hops=None)``).
+2. **Throughput**: configs per second of training steps (forward, backward, optimiser) for the default layout model
+   (hops 1, demo world) with and without cross-config attention and for tile, and of prediction
+   (:func:`models.gnn.train.predict_scores`). Runs on CUDA when available (``resolve_device("auto")``).
+3. **Ablation** (only with ``--ablation``; long): ``layout:xla:default`` with pruning depth hops 1, 3, 5, whole
+   graph (all with -1 padding) and hops 1 without padding; valid Kendall tau, train seconds and mean nodes per
+   graph after pruning, per seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.measure import peak_mib, run_part
+
+MODULE = "benchmarks.gnn"
+BENCH_CACHE = "/tmp/gnn-bench-cache"
+GST_SEGMENT = 2000
+
+
+def _rss_mib() -> float:
+    """Current resident memory of this process in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _opt(value: str) -> int | None:
+    return None if value == "None" else int(value)
+
+
+# -- synthetic graphs -------------------------------------------------------------------------------------------
+
+
+def _write_graph(path: Path, secret: Path, target: int, configs: int, seed: int) -> int:
+    """One whole synthetic ``xla`` layout graph of about ``target`` nodes (world writer); returns its node count."""
+    import numpy as np
+
+    from competition.synthetic.programs import build_program
+    from competition.synthetic.world import write_layout_graph
+
+    rng = np.random.default_rng([seed, target])
+    module = build_program("xla", rng, target)
+    write_layout_graph(path, secret, module, "random", configs, rng)
+    return int(module.num_nodes)
+
+
+def part_graphs(out: Path, configs: int, sizes: list[int]) -> dict:
+    """Write one graph per size under ``out`` (``g<size>.npz``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    nodes = {}
+    for size in sizes:
+        nodes[str(size)] = _write_graph(out / f"g{size}.npz", out / f"g{size}.secret.npz", size, configs, seed=0)
+    return {"nodes": nodes}
+
+
+def part_world(out: Path, train_sizes: list[int], valid_sizes: list[int], configs: int) -> dict:
+    """A small ``layout:xla:random`` world of whole graphs (train and valid splits) in the Kaggle layout."""
+    from competition.collections import Collection
+    from competition.synthetic.world import KAGGLE_SUBDIR, SECRET_SUBDIR
+
+    rel = Path(Collection.LAYOUT_XLA_RANDOM.relpath)
+    nodes: dict[str, list[int]] = {"train": [], "valid": []}
+    for split, sizes in (("train", train_sizes), ("valid", valid_sizes)):
+        for i, size in enumerate(sizes):
+            stem = f"g{i}_{size}"
+            path = out / KAGGLE_SUBDIR / rel / split / f"{stem}.npz"
+            secret = out / SECRET_SUBDIR / rel / split / f"{stem}.npz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            secret.parent.mkdir(parents=True, exist_ok=True)
+            nodes[split].append(_write_graph(path, secret, size, configs, seed=1 + (split == "valid")))
+    return {"nodes": nodes}
+
+
+# -- part 1: GST versus full graph --------------------------------------------------------------------------------
+
+
+def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hidden: int, layers: int) -> dict:
+    """Train on one whole graph, full-graph or GST, with the training loop's code path: one warm-up step, then a
+    timed epoch of ``steps`` steps. Peak RSS over the whole process."""
+    import numpy as np
+    import torch
+
+    from competition.collections import Collection
+    from competition.reader import load_graph
+    from features.data import graph_to_data
+    from features.transforms import DropConstantColumns, Normalize
+    from models.gnn.gst import HistoryTable, gst_scores
+    from models.gnn.losses import get_loss
+    from models.gnn.model import feature_pipeline
+    from models.gnn.net import make_segments
+    from models.gnn.train import Item, TrainConfig, resolve_device, seed_everything
+
+    device = resolve_device("auto")
+    graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
+    data = feature_pipeline("layout", None, True)(graph_to_data(graph))
+    columns = DropConstantColumns().fit([data])
+    normalize = Normalize().fit([columns(data.clone())])
+    data = normalize(columns(data))
+    item = Item(path.stem, make_segments(data, segment_size), data.config_feat, data.y.double())
+    del graph, data
+    cfg = TrainConfig(kind="layout", num_features=int(item.segments[0].x.shape[1]), hidden=hidden, layers=layers,
+                      configs_per_graph=configs, segment_size=segment_size, backprop_segments=1, keep_prob=0.5)
+    seed_everything(cfg.seed)
+    net = cfg.make_net().to(device)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    loss_fn = get_loss(cfg.loss)
+    gen = torch.Generator().manual_seed(0)
+    np_rng = np.random.default_rng(0)
+    table = HistoryTable()
+    segs = [s.to(device) for s in item.segments]
+    gc.collect()
+    rss_before = _rss_mib()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def epoch(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):  # the body of models.gnn.train.train's step loop
+            k = min(cfg.configs_per_graph, item.num_configs)
+            pos = torch.randperm(item.num_configs, generator=gen)[:k]
+            cf = item.config_feat[pos].to(device)
+            y = item.y[pos].to(device)
+            if cfg.uses_gst and len(segs) > 1:
+                scores, _ = gst_scores(net, segs, cf, pos, key=item.key, table=table, rng=np_rng,
+                                       backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
+            else:
+                scores = net(segs, cf)
+            loss = loss_fn(scores, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    first = epoch(1)
+    second = epoch(steps)
+    return {"nodes": item.num_nodes, "segments": len(segs), "first_s": first, "epoch_s": second,
+            "rss_before": rss_before, "peak_mib": peak_mib(), "table_kib": table.nbytes() / 1024,
+            "cuda_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
+            "device": str(device)}
+
+
+def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int, seed: int) -> dict:
+    """Fit ``GNNModel(hops=None)`` full-graph or GST on the small world; valid Kendall tau two ways."""
+    import numpy as np
+
+    from competition.collections import Collection, Split
+    from competition.metrics import kendall_tau
+    from competition.reader import find_data_root, list_graphs, load_graph
+    from models.gnn.model import GNNModel
+
+    root = find_data_root(world)
+    c = Collection.LAYOUT_XLA_RANDOM
+    model = GNNModel(hops=None, segment_size=segment_size, hidden=32, layers=3, configs_per_graph=16,
+                     steps_per_graph=2, epochs=epochs, patience=epochs, train_configs=None, eval_configs=None,
+                     runs_dir=None, cache_dir=str(cache), seed=seed)
+    t0 = time.perf_counter()
+    model.fit(root, c, progress=False)
+    seconds = time.perf_counter() - t0
+    taus = []
+    for p in list_graphs(root, c, Split.VALID):
+        g = load_graph(p, c)
+        taus.append(kendall_tau(model.predict(g), g.config_runtime))
+    return {"best_metric": model.best_metric_, "best_epoch": model.best_epoch_, "rescored": float(np.mean(taus)),
+            "seconds": seconds, "peak_mib": peak_mib()}
+
+
+# -- part 2: throughput -------------------------------------------------------------------------------------------
+
+
+def part_throughput(data: Path, collection: str, attention: bool, max_graphs: int) -> dict:
+    """Configs per second of training steps and of prediction for the default model of ``collection``."""
+    import torch
+    from torch_geometric.transforms import Compose
+
+    from competition.collections import Collection, Split
+    from competition.reader import find_data_root
+    from features.cache import ProcessedGraphs
+    from features.transforms import DedupConfigs, DropConstantColumns, Normalize
+    from models.gnn.model import DEFAULTS, feature_pipeline
+    from models.gnn.net import make_segments
+    from models.gnn.train import Item, TrainConfig, predict_scores, resolve_device, train
+
+    device = resolve_device("auto")
+    c = Collection(collection)
+    kind = "tile" if c.is_tile else "layout"
+    d = DEFAULTS[kind]
+    pipeline = feature_pipeline(kind, d["hops"], True)
+    ds = ProcessedGraphs(find_data_root(data), c, Split.TRAIN, pre_transform=Compose([pipeline, DedupConfigs("min")]),
+                         cache_dir=BENCH_CACHE, max_configs=d["train_configs"], progress=False)
+    ds.build()
+    datas = [ds[i] for i in range(min(len(ds), max_graphs))]
+    columns = DropConstantColumns().fit(datas)
+    normalize = Normalize().fit(columns(x.clone()) for x in datas)
+    items = []
+    for x in datas:
+        x = normalize(columns(x.clone()))
+        items.append(Item(x.stem, make_segments(x, None), x.config_feat, x.y.double()))
+    items = [it for it in items if it.num_configs >= 2]
+    cfg = TrainConfig(kind=kind, num_features=int(items[0].segments[0].x.shape[1]), hidden=d["hidden"],
+                      layers=d["layers"], attention=attention, loss=d["loss"], epochs=2,
+                      configs_per_graph=d["configs_per_graph"], steps_per_graph=1, patience=10)
+    result = train(cfg, items, [], device=device, progress=False)
+    # Epoch 2 alone (epoch 1 warms up); history seconds are cumulative.
+    seconds = result.history[1]["seconds"] - result.history[0]["seconds"]
+    net = cfg.make_net().to(device)
+    net.load_state_dict(result.state)
+    predicted = 0
+    t0 = time.perf_counter()
+    for it in items:
+        segs = [s.to(device) for s in it.segments]
+        predict_scores(net, segs, it.config_feat, batch=cfg.predict_batch, orderings=1, device=device)
+        predicted += it.num_configs
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    predict_s = time.perf_counter() - t0
+    return {"device": str(device), "graphs": len(items), "steps": len(items),
+            "mean_nodes": sum(it.num_nodes for it in items) / len(items),
+            "train_cps": sum(min(cfg.configs_per_graph, it.num_configs) for it in items) / seconds,
+            "train_s": seconds,
+            "predict_cps": predicted / predict_s, "predicted": predicted, "peak_mib": peak_mib(),
+            "threads": torch.get_num_threads()}
+
+
+# -- part 3: ablation ---------------------------------------------------------------------------------------------
+
+
+def part_ablation(data: Path, hops: int | None, pad: bool, seed: int, epochs: int) -> dict:
+    """``GNNModel`` on ``layout:xla:default`` with one pruning depth / padding; valid tau two ways."""
+    import numpy as np
+    from torch_geometric.transforms import Compose
+
+    from competition.collections import Collection, Split
+    from competition.metrics import kendall_tau
+    from competition.reader import find_data_root, list_graphs, load_graph
+    from features.cache import ProcessedGraphs
+    from features.transforms import DedupConfigs
+    from models.gnn.model import DEFAULTS, GNNModel, feature_pipeline
+
+    root = find_data_root(data)
+    c = Collection.LAYOUT_XLA_DEFAULT
+    model = GNNModel(hops=hops, pad=pad, epochs=epochs, patience=epochs, runs_dir=None, cache_dir=BENCH_CACHE,
+                     seed=seed)
+    t0 = time.perf_counter()
+    model.fit(root, c, progress=False)
+    seconds = time.perf_counter() - t0
+    taus = []
+    for p in list_graphs(root, c, Split.VALID):
+        g = load_graph(p, c)
+        taus.append(kendall_tau(model.predict(g), g.config_runtime))
+    ds = ProcessedGraphs(root, c, Split.TRAIN,
+                         pre_transform=Compose([feature_pipeline("layout", hops, pad), DedupConfigs("min")]),
+                         cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"]["train_configs"], progress=False)
+    stats = [g["stats"] for g in ds.manifest()["graphs"].values()]
+    return {"best_metric": model.best_metric_, "best_epoch": model.best_epoch_, "rescored": float(np.mean(taus)),
+            "fit_s": seconds, "train_s": model.history_[-1]["seconds"],
+            "mean_nodes": float(np.mean([s["num_nodes"] for s in stats])),
+            "mean_nodes_before": float(np.mean([s["num_nodes_before"] for s in stats])), "peak_mib": peak_mib()}
+
+
+# -- main ---------------------------------------------------------------------------------------------------------
+
+
+def _run_part(*args: object) -> dict:
+    return run_part(MODULE, *(str(a) for a in args))
+
+
+def _dispatch(part: list[str]) -> dict:
+    name, *a = part
+    if name == "graphs":
+        return part_graphs(Path(a[0]), int(a[1]), [int(x) for x in a[2:]])
+    if name == "world":
+        split = a.index("valid")
+        return part_world(Path(a[0]), [int(x) for x in a[2:split]], [int(x) for x in a[split + 1:]], int(a[1]))
+    if name == "gst":
+        return part_gst(Path(a[0]), _opt(a[1]), int(a[2]), int(a[3]), int(a[4]), int(a[5]))
+    if name == "quality":
+        return part_quality(Path(a[0]), Path(a[1]), _opt(a[2]), int(a[3]), int(a[4]))
+    if name == "throughput":
+        return part_throughput(Path(a[0]), a[1], a[2] == "1", int(a[3]))
+    if name == "ablation":
+        return part_ablation(Path(a[0]), _opt(a[1]), a[2] == "1", int(a[3]), int(a[4]))
+    raise SystemExit(f"unknown part {name!r}")
+
+
+def bench_gst(work: Path, quick: bool) -> None:
+    sizes = [2500, 10000] if quick else [5000, 10000, 20000, 40000]
+    steps, configs, hidden, layers = (2, 16, 32, 3) if quick else (3, 16, 32, 3)
+    g = _run_part("graphs", work / "graphs", 200, *sizes)
+    print(f"\n1a. GST versus full-graph training: whole synthetic xla layout graphs (200 configs, not pruned), "
+          f"hidden {hidden}, {layers} layers, {configs} configs/step, {steps} steps/epoch; GST: segments of "
+          f"{GST_SEGMENT} nodes, 1 backpropagated, keep_prob 0.5. Epoch timed after one warm-up step. Peak = process "
+          f"peak RSS; +train = peak minus RSS before training.")
+    print(f"{'nodes':>7s} {'segs':>5s} | {'full peak':>9s} {'+train':>7s} {'s/epoch':>8s} | {'GST peak':>9s} "
+          f"{'+train':>7s} {'s/epoch':>8s} {'1st step':>8s} | {'peak full/GST':>13s} {'+train full/GST':>15s} "
+          f"{'time full/GST':>13s}")
+    device = ""
+    for size in sizes:
+        path = work / "graphs" / f"g{size}.npz"
+        full = _run_part("gst", path, None, steps, configs, hidden, layers)
+        gst = _run_part("gst", path, GST_SEGMENT, steps, configs, hidden, layers)
+        device = full["device"]
+        ftrain, gtrain = full["peak_mib"] - full["rss_before"], gst["peak_mib"] - gst["rss_before"]
+        print(f"{g['nodes'][str(size)]:7,d} {gst['segments']:5d} | {full['peak_mib']:7.0f}Mi {ftrain:5.0f}Mi "
+              f"{full['epoch_s']:8.2f} | {gst['peak_mib']:7.0f}Mi {gtrain:5.0f}Mi {gst['epoch_s']:8.2f} "
+              f"{gst['first_s']:8.2f} | {full['peak_mib'] / gst['peak_mib']:13.2f} "
+              f"{ftrain / max(gtrain, 1.0):15.2f} {full['epoch_s'] / gst['epoch_s']:13.2f}", flush=True)
+        if full["cuda_peak_mib"] is not None:
+            print(f"{'':7s} CUDA peak allocated: full {full['cuda_peak_mib']:.0f} MiB, GST {gst['cuda_peak_mib']:.0f} MiB")
+    print(f"(device: {device})")
+
+    train_sizes = [2000, 2500, 3000, 3500] if quick else [5000, 5500, 6000, 6500, 7000, 8000]
+    valid_sizes = [2500, 3000] if quick else [5000, 6500, 8000]
+    epochs = 2 if quick else 4
+    segment = 1000
+    w = _run_part("world", work / "world", 200, *train_sizes, "valid", *valid_sizes)
+    print(f"\n1b. Scores reached: GNNModel(hops=None, hidden=32, configs_per_graph=16, steps_per_graph=2, "
+          f"epochs={epochs}, seed=0) on a layout:xla:random world of whole graphs "
+          f"(train nodes {w['nodes']['train']}, valid nodes {w['nodes']['valid']}, 200 configs each)")
+    print(f"{'training':>22s} {'best valid tau':>14s} {'(epoch)':>7s} {'re-scored tau':>13s} {'fit s':>7s} "
+          f"{'peak':>8s}")
+    for seg in (None, segment):
+        q = _run_part("quality", work / "world", work / "cache", seg, epochs, 0)
+        label = "full graph" if seg is None else f"GST segment {seg}"
+        print(f"{label:>22s} {q['best_metric']:14.4f} {q['best_epoch']:7d} {q['rescored']:13.4f} "
+              f"{q['seconds']:7.1f} {q['peak_mib']:6.0f}Mi", flush=True)
+
+
+def bench_throughput(data: Path, quick: bool) -> None:
+    layout_graphs, tile_graphs = (4, 32) if quick else (10, 128)
+    rows = [("layout:xla:random", False, "layout (hops 1)", layout_graphs),
+            ("layout:xla:random", True, "layout + attention", layout_graphs), ("tile:xla", False, "tile", tile_graphs)]
+    print(f"\n2. Throughput: default models (hidden 64, 3 layers, 32 configs/step) on {data} "
+          f"(train split, first {layout_graphs} layout / {tile_graphs} tile graphs, one step per graph, at most 32 "
+          f"configs per step; epoch 2 timed). Prediction: "
+          f"predict_scores, batch 128, one ordering.")
+    print(f"{'model':20s} {'graphs':>6s} {'mean nodes':>10s} {'train cfg/s':>11s} {'predict cfg/s':>13s} "
+          f"{'peak':>8s}")
+    device = ""
+    for collection, attention, label, max_graphs in rows:
+        r = _run_part("throughput", data, collection, int(attention), max_graphs)
+        device = f"{r['device']} ({r['threads']} torch threads)"
+        print(f"{label:20s} {r['graphs']:6d} {r['mean_nodes']:10.0f} {r['train_cps']:11.0f} "
+              f"{r['predict_cps']:13.0f} {r['peak_mib']:6.0f}Mi", flush=True)
+    print(f"(device: {device})")
+
+
+def bench_ablation(data: Path, seeds: list[int], epochs: int) -> None:
+    variants = [(1, True), (1, False), (3, True), (5, True), (None, True)]
+    print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel defaults (hidden 64, 3 layers, hinge, "
+          f"32 configs/step, 4 steps/graph, 1000 train / 500 eval configs), epochs={epochs}, patience={epochs}.")
+    print(f"{'hops':>5s} {'pad':>4s} {'seed':>4s} {'mean nodes':>10s} {'best tau':>9s} {'(ep)':>4s} "
+          f"{'re-scored':>9s} {'train s':>8s} {'fit s':>7s} {'peak':>8s}", flush=True)
+    results: dict[tuple, list[dict]] = {}
+    for seed in seeds:
+        for hops, pad in variants:
+            r = _run_part("ablation", data, hops, int(pad), seed, epochs)
+            results.setdefault((hops, pad), []).append(r)
+            print(f"{hops!s:>5s} {'-1' if pad else 'no':>4s} {seed:4d} {r['mean_nodes']:10.0f} "
+                  f"{r['best_metric']:9.4f} {r['best_epoch']:4d} {r['rescored']:9.4f} {r['train_s']:8.1f} "
+                  f"{r['fit_s']:7.1f} {r['peak_mib']:6.0f}Mi", flush=True)
+    if len(seeds) > 1:
+        print(f"\nmean ± half-range over seeds {seeds}")
+        print(f"{'hops':>5s} {'pad':>4s} {'best tau':>16s} {'re-scored':>16s} {'train s':>8s}")
+        def ms(rs: list[dict], key: str) -> str:
+            v = [r[key] for r in rs]
+            return f"{sum(v) / len(v):7.4f} ± {(max(v) - min(v)) / 2:.4f}"
+
+        for (hops, pad), rs in results.items():
+            print(f"{hops!s:>5s} {'-1' if pad else 'no':>4s} {ms(rs, 'best_metric'):>16s} {ms(rs, 'rescored'):>16s} "
+                  f"{sum(r['train_s'] for r in rs) / len(rs):8.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="smaller graphs and fewer steps (under 2 minutes)")
+    ap.add_argument("--data", default="data/synthetic-demo", help="world for the throughput part")
+    ap.add_argument("--ablation", action="store_true", help="run only the (long) ablation")
+    ap.add_argument("--ablation-data", default="data/synthetic-bench", help="world for the ablation")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="ablation seeds (default 0)")
+    ap.add_argument("--epochs", type=int, default=3, help="ablation epochs (default 3)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads in every part (default: torch's)")
+    args = ap.parse_args()
+    if args.part:
+        if os.environ.get("FASTSLOW_BENCH_THREADS"):
+            import torch
+
+            torch.set_num_threads(int(os.environ["FASTSLOW_BENCH_THREADS"]))
+        print(json.dumps(_dispatch(args.part)))
+        return
+    if args.threads:
+        os.environ["FASTSLOW_BENCH_THREADS"] = str(args.threads)
+    t0 = time.perf_counter()
+    if args.ablation:
+        bench_ablation(Path(args.ablation_data), args.seeds, args.epochs)
+    else:
+        data = Path(args.data)
+        if not (data / "world.json").exists():
+            from competition.pipeline import resolve_data
+
+            resolve_data(None, data, progress=False)
+        work = Path(tempfile.mkdtemp(prefix="fastslow-bench-gnn-"))
+        try:
+            bench_gst(work, args.quick)
+            bench_throughput(data, args.quick)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s; peak of the parts: "
+          f"{peak_mib(resource.RUSAGE_CHILDREN):.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
