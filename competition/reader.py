@@ -3,7 +3,7 @@
 The same reader serves the real Kaggle download and the synthetic world, which share the on-disk format:
 
 * :func:`find_data_root` resolves the data root (``--data``, ``$FASTSLOW_DATA``, a Kaggle mount, ``./data``,
-  ``./data/kaggle``).
+  ``./data/kaggle``, ``./data/synthetic-demo``).
 * :func:`list_graphs` and :func:`iter_graphs` walk one collection and split.
 * :func:`load_graph` reads one file into a :class:`TileGraph` or a :class:`LayoutGraph`. Every array is read
   eagerly except a layout file's ``node_config_feat`` (gigabytes once decompressed), which is only ever streamed:
@@ -178,7 +178,8 @@ def find_data_root(
 
     Searched in order: ``explicit`` (the CLI's ``--data``), ``$FASTSLOW_DATA``, a Kaggle mount (``npz_all/npz``
     up to 4 levels below ``kaggle_input``), then ``./data``, then ``./data/kaggle`` (where ``fastslow kaggle
-    download`` unpacks). A folder qualifies if it holds ``npz_all/npz/`` or
+    download`` unpacks), then ``./data/synthetic-demo`` (the synthetic world ``make submit`` generates when it
+    finds no real data, so the other commands work on it too). A folder qualifies if it holds ``npz_all/npz/`` or
     ``npz/`` with ``tile/`` or ``layout/`` inside, or is such an ``npz/`` folder itself.
 
     Args:
@@ -223,6 +224,11 @@ def find_data_root(
     if found is not None:
         return found
     searched.append(f"./data/kaggle ({downloaded}): {_describe_folder(downloaded)}")
+    demo = data / "synthetic-demo"  # the synthetic world `make submit` generates when it finds no real data
+    found = _as_root(demo, "./data/synthetic-demo")
+    if found is not None:
+        return found
+    searched.append(f"./data/synthetic-demo ({demo}): {_describe_folder(demo)}")
 
     places = "\n".join(f"  {i}. {s}" for i, s in enumerate(searched, 1))
     raise DataRootNotFound(

@@ -503,6 +503,14 @@ def test_local_data_folder(tmp_path: Path, nowhere: dict):
     assert (root.npz_dir, root.source, root.secret_dir) == (npz, "./data", tmp_path / "cwd/data/secret")
 
 
+def test_downloaded_and_demo_folders_are_found_after_data(tmp_path: Path, nowhere: dict):
+    demo = make_tree(tmp_path / "cwd/data/synthetic-demo")
+    assert find_data_root(**nowhere).npz_dir == demo
+    assert find_data_root(**nowhere).source == "./data/synthetic-demo"
+    kaggle = make_tree(tmp_path / "cwd/data/kaggle")
+    assert (find_data_root(**nowhere).npz_dir, find_data_root(**nowhere).source) == (kaggle, "./data/kaggle")
+
+
 def test_nothing_found_lists_every_place(tmp_path: Path, nowhere: dict):
     with pytest.raises(DataRootNotFound) as info:
         find_data_root(**nowhere)
@@ -515,6 +523,7 @@ def test_nothing_found_lists_every_place(tmp_path: Path, nowhere: dict):
     assert lines[3].endswith("does not exist")
     assert lines[4] == f"  4. ./data ({tmp_path / 'cwd' / 'data'}): no such folder"
     assert lines[5] == f"  5. ./data/kaggle ({tmp_path / 'cwd' / 'data' / 'kaggle'}): no such folder"
+    assert lines[6] == f"  6. ./data/synthetic-demo ({tmp_path / 'cwd' / 'data' / 'synthetic-demo'}): no such folder"
     assert "fastslow kaggle download" in msg
     assert "fastslow data synth --scale demo --out data/synthetic-demo" in msg
     assert "--data DIR or set FASTSLOW_DATA=DIR" in msg
