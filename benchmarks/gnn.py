@@ -347,7 +347,11 @@ def bench_throughput(data: Path, quick: bool) -> None:
     layout_graphs, tile_graphs = (4, 32) if quick else (10, 128)
     rows = [("layout:xla:random", False, "layout (hops 1)", layout_graphs),
             ("layout:xla:random", True, "layout + attention", layout_graphs), ("tile:xla", False, "tile", tile_graphs)]
-    print(f"\n2. Throughput: default models (hidden 64, 3 layers, 32 configs/step) on {data} "
+    from models.gnn.model import DEFAULTS
+
+    lay, til = DEFAULTS["layout"], DEFAULTS["tile"]
+    print(f"\n2. Throughput: default models (layout hidden {lay['hidden']}, tile hidden {til['hidden']}, "
+          f"{lay['layers']} layers, 32 configs/step) on {data} "
           f"(train split, first {layout_graphs} layout / {tile_graphs} tile graphs, one step per graph, at most 32 "
           f"configs per step; epoch 2 timed). Prediction: "
           f"predict_scores, batch 128, one ordering.")
@@ -364,8 +368,13 @@ def bench_throughput(data: Path, quick: bool) -> None:
 
 def bench_ablation(data: Path, seeds: list[int], epochs: int) -> None:
     variants = [(1, True), (1, False), (3, True), (5, True), (None, True)]
-    print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel defaults (hidden 64, 3 layers, hinge, "
-          f"32 configs/step, 4 steps/graph, 1000 train / 500 eval configs), epochs={epochs}, patience={epochs}.")
+    from models.gnn.model import DEFAULTS
+
+    d = DEFAULTS["layout"]
+    print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel layout defaults (hidden {d['hidden']}, "
+          f"{d['layers']} layers, lr {d['lr']}, {d['loss']}, {d['configs_per_graph']} configs/step, "
+          f"{d['steps_per_graph']} steps/graph, {d['train_configs']} train / {d['eval_configs']} eval configs), "
+          f"epochs={epochs}, patience={epochs}.")
     print(f"{'hops':>5s} {'pad':>4s} {'seed':>4s} {'mean nodes':>10s} {'best tau':>9s} {'(ep)':>4s} "
           f"{'re-scored':>9s} {'train s':>8s} {'fit s':>7s} {'peak':>8s}", flush=True)
     results: dict[tuple, list[dict]] = {}
