@@ -99,11 +99,11 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
     from competition.reader import load_graph
     from features.data import graph_to_data
     from features.transforms import DropConstantColumns, Normalize
-    from models.gnn.gst import HistoryTable, gst_scores
+    from models.gnn.gst import HistoryTable
     from models.gnn.losses import get_loss
     from models.gnn.model import feature_pipeline
     from models.gnn.net import make_segments
-    from models.gnn.train import Item, TrainConfig, resolve_device, seed_everything
+    from models.gnn.train import Item, TrainConfig, resolve_device, seed_everything, training_step
 
     device = resolve_device("auto")
     graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
@@ -123,6 +123,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
     np_rng = np.random.default_rng(0)
     table = HistoryTable()
     segs = [s.to(device) for s in item.segments]
+    on_device = Item(item.key, segs, item.config_feat, item.y)
     gc.collect()
     rss_before = _rss_mib()
     if device.type == "cuda":
@@ -130,21 +131,8 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
 
     def epoch(n: int) -> float:
         t0 = time.perf_counter()
-        for _ in range(n):  # the body of models.gnn.train.train's step loop
-            k = min(cfg.configs_per_graph, item.num_configs)
-            pos = torch.randperm(item.num_configs, generator=gen)[:k]
-            cf = item.config_feat[pos].to(device)
-            y = item.y[pos].to(device)
-            if cfg.uses_gst and len(segs) > 1:
-                scores, _ = gst_scores(net, segs, cf, pos, key=item.key, table=table, rng=np_rng,
-                                       backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
-            else:
-                scores = net(segs, cf)
-            loss = loss_fn(scores, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
+        for _ in range(n):  # the same step as models.gnn.train.train
+            training_step(net, on_device, cfg, opt, loss_fn, table, gen=gen, np_rng=np_rng, device=device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0

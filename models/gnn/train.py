@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from competition.metrics import kendall_tau, predicted_order, tile_score
 from competition.npzio import atomic_path, atomic_write_text
 from models.gnn.gst import HistoryTable, gst_scores
-from models.gnn.losses import get_loss
+from models.gnn.losses import LossFn, get_loss
 from models.gnn.net import RankNet, Segment
 
 CHECKPOINT = "checkpoint.pt"
@@ -191,6 +191,31 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
     return float(np.mean(values)) if values else float("nan")
 
 
+def training_step(net: RankNet, item: Item, cfg: TrainConfig, opt: torch.optim.Optimizer, loss_fn: LossFn,
+                  table: HistoryTable, *, gen: torch.Generator, np_rng: np.random.Generator,
+                  device: torch.device) -> float:
+    """One optimiser step on one graph: sample ``configs_per_graph`` configs, score them (through GST when the
+    graph has several segments and ``cfg`` uses it), take the loss, clip gradients at norm 1, step.
+
+    ``item``'s segments must already be on ``device``. Returns the loss.
+    """
+    k = min(cfg.configs_per_graph, item.num_configs)
+    pos = torch.randperm(item.num_configs, generator=gen)[:k]
+    cf = item.config_feat[pos].to(device)
+    y = item.y[pos].to(device)
+    if cfg.uses_gst and len(item.segments) > 1:
+        scores, _ = gst_scores(net, item.segments, cf, pos, key=item.key, table=table, rng=np_rng,
+                               backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
+    else:
+        scores = net(item.segments, cf)
+    loss = loss_fn(scores, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
 def _cosine(total_steps: int, warmup: int) -> Callable[[int], float]:
     def factor(step: int) -> float:
         if step < warmup:
@@ -306,24 +331,9 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         losses = []
         bar = tqdm(order, desc=f"{title or cfg.kind} epoch {epoch}/{cfg.epochs}", disable=not progress, leave=False)
         for i in bar:
-            item = usable[i]
-            k = min(cfg.configs_per_graph, item.num_configs)
-            pos = torch.randperm(item.num_configs, generator=gen)[:k]
-            cf = item.config_feat[pos].to(device)
-            y = item.y[pos].to(device)
-            segs = item.segments
-            if cfg.uses_gst and len(segs) > 1:
-                scores, _ = gst_scores(net, segs, cf, pos, key=item.key, table=table, rng=np_rng,
-                                       backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
-            else:
-                scores = net(segs, cf)
-            loss = loss_fn(scores, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
+            loss = training_step(net, usable[i], cfg, opt, loss_fn, table, gen=gen, np_rng=np_rng, device=device)
             sched.step()
-            losses.append(float(loss.detach()))
+            losses.append(loss)
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
             if max_seconds is not None and time.perf_counter() - started > max_seconds:
                 stopped = "time budget"
