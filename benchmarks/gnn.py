@@ -149,9 +149,8 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
     """Fit ``GNNModel(hops=None)`` full-graph or GST on the small world; valid Kendall tau two ways."""
     import numpy as np
 
-    from competition.collections import Collection, Split
-    from competition.metrics import kendall_tau
-    from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.collections import Collection
+    from competition.reader import find_data_root
     from models.gnn.model import GNNModel
 
     root = find_data_root(world)
@@ -162,10 +161,7 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
     t0 = time.perf_counter()
     model.fit(root, c, progress=False)
     seconds = time.perf_counter() - t0
-    taus = []
-    for p in list_graphs(root, c, Split.VALID):
-        g = load_graph(p, c)
-        taus.append(kendall_tau(model.predict(g), g.config_runtime))
+    taus = _valid_taus(model, root, c)
     return {"best_metric": model.best_metric_, "best_epoch": model.best_epoch_, "rescored": float(np.mean(taus)),
             "seconds": seconds, "peak_mib": peak_mib()}
 
@@ -227,6 +223,19 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
             "threads": torch.get_num_threads()}
 
 
+def _valid_taus(model, root, collection) -> list[float]:
+    """Kendall tau of ``model.predict`` over every config of each valid graph of a layout collection."""
+    from competition.collections import Split
+    from competition.metrics import kendall_tau
+    from competition.reader import list_graphs, load_graph
+
+    taus = []
+    for p in list_graphs(root, collection, Split.VALID):
+        g = load_graph(p, collection)
+        taus.append(kendall_tau(model.predict(g), g.config_runtime))
+    return taus
+
+
 # -- part 3: ablation ---------------------------------------------------------------------------------------------
 
 
@@ -236,8 +245,7 @@ def part_ablation(data: Path, hops: int | None, pad: bool, seed: int, epochs: in
     from torch_geometric.transforms import Compose
 
     from competition.collections import Collection, Split
-    from competition.metrics import kendall_tau
-    from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.reader import find_data_root
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs
     from models.gnn.model import DEFAULTS, GNNModel, feature_pipeline
@@ -249,10 +257,7 @@ def part_ablation(data: Path, hops: int | None, pad: bool, seed: int, epochs: in
     t0 = time.perf_counter()
     model.fit(root, c, progress=False)
     seconds = time.perf_counter() - t0
-    taus = []
-    for p in list_graphs(root, c, Split.VALID):
-        g = load_graph(p, c)
-        taus.append(kendall_tau(model.predict(g), g.config_runtime))
+    taus = _valid_taus(model, root, c)
     ds = ProcessedGraphs(root, c, Split.TRAIN,
                          pre_transform=Compose([feature_pipeline("layout", hops, pad), DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"]["train_configs"], progress=False)

@@ -311,9 +311,11 @@ def _parse_params(items: Sequence[str]) -> dict[str, object]:
 def _cmd_train(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from competition.metrics import kendall_tau, predicted_order, tile_score
+    from competition.pipeline import split_labels
     from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.submission import submission_id
     from features.cache import collection_slug
+    from models.gnn.train import graph_metric
     from models.registry import make_model
 
     root = find_data_root(args.data)
@@ -321,10 +323,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.model.startswith("gnn"):
         params.setdefault("runs_dir", args.runs_dir)
     try:
-        probe = make_model(args.model, **params)
+        make_model(args.model, **params)  # unknown hyper-parameters fail here, before any fitting
     except TypeError as exc:
         raise SystemExit(f"fastslow train: {exc}") from None
-    del probe
     collections = [c for c in _collections(args.collections) if list_graphs(root, c, Split.TRAIN)]
     print(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved")
     for c in collections:
@@ -332,15 +333,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model = make_model(args.model, **params).fit(root, c, progress=not args.no_progress)
         seconds = time.perf_counter() - t0
         saved = model.save(Path(args.runs_dir) / args.model / collection_slug(c) / "model.json")
-        values = []
-        for path in list_graphs(root, c, Split.VALID):
-            graph = load_graph(path, c)
-            if c.is_tile:
-                y = graph.normalized_runtime()
-                if np.isfinite(y).all():
-                    values.append(tile_score(predicted_order(model.predict(graph)), y))
-            elif graph.config_runtime.any():
-                values.append(kendall_tau(model.predict(graph), graph.config_runtime))
+        paths = list_graphs(root, c, Split.VALID)
+        labels = split_labels(root, [c], Split.VALID) if paths else {}
+        values = [graph_metric("tile" if c.is_tile else "layout", model.predict(load_graph(p, c)),
+                               labels[submission_id(c, p.stem)]) for p in paths]
         valid = f"{np.mean(values):8.4f}" if values else f"{'-':>8s}"
         print(f"{c.value:20s} {valid} {len(values):7d} {seconds:8.1f}  {saved}", flush=True)
     return 0

@@ -29,7 +29,13 @@ from competition.errors import DataRootNotFound
 from competition.leaderboard import DEFAULT_PATH, append_row
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
 from competition.stats import oracle_score
-from competition.submission import ScoreReport, score_submission, validate_submission, write_submission
+from competition.submission import (
+    ScoreReport,
+    score_submission,
+    submission_id,
+    validate_submission,
+    write_submission,
+)
 
 if TYPE_CHECKING:
     from models.ensemble import Ensemble
@@ -93,7 +99,7 @@ def is_synthetic(root: DataRoot) -> bool:
 
 
 def _ids(collection: Collection, paths: Sequence[Path]) -> list[str]:
-    return [f"{collection.value}:{p.stem}" for p in paths]
+    return [submission_id(collection, p.stem) for p in paths]
 
 
 def split_labels(root: DataRoot, collections: Sequence[Collection], split: Split) -> dict[str, np.ndarray]:

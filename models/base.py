@@ -138,13 +138,18 @@ def load_model(path: str | os.PathLike[str]) -> RankingModel:
     return RankingModel.load(path)
 
 
-def _read_doc(path: Path) -> dict[str, Any]:
+def read_json_doc(path: Path, what: str) -> Any:
+    """The parsed JSON of a saved ``what`` (e.g. ``"model"``), or a ``ValueError`` naming the file and the problem."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{path}: expected a saved model; found no such file") from None
+        raise ValueError(f"{path}: expected a saved {what}; found no such file") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: expected a saved model (JSON); found invalid JSON ({exc})") from None
+        raise ValueError(f"{path}: expected a saved {what} (JSON); found invalid JSON ({exc})") from None
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    doc = read_json_doc(path, "model")
     missing = [k for k in ("name", "version", "params", "state") if not isinstance(doc, dict) or k not in doc]
     if missing:
         raise ValueError(f"{path}: expected a saved model with keys name, version, params, state; "

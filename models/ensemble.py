@@ -44,6 +44,7 @@ from competition.collections import Collection
 from competition.metrics import TILE_TOP_K, kendall_tau
 from competition.npzio import atomic_write_text
 from competition.submission import parse_submission_id
+from models.base import read_json_doc
 
 METHODS = ("auto", "weighted", "best", "mean")
 NORMALIZATIONS = ("auto", "rank", "minmax")
@@ -413,12 +414,7 @@ class Ensemble:
             ValueError: no such file, invalid JSON, or not a saved ensemble of this format version.
         """
         path = Path(path)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"{path}: expected a saved ensemble; found no such file") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: expected a saved ensemble (JSON); found invalid JSON ({exc})") from None
+        doc = read_json_doc(path, "ensemble")
         if not isinstance(doc, dict) or doc.get("name") != "ensemble" or "state" not in doc or "params" not in doc:
             raise ValueError(f"{path}: expected a saved ensemble (name 'ensemble' with params and state)")
         if doc.get("version") != FORMAT_VERSION:

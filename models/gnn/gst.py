@@ -101,10 +101,11 @@ def gst_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor,
                 with torch.no_grad():
                     fresh = net.segment_sum(segment, config_feat[missing.to(config_feat.device)])
                 table.put(key, i, positions[missing], fresh)
-                emb = torch.zeros(positions.shape[0], fresh.shape[1], device=fresh.device, dtype=fresh.dtype)
-                if stored is not None:
+                if stored is None:
+                    emb = fresh  # nothing stored yet: every config was missing
+                else:
                     emb = stored.clone()
-                emb[missing.to(fresh.device)] = fresh
+                    emb[missing.to(fresh.device)] = fresh
             else:
                 emb = stored
             emb = emb.detach()

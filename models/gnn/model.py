@@ -13,6 +13,7 @@ collections of the demo world on a 2-core CPU within the ``make submit`` budget)
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -52,14 +53,6 @@ PREDICT_BLOCK = 4096
 """Layout configs read from disk and scored per block."""
 
 
-class _Identity(BaseTransform):
-    def forward(self, data: Data) -> Data:
-        return data
-
-    def __repr__(self) -> str:
-        return "Identity()"
-
-
 def feature_pipeline(kind: str, hops: int | None, pad: bool) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
@@ -73,7 +66,7 @@ def feature_pipeline(kind: str, hops: int | None, pad: bool) -> BaseTransform:
     if pad:
         steps.append(PadLayoutMinusOne())
     steps += [LogTransform(), OpcodeGroupFeatures(), ShapeAlignmentFeatures()]
-    return Compose(steps) if len(steps) > 1 else (steps[0] if steps else _Identity())
+    return Compose(steps)
 
 
 class GNNModel(RankingModel):
@@ -223,7 +216,7 @@ class GNNModel(RankingModel):
                        max_seconds=self.max_seconds, title=f"{self.name} {collection.value}")
         self.collection_ = collection
         self.resolved_ = r
-        self.settings_ = {k: v for k, v in vars(cfg).items()}
+        self.settings_ = asdict(cfg)
         self.weights_ = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
                          for k, v in result.state.items()}
         self.columns_ = columns.state_dict()
