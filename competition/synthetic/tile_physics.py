@@ -18,7 +18,9 @@ The model (constants here and in :mod:`competition.synthetic.physics`):
   (:data:`HEURISTIC_OVERHEAD`, :data:`HEURISTIC_BANDWIDTH`, :data:`HEURISTIC_FILL`), found by exhaustive search (coordinate descent for huge spaces); good, not always the best.
 * Sampled configs draw tile sizes among the powers of two up to each dim and the whole dim (lane dim from 128,
   sublane dim from 8, kernel chunk from 8; a dim at most one such tile wide: whole or half), within :data:`SAMPLE_WINDOW` of the
-  default's size per dim.
+  default's size per dim. A *wide* search (``wide=True``, the full-scale world, whose kernels hold up to about
+  10,000 configs as real ones do) also measures the sizes between powers of two (:data:`WIDE_STEPS`), in the same
+  window.
 * Config rows (24 float32 columns): 0-7 kernel_bounds 0-5, sum, product; 8-15 output_bounds 0-5, sum, product;
   16-23 input_bounds (all 0). Padding 0; an empty list has product 0.
 """
@@ -54,6 +56,11 @@ HEURISTIC_FILL: float = 0.9
 SAMPLE_WINDOW: float = 3.0
 """Sampled tile sizes lie within this factor of the default's, per dim (an autotuner searches around it)."""
 
+WIDE_STEPS: tuple[float, ...] = (1.0, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875)
+"""Wide search: tile sizes are granule x step x power of two, rounded to a whole number of granules, for these
+steps (granule 128 on the lane dim, 8 on the sublane dim and the kernel chunk, 1 elsewhere), besides the powers of
+two and the whole dim: eight sizes per octave instead of one."""
+
 EXHAUSTIVE_LIMIT: int = 200_000
 """The default heuristic searches all tile combos up to this many; beyond, coordinate descent from whole dims."""
 
@@ -73,6 +80,23 @@ def _candidates(size: int, floor: int = 1) -> list[int]:
     out = [1 << k for k in range(size.bit_length()) if floor <= (1 << k) < size] + [size]
     # A dim exactly one tile wide may still be split in two (so a small kernel has a few configs, as real ones do).
     return [size // 2, size] if len(out) == 1 and size >= 2 else out
+
+
+def _wide_candidates(size: int, floor: int = 1) -> list[int]:
+    """The wide search's tile sizes for a dim: :func:`_candidates` plus ``floor * step * 2**k`` (``step`` in
+    :data:`WIDE_STEPS`) below the dim."""
+    base = _candidates(size, floor)
+    if size <= floor:
+        return base
+    out = set(base)
+    k = 1
+    while k * floor < size:
+        for step in WIDE_STEPS:
+            v = int(round(k * step)) * floor
+            if floor <= v < size:
+                out.add(v)
+        k *= 2
+    return sorted(out)
 
 
 def _pad(x: npt.NDArray[np.float64], to: int) -> npt.NDArray[np.float64]:
@@ -101,9 +125,12 @@ class TileProblem:
         self.other_bytes = other_bytes
         r = len(self.out_dims)
         floors = [physics.LANE if i == r - 1 else physics.SUBLANE if i == r - 2 else 1 for i in range(r)]
-        self._options = [_candidates(d, f) for d, f in zip(self.out_dims, floors, strict=True)]
+        sizes = list(self.out_dims)
         if self.kernel_dims:
-            self._options.append(_candidates(self.kernel_dims[kernel_contract], physics.SUBLANE))
+            sizes.append(self.kernel_dims[kernel_contract])
+            floors.append(physics.SUBLANE)
+        self._options = [_candidates(d, f) for d, f in zip(sizes, floors, strict=True)]
+        self._wide_options = [_wide_candidates(d, f) for d, f in zip(sizes, floors, strict=True)]
         self._default: npt.NDArray[np.float32] | None = None
 
     @classmethod
@@ -203,21 +230,20 @@ class TileProblem:
     def _combo(self, idx: list[int]) -> npt.NDArray[np.int64]:
         return np.asarray([[o[i] for o, i in zip(self._options, idx, strict=True)]], dtype=np.int64)
 
-    def sample_configs(self, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    def sample_configs(self, n: int, rng: np.random.Generator, *, wide: bool = False) -> npt.NDArray[np.float32]:
         """Distinct tile configs, the default among them.
 
         Args:
-            n: wanted count; fewer come back when the kernel has fewer distinct configs.
+            n: wanted count; fewer come back when the kernel has fewer distinct configs (see :meth:`config_space`).
             rng: the generator.
+            wide: also draw the sizes between powers of two (:data:`WIDE_STEPS`), not only the powers of two and
+                whole dims; both within :data:`SAMPLE_WINDOW` of the default's sizes.
 
         Returns:
             float32 ``[m, 24]`` with ``m = min(n, number of configs)``, at least 1.
         """
         dflt = self.default_config()
-        tiles, kc = self._decode(dflt[None])
-        picks = np.concatenate([tiles[0], kc]) if self.kernel_dims else tiles[0]
-        options = [[c for c in o if picks[d] / SAMPLE_WINDOW <= c <= picks[d] * SAMPLE_WINDOW]
-                   for d, o in enumerate(self._options)]
+        options = self._window_options(wide)
         counts = [len(o) for o in options]
         total = int(np.prod(counts, dtype=np.float64)) if np.prod(counts, dtype=np.float64) < 2**62 else 2**62
         m = max(1, min(n, total))
@@ -235,6 +261,20 @@ class TileProblem:
         if not np.any(np.all(feats == dflt, axis=1)):
             feats[rng.integers(0, m)] = dflt
         return feats
+
+    def config_space(self, wide: bool = False) -> int:
+        """How many distinct configs :meth:`sample_configs` can return at most (capped at ``2**62``)."""
+        total = np.prod([len(o) for o in self._window_options(wide)], dtype=np.float64)
+        return int(total) if total < 2**62 else 2**62
+
+    def _window_options(self, wide: bool) -> list[list[int]]:
+        """The tile sizes per dim a search draws from: those of its grid within :data:`SAMPLE_WINDOW` of the
+        default's sizes."""
+        dflt = self.default_config()
+        tiles, kc = self._decode(dflt[None])
+        picks = np.concatenate([tiles[0], kc]) if self.kernel_dims else tiles[0]
+        grid = self._wide_options if wide else self._options
+        return [[c for c in o if picks[d] / SAMPLE_WINDOW <= c <= picks[d] * SAMPLE_WINDOW] for d, o in enumerate(grid)]
 
     # -- runtime -------------------------------------------------------------------------------------------------
 

@@ -40,8 +40,82 @@ SECRET_SUBDIR = Path("secret")
 MANIFEST = "world.json"
 # Configs whose features are computed and written together: bounds the writer's memory to a few blocks.
 CONFIG_BLOCK = 512
-# Tile kernels written per generated program (tile graphs are cut from programs, several from each).
+# Tile kernels written per generated program (tile graphs are cut from programs, several from each), by default.
 KERNELS_PER_PROGRAM = 8
+
+
+@dataclass(frozen=True)
+class CountDist:
+    """A distribution of configs per graph: a quantile curve, plus a small share of tiny graphs.
+
+    A draw is, with probability ``tiny``, a uniform integer in ``tiny_range`` (both ends included); otherwise the
+    quantile curve at a uniform ``u``: ``knots`` are ``(quantile, count)`` points from quantile 0 to 1, joined
+    log-linearly. Two knots make a log-uniform draw; a steep last segment is a point mass (the real nlp graphs
+    whose search stopped at its budget of about 100,000 configs). The draw order does not depend on the graph index,
+    so the first graphs of a split are as big as any.
+
+    Attributes:
+        knots: ``((0.0, low), ..., (1.0, high))``, quantiles increasing, counts non-decreasing.
+        tiny: probability of a tiny graph (0: none, and no random number is spent on it).
+        tiny_range: ``(low, high)`` counts of a tiny graph.
+    """
+
+    knots: tuple[tuple[float, int], ...]
+    tiny: float = 0.0
+    tiny_range: tuple[int, int] = (2, 4)
+
+    def __post_init__(self) -> None:
+        qs = [q for q, _ in self.knots]
+        counts = [c for _, c in self.knots]
+        if len(qs) < 2 or qs[0] != 0.0 or qs[-1] != 1.0 or any(b <= a for a, b in zip(qs, qs[1:], strict=False)):
+            raise ValueError(f"knots must run from quantile 0 to 1, increasing: {self.knots}")
+        if counts[0] < 1 or any(b < a for a, b in zip(counts, counts[1:], strict=False)):
+            raise ValueError(f"knot counts must be positive and non-decreasing: {self.knots}")
+        if not 0.0 <= self.tiny < 1.0 or not 1 <= self.tiny_range[0] <= self.tiny_range[1]:
+            raise ValueError(f"bad tiny share {self.tiny} or range {self.tiny_range}")
+
+    @classmethod
+    def loguniform(cls, low: int, high: int) -> CountDist:
+        """Log-uniform between ``low`` and ``high``."""
+        return cls(((0.0, low), (1.0, high)))
+
+    @property
+    def low(self) -> int:
+        """The smallest count a draw can give."""
+        return min(self.knots[0][1], self.tiny_range[0]) if self.tiny > 0 else self.knots[0][1]
+
+    @property
+    def high(self) -> int:
+        """The largest count a draw can give."""
+        return max(self.knots[-1][1], self.tiny_range[1]) if self.tiny > 0 else self.knots[-1][1]
+
+    def quantile(self, u: float) -> int:
+        """The body's count at quantile ``u`` in [0, 1) (the tiny share aside)."""
+        j = 0
+        while j + 2 < len(self.knots) and u >= self.knots[j + 1][0]:
+            j += 1
+        (q0, c0), (q1, c1) = self.knots[j], self.knots[j + 1]
+        lo = np.log(c0)
+        # Written as the historical log-uniform draw (lo + (hi - lo) * u), so two-knot scales keep their bytes.
+        return int(round(np.exp(lo + (np.log(c1) - lo) * ((u - q0) / (q1 - q0)))))
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """One count."""
+        if self.tiny > 0 and rng.random() < self.tiny:
+            return int(rng.integers(self.tiny_range[0], self.tiny_range[1] + 1))
+        return self.quantile(float(rng.random()))
+
+    def sample(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.int64]:
+        """``n`` counts (for inspection and tests)."""
+        return np.asarray([self.draw(rng) for _ in range(n)], dtype=np.int64)
+
+
+LayoutConfigs = dict[tuple[str, str], CountDist]
+"""Configs per train/valid layout graph by ``(source, split)``: ``("xla" | "nlp", "train" | "valid")``."""
+
+
+def _everywhere(dist: CountDist) -> LayoutConfigs:
+    return {(src, split.value): dist for src in ("xla", "nlp") for split in (Split.TRAIN, Split.VALID)}
 
 
 @dataclass(frozen=True)
@@ -49,26 +123,37 @@ class Scale:
     """Sizes of one world scale.
 
     Args:
-        name: ``tiny``, ``demo`` or ``full``.
+        name: ``tiny``, ``demo``, ``bench`` or ``full``.
         layout_counts: graphs per split per layout collection ``{collection value: (train, valid, test)}``.
         tile_counts: tile graphs per split ``(train, valid, test)``.
         layout_nodes: ``(low, high)`` target node counts of layout programs, drawn log-uniformly.
-        layout_configs: ``(low, high)`` configs per train/valid layout graph, drawn log-uniformly.
-        layout_test_configs: configs per layout test graph (a few get one more, as in the real data).
-        max_config_cells: cap on configs x configurable nodes of one layout graph (bounds file sizes).
+        layout_configs: configs per train/valid layout graph by ``(source, split)`` (see :class:`CountDist`).
+        layout_test_configs: configs per layout test graph.
+        layout_test_extra: probability that a layout test file gets one config more (the real test set has two
+            files of 1,001 among 50).
+        max_config_cells: cap on configs x configurable nodes of one layout graph (bounds file sizes and time; a
+            graph with many configurable nodes gets fewer configs, as in the real data).
         tile_program_nodes: ``(low, high)`` node counts of the programs tile kernels are cut from.
-        tile_configs: ``(low, high)`` configs per tile graph, drawn log-uniformly.
+        tile_configs: configs per tile graph (see :class:`CountDist`).
+        tile_wide: the wide tile search (``TileProblem.sample_configs(wide=True)``: eight tile sizes per octave
+            instead of one, so kernels hold thousands of configs), and each file takes a kernel of its program
+            whose config space holds the drawn count; without it kernels are taken in turn and give at most their
+            narrow space (a few hundred configs).
+        tile_kernels_per_program: tile files cut from one generated program (fewer: fewer files share a kernel).
     """
 
     name: str
     layout_counts: dict[str, tuple[int, int, int]]
     tile_counts: tuple[int, int, int]
     layout_nodes: tuple[int, int]
-    layout_configs: tuple[int, int]
+    layout_configs: LayoutConfigs
     layout_test_configs: int
     max_config_cells: int
     tile_program_nodes: tuple[int, int]
-    tile_configs: tuple[int, int]
+    tile_configs: CountDist
+    layout_test_extra: float = 0.1
+    tile_wide: bool = False
+    tile_kernels_per_program: int = KERNELS_PER_PROGRAM
 
 
 def _layout_counts(xd: Sequence[int], xr: Sequence[int], nd: Sequence[int], nr: Sequence[int]) -> dict:
@@ -80,28 +165,38 @@ def _layout_counts(xd: Sequence[int], xr: Sequence[int], nd: Sequence[int], nr: 
     }
 
 
+# Full scale, calibrated on the real figures (shared/spec/real-sizes.md; docs/synthetic.md has the table).
+# xla valid, real (random search): 481, 4,688, 5,288, 5,704, 7,248, 17,360, 19,040.
+FULL_XLA_CONFIGS = ((0.0, 450), (0.15, 4_000), (0.65, 8_000), (0.75, 16_000), (1.0, 20_000))
+# nlp valid, real (default search): 11,163 and then 25,937 to 94,599 (11 graphs), then eight at 99,840-100,032.
+FULL_NLP_CONFIGS = ((0.0, 10_500), (0.05, 24_000), (0.6, 99_800), (1.0, 100_040))
+# A few real train graphs have only about 20 configs.
+FULL_TINY_LAYOUT = (16, 24)
+# Tile kernels, real test split: 2 to about 9,900 configs; 55 of 844 above 7,000, 16 with only 2-4.
+FULL_TILE_CONFIGS = CountDist(((0.0, 10), (0.935, 7_000), (1.0, 9_900)), tiny=0.02, tiny_range=(2, 4))
+
 SCALES: dict[str, Scale] = {
     "tiny": Scale(
         "tiny",
         _layout_counts((3, 2, 2), (3, 2, 2), (3, 2, 2), (3, 2, 2)),
         tile_counts=(16, 8, 8),
         layout_nodes=(120, 400),
-        layout_configs=(40, 120),
+        layout_configs=_everywhere(CountDist.loguniform(40, 120)),
         layout_test_configs=60,
         max_config_cells=200_000,
         tile_program_nodes=(150, 400),
-        tile_configs=(6, 60),
+        tile_configs=CountDist.loguniform(6, 60),
     ),
     "demo": Scale(
         "demo",
         _layout_counts((10, 4, 4), (10, 4, 4), (12, 4, 4), (12, 4, 4)),
         tile_counts=(320, 64, 64),
         layout_nodes=(400, 4000),
-        layout_configs=(300, 2000),
+        layout_configs=_everywhere(CountDist.loguniform(300, 2000)),
         layout_test_configs=1000,
         max_config_cells=2_000_000,
         tile_program_nodes=(300, 1500),
-        tile_configs=(8, 400),
+        tile_configs=CountDist.loguniform(8, 400),
     ),
     # Between demo and full: the world the GNN quality table is measured on (more and larger graphs than demo,
     # still trainable on a 2-core CPU).
@@ -110,22 +205,30 @@ SCALES: dict[str, Scale] = {
         _layout_counts((24, 6, 6), (24, 6, 6), (28, 6, 6), (28, 6, 6)),
         tile_counts=(960, 128, 128),
         layout_nodes=(400, 8000),
-        layout_configs=(500, 3000),
+        layout_configs=_everywhere(CountDist.loguniform(500, 3000)),
         layout_test_configs=1000,
         max_config_cells=6_000_000,
         tile_program_nodes=(300, 2000),
-        tile_configs=(8, 1000),
+        tile_configs=CountDist.loguniform(8, 1000),
     ),
     "full": Scale(
         "full",
         _layout_counts((61, 7, 8), (69, 7, 8), (198, 20, 17), (207, 20, 17)),
         tile_counts=(5709, 676, 844),
         layout_nodes=(400, 44_000),
-        layout_configs=(1000, 100_000),
+        layout_configs={
+            ("xla", Split.TRAIN.value): CountDist(FULL_XLA_CONFIGS, tiny=0.03, tiny_range=FULL_TINY_LAYOUT),
+            ("xla", Split.VALID.value): CountDist(FULL_XLA_CONFIGS),
+            ("nlp", Split.TRAIN.value): CountDist(FULL_NLP_CONFIGS, tiny=0.02, tiny_range=FULL_TINY_LAYOUT),
+            ("nlp", Split.VALID.value): CountDist(FULL_NLP_CONFIGS),
+        },
         layout_test_configs=1000,
-        max_config_cells=40_000_000,
+        layout_test_extra=0.04,
+        max_config_cells=60_000_000,
         tile_program_nodes=(300, 3000),
-        tile_configs=(8, 7000),
+        tile_configs=FULL_TILE_CONFIGS,
+        tile_wide=True,
+        tile_kernels_per_program=4,
     ),
 }
 
@@ -165,6 +268,13 @@ class WorldConfig:
     seed: int
     collections: tuple[str, ...]
     limit: int | None
+    tile_limit: int | None = None  # overrides ``limit`` for tile:xla
+
+    def cap(self, collection: str) -> int | None:
+        """The most graphs per split of one collection (``None``: the scale's count)."""
+        if collection == Collection.TILE_XLA.value and self.tile_limit is not None:
+            return self.tile_limit
+        return self.limit
 
 
 def _program_name(source: str, split: str, index: int, module_name: str) -> str:
@@ -260,9 +370,9 @@ def _write_layout(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list
         return []
     rng = _rng(cfg.seed, "layout-configs", job.collection, job.split, job.index)
     if job.split == Split.TEST:
-        n_configs = sc.layout_test_configs + int(rng.random() < 0.1)
+        n_configs = sc.layout_test_configs + int(rng.random() < sc.layout_test_extra)
     else:
-        n_configs = _loguniform(rng, *sc.layout_configs)
+        n_configs = sc.layout_configs[(collection.source, job.split)].draw(rng)
     write_layout_graph(path, secret, module, collection.search or "random", n_configs, rng,
                        max_config_cells=sc.max_config_cells,
                        hidden=job.split == Split.TEST)
@@ -282,46 +392,90 @@ def _secret_arrays(input_name: str, true_ns: np.ndarray, observed: np.ndarray | 
     return arrays
 
 
+def write_tile_graph(
+    path: Path,
+    secret: Path,
+    kernel,
+    problem: TileProblem,
+    n_configs: int,
+    rng: np.random.Generator,
+    *,
+    hidden: bool = False,
+    wide: bool = False,
+) -> int:
+    """Write one tile graph of ``kernel`` with up to ``n_configs`` distinct configs, and its secret file.
+
+    The configs come from ``problem.sample_configs`` (``wide``: the wide search), so a kernel with a small config
+    space gives fewer (at least 2 when its space holds 2). With ``hidden`` (test files) the visible runtimes are
+    zeros and the normalizers ones; the measured ones go to ``secret``.
+
+    Returns:
+        The number of configs written.
+    """
+    graph = featurize(kernel)
+    config_feat = problem.sample_configs(n_configs, rng, wide=wide).astype(np.float32)
+    true_ns = problem.runtime_ns(config_feat)
+    true_default = float(problem.runtime_ns(problem.default_config()[None, :])[0])
+    observed = measure(true_ns, rng)
+    normalizers = measure(np.full(true_ns.shape, true_default), rng)
+    arrays = {
+        "node_feat": graph.node_feat,
+        "node_opcode": graph.node_opcode,
+        "edge_index": graph.edge_index,
+        "config_feat": config_feat,
+        "config_runtime": np.zeros_like(observed) if hidden else observed,
+        "config_runtime_normalizers": np.ones_like(normalizers) if hidden else normalizers,
+    }
+    write_npz(secret, _secret_arrays(
+        kernel.name, true_ns, observed if hidden else None, normalizers if hidden else None, true_default))
+    write_npz(path, arrays)
+    return int(config_feat.shape[0])
+
+
+def _fit_kernel(order: Sequence[int], k: int, spaces: Sequence[int], n: int, used: set[int]) -> int:
+    """The kernel for file ``k`` wanting ``n`` configs: the first in ``order`` from position ``k`` on (cyclically)
+    whose config space holds ``n``, one not ``used`` yet by preference; else the one with the largest space."""
+    turn = [int(order[(k + j) % len(order)]) for j in range(len(order))]
+    fits = [i for i in turn if spaces[i] >= n]
+    return next((i for i in fits if i not in used), fits[0] if fits else max(turn, key=lambda i: spaces[i]))
+
+
 def _write_tile_program(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list[Path]:
     collection = Collection.TILE_XLA
     rng = _rng(cfg.seed, "tile-program", job.split, job.index)
     module = build_program("xla", rng, _loguniform(rng, *sc.tile_program_nodes))
     # A kernel with a single possible tile config (a scalar output) has nothing to rank: real files have >= 2.
     kernels = [(k, TileProblem.from_kernel(k)) for k in tile_kernels(module, rng)]
-    kernels = [(k, p) for k, p in kernels if p.sample_configs(2, np.random.default_rng(0)).shape[0] >= 2]
+    kernels = [(k, p) for k, p in kernels if p.config_space() >= 2]
     if not kernels:
         raise RuntimeError(f"program {module.name} gave no tile kernel with two or more configs")
-    picks = rng.permutation(len(kernels)) if len(kernels) >= job.count else rng.integers(0, len(kernels), job.count)
+    # The wide search assigns kernels to all the program's files at once, also when --limit writes only some of
+    # them, so that a file does not depend on the limit.
+    per = sc.tile_kernels_per_program if sc.tile_wide else job.count
+    picks = rng.permutation(len(kernels)) if len(kernels) >= per else rng.integers(0, len(kernels), per)
+    krngs = [_rng(cfg.seed, "tile-configs", job.split, job.index, k) for k in range(per)]
+    signs = [int.from_bytes(krng.bytes(8), "little", signed=True) for krng in krngs]
+    wants = [sc.tile_configs.draw(krng) for krng in krngs]
+    if sc.tile_wide:
+        # The biggest wants choose first, so that they do not all land on the one kernel with room for them.
+        spaces = [p.config_space(wide=True) for _, p in kernels]
+        chosen: dict[int, int] = {}
+        for k in sorted(range(per), key=lambda k: (-wants[k], k)):
+            chosen[k] = _fit_kernel(picks, k, spaces, wants[k], set(chosen.values()))
+    else:
+        chosen = {k: int(picks[k]) for k in range(per)}
     written = []
     for k in range(job.count):
-        kernel, problem = kernels[int(picks[k])]
-        krng = _rng(cfg.seed, "tile-configs", job.split, job.index, k)
-        signed = int.from_bytes(krng.bytes(8), "little", signed=True)
+        kernel, problem = kernels[chosen[k]]
         if job.split == Split.TEST:
             stem = _hex_stem(cfg.seed, "tile", job.split, job.index, k)
         else:
-            stem = f"{module.name}_{'-' if signed < 0 else ''}{abs(signed):x}"
+            stem = f"{module.name}_{'-' if signs[k] < 0 else ''}{abs(signs[k]):x}"
         path, secret = _paths(out, collection, job.split, stem)
         if path.exists() and secret.exists():
             continue
-        graph = featurize(kernel)
-        config_feat = problem.sample_configs(_loguniform(krng, *sc.tile_configs), krng).astype(np.float32)
-        true_ns = problem.runtime_ns(config_feat)
-        true_default = float(problem.runtime_ns(problem.default_config()[None, :])[0])
-        observed = measure(true_ns, krng)
-        normalizers = measure(np.full(true_ns.shape, true_default), krng)
-        hidden = job.split == Split.TEST
-        arrays = {
-            "node_feat": graph.node_feat,
-            "node_opcode": graph.node_opcode,
-            "edge_index": graph.edge_index,
-            "config_feat": config_feat,
-            "config_runtime": np.zeros_like(observed) if hidden else observed,
-            "config_runtime_normalizers": np.ones_like(normalizers) if hidden else normalizers,
-        }
-        write_npz(secret, _secret_arrays(
-            kernel.name, true_ns, observed if hidden else None, normalizers if hidden else None, true_default))
-        write_npz(path, arrays)
+        write_tile_graph(path, secret, kernel, problem, wants[k], krngs[k], hidden=job.split == Split.TEST,
+                         wide=sc.tile_wide)
         written.append(path)
     return written
 
@@ -335,16 +489,18 @@ def _run_job(args: tuple[Path, WorldConfig, GraphJob]) -> list[Path]:
 
 
 def plan_jobs(cfg: WorldConfig) -> list[GraphJob]:
-    """The files of a world, as jobs; ``limit`` caps graphs per collection and split."""
+    """The files of a world, as jobs; ``limit`` (``tile_limit`` for tile) caps graphs per collection and split."""
     sc = SCALES[cfg.scale]
     jobs: list[GraphJob] = []
     for value in cfg.collections:
         counts = sc.tile_counts if value == Collection.TILE_XLA.value else sc.layout_counts[value]
         for split, n in zip(_SPLITS, counts, strict=True):
-            n = n if cfg.limit is None else min(n, cfg.limit)
+            cap = cfg.cap(value)
+            n = n if cap is None else min(n, cap)
             if value == Collection.TILE_XLA.value:
-                for j, start in enumerate(range(0, n, KERNELS_PER_PROGRAM)):
-                    jobs.append(GraphJob(value, split.value, j, min(KERNELS_PER_PROGRAM, n - start)))
+                per = sc.tile_kernels_per_program
+                for j, start in enumerate(range(0, n, per)):
+                    jobs.append(GraphJob(value, split.value, j, min(per, n - start)))
             else:
                 jobs.extend(GraphJob(value, split.value, i) for i in range(n))
     # Big layout graphs first, so that the pool does not end on one long straggler.
@@ -378,6 +534,7 @@ def generate_world(
     seed: int = 0,
     collections: Iterable[Collection | str] | None = None,
     limit: int | None = None,
+    tile_limit: int | None = None,
     workers: int | None = None,
     force: bool = False,
     progress: bool = True,
@@ -391,6 +548,8 @@ def generate_world(
         seed: world seed; the same seed and settings give identical bytes.
         collections: collections to generate (default: all five).
         limit: at most this many graphs per collection and split.
+        tile_limit: at most this many tile kernels per split (default: ``limit``); a full-scale world part can then
+            hold, say, 12 graphs per layout split and 600 tile kernels.
         workers: worker processes (default: the machine's cores).
         force: regenerate over a world made with other settings (otherwise that is an error).
         progress: show a progress bar.
@@ -405,12 +564,13 @@ def generate_world(
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; expected one of {', '.join(SCALES)}")
     cols = tuple(Collection.parse(c) if isinstance(c, str) else c for c in (collections or list(Collection)))
-    cfg = WorldConfig(scale, int(seed), tuple(sorted(c.value for c in cols)), limit)
+    cfg = WorldConfig(scale, int(seed), tuple(sorted(c.value for c in cols)), limit, tile_limit)
     out = Path(out)
     manifest = out / MANIFEST
     if manifest.exists():
         old = json.loads(manifest.read_text())
-        same = old.get("config") == json.loads(json.dumps(asdict(cfg)))
+        # Worlds written before tile_limit existed hold no such key: it was None for them.
+        same = {"tile_limit": None, **(old.get("config") or {})} == json.loads(json.dumps(asdict(cfg)))
         if same and old.get("complete") and _all_present(out, cfg):
             return out
         if not same:
