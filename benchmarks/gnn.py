@@ -1,7 +1,8 @@
-"""GNN benchmarks: ``python -m benchmarks.gnn [--quick] [--ablation]`` (part of ``make bench``).
+"""GNN benchmarks: ``python -m benchmarks.gnn [--quick] [--ablation] [--predict-scale] [--predict-quality]`` (parts 1
+and 2 are part of ``make bench``).
 
 Every measurement runs in a fresh subprocess (:func:`benchmarks.measure.run_part`), so its peak resident memory is
-its own. Three parts:
+its own. Five parts:
 
 1. **Graph Segment Training versus full-graph training** on whole (unpruned) synthetic ``xla`` layout graphs of
    growing size: peak memory and seconds per epoch side by side, with the ratio full / GST; then the valid
@@ -12,6 +13,15 @@ its own. Three parts:
 3. **Ablation** (only with ``--ablation``; long): ``layout:xla:default`` with pruning depth hops 1, 3, 5, whole
    graph (all with -1 padding) and hops 1 without padding; valid Kendall tau, train seconds and mean nodes per
    graph after pruning, per seed.
+4. **Prediction at full scale** (only with ``--predict-scale``): ``model.predict`` of ``gnn-attn`` and ``gnn`` with
+   the default settings (initialised, not trained) on the first ``--predict-configs`` configs of a layout graph the
+   size of the largest real ones (:func:`benchmarks.data_layer.part_big`: about 40,000 nodes, 2,000 configurable
+   nodes, 20,000 configs), reading from the file included: configs/s, CPU seconds and peak memory. With
+   ``--before DIR`` the same on another ``models`` package (e.g. HEAD's) side by side, and the largest difference
+   between their scores on the same configs. ``--profile`` adds cProfile's top functions.
+5. **Prediction settings and quality** (only with ``--predict-quality``; long): ``gnn-attn`` fitted on each layout
+   collection of ``--data``, every config of its valid and test graphs scored with several (``predict_batch``,
+   ``tta``) pairs: mean Kendall tau and CPU cost of each.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ import json
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -156,7 +168,7 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
     root = find_data_root(world)
     c = Collection.LAYOUT_XLA_RANDOM
     model = GNNModel(hops=None, segment_size=segment_size, hidden=32, layers=3, configs_per_graph=16,
-                     steps_per_graph=2, epochs=epochs, patience=epochs, train_configs=None, eval_configs=None,
+                     steps_per_graph=2, epochs=epochs, patience=epochs, train_configs=None,
                      runs_dir=None, cache_dir=str(cache), seed=seed)
     t0 = time.perf_counter()
     model.fit(root, c, progress=False)
@@ -268,6 +280,129 @@ def part_ablation(data: Path, hops: int | None, pad: bool, seed: int, epochs: in
             "mean_nodes_before": float(np.mean([s["num_nodes_before"] for s in stats])), "peak_mib": peak_mib()}
 
 
+# -- part 4: prediction at full scale -----------------------------------------------------------------------------
+
+
+def part_big_graph(out: Path) -> dict:
+    """The layout graph of :func:`benchmarks.data_layer.part_big` (about 40,000 nodes, 2,000 configurable nodes,
+    20,000 configs), written under ``out`` unless already there."""
+    path = out / "npz" / "layout" / "nlp" / "random" / "train" / "big.npz"
+    if path.exists():
+        return {"path": str(path), "reused": True}
+    from benchmarks.data_layer import part_big
+
+    return {**part_big(out), "reused": False}
+
+
+def _initialised_model(graph, attention: bool):
+    """A ``GNNAttentionModel`` / ``GNNModel`` with the default settings, initialised (seed 0) instead of trained:
+    the column selection and normalisation are fitted on ``graph`` itself, the weights are the network's initial
+    ones. Prediction costs the same as with trained weights."""
+    from dataclasses import asdict
+
+    import numpy as np
+    import torch
+
+    from features.data import graph_to_data
+    from features.transforms import DropConstantColumns, Normalize
+    from models.gnn.model import GNNAttentionModel, GNNModel, feature_pipeline
+    from models.gnn.train import TrainConfig
+
+    model = (GNNAttentionModel if attention else GNNModel)(runs_dir=None)
+    r = model._resolved("layout")
+    data = feature_pipeline("layout", r["hops"], model.pad)(graph_to_data(graph, np.arange(min(64, graph.num_configs))))
+    columns = DropConstantColumns().fit([data])
+    normalize = Normalize().fit([columns(data.clone())])
+    num_features = int(normalize(columns(data.clone())).x.shape[1])
+    cfg = TrainConfig(kind="layout", num_features=num_features, hidden=r["hidden"], layers=r["layers"],
+                      attention=r["attention"], predict_batch=model.predict_batch)
+    torch.manual_seed(0)
+    net = cfg.make_net()
+    model.collection_ = graph.collection
+    model.resolved_ = r
+    model.settings_ = asdict(cfg)
+    model.weights_ = {k: v.numpy() for k, v in net.state_dict().items()}
+    model.columns_ = columns.state_dict()
+    model.normalize_ = normalize.state_dict()
+    model._net = None
+    return model, int(data.num_nodes)
+
+
+def part_predict_scale(path: Path, attention: bool, configs: int, save: str, profile: bool) -> dict:
+    """Time ``model.predict`` on the first ``configs`` configs of the big graph with the default settings
+    (whichever ``models`` package is first on the path: this tree's, or an older one for the "before" figure).
+    Writes the scores to ``save`` (``.npy``) unless it is ``-``."""
+    import cProfile
+    import io
+    import pstats
+
+    import numpy as np
+    import torch
+
+    from competition.collections import Collection
+    from competition.reader import load_graph
+    from models.gnn.train import resolve_device
+
+    graph = load_graph(path, Collection.LAYOUT_NLP_RANDOM)
+    model, pruned = _initialised_model(graph, attention)
+    sub = graph.select_configs(np.arange(min(configs, graph.num_configs)))
+    gc.collect()
+    rss_before = _rss_mib()
+    prof = cProfile.Profile() if profile else None
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    if prof is not None:
+        prof.enable()
+    scores = model.predict(sub)
+    if prof is not None:
+        prof.disable()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if save != "-":
+        np.save(save, scores)
+    top = ""
+    if prof is not None:
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(12)
+        top = buf.getvalue()
+    return {"configs": sub.num_configs, "seconds": seconds, "cpu_s": cpu, "cps": sub.num_configs / seconds,
+            "nodes": graph.num_nodes, "config_nodes": graph.num_config_nodes, "pruned_nodes": pruned,
+            "rss_before": rss_before, "peak_mib": peak_mib(), "tta": model.tta, "batch": model.predict_batch,
+            "device": str(resolve_device(model.device)), "threads": torch.get_num_threads(), "profile": top}
+
+
+# -- part 5: prediction settings and quality ----------------------------------------------------------------------
+
+PREDICT_GRID = [(128, 1), (128, 4), (128, 8), (512, 1), (4096, 1)]
+"""(predict_batch, tta) pairs scored by part 5; (128, 4) is the default."""
+
+
+def part_predict_quality(data: Path, collection: str, seed: int) -> dict:
+    """Fit ``GNNAttentionModel`` (defaults) on ``collection``, then score every config of each valid and test graph
+    (test runtimes from the world's ``secret/`` tree) with each (predict_batch, tta) of :data:`PREDICT_GRID`."""
+    from competition.collections import Collection, Split
+    from competition.metrics import kendall_tau
+    from competition.reader import find_data_root, list_graphs, load_graph, load_secret_runtime
+    from models.gnn.model import GNNAttentionModel
+
+    root = find_data_root(data)
+    c = Collection(collection)
+    model = GNNAttentionModel(runs_dir=None, cache_dir=BENCH_CACHE, seed=seed)
+    t0 = time.perf_counter()
+    model.fit(root, c, progress=False)
+    rows = []
+    for split in (Split.VALID, Split.TEST):
+        for path in list_graphs(root, c, split):
+            graph = load_graph(path, c)
+            y = graph.config_runtime if split == Split.VALID else load_secret_runtime(root, c, path).config_runtime
+            row: dict[str, object] = {"graph": path.stem, "split": split.value, "configs": graph.num_configs}
+            for batch, tta in PREDICT_GRID:
+                model.predict_batch, model.tta = batch, tta
+                cpu = time.process_time()
+                row[f"tau {batch}x{tta}"] = kendall_tau(model.predict(graph), y)
+                row[f"cpu {batch}x{tta}"] = time.process_time() - cpu
+            rows.append(row)
+    return {"fit_s": time.perf_counter() - t0, "rows": rows}
+
+
 # -- main ---------------------------------------------------------------------------------------------------------
 
 
@@ -290,6 +425,12 @@ def _dispatch(part: list[str]) -> dict:
         return part_throughput(Path(a[0]), a[1], a[2] == "1", int(a[3]))
     if name == "ablation":
         return part_ablation(Path(a[0]), _opt(a[1]), a[2] == "1", int(a[3]), int(a[4]))
+    if name == "big_graph":
+        return part_big_graph(Path(a[0]))
+    if name == "predict_quality":
+        return part_predict_quality(Path(a[0]), a[1], int(a[2]))
+    if name == "predict_scale":
+        return part_predict_scale(Path(a[0]), a[1] == "1", int(a[2]), a[3], a[4] == "1")
     raise SystemExit(f"unknown part {name!r}")
 
 
@@ -359,14 +500,93 @@ def bench_throughput(data: Path, quick: bool) -> None:
     print(f"(device: {device})")
 
 
+def _run_part_in(tree: Path, *args: object) -> dict:
+    """:func:`_run_part` with the ``models`` package of ``tree`` (a folder holding ``models/``) instead of this
+    tree's: the child runs in ``tree``, which comes first on its path, with this tree after it."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    res = subprocess.run([sys.executable, "-m", MODULE, "--part", *(str(a) for a in args)], check=True,
+                         capture_output=True, text=True, cwd=tree, env=env)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def bench_predict_scale(work: Path, configs: int, before: Path | None, before_configs: int, profile: bool) -> None:
+    import numpy as np
+
+    from models.gnn.model import DEFAULTS
+
+    g = _run_part("big_graph", work / "big")
+    d = DEFAULTS["layout"]
+    print(f"\n4. Prediction at full scale: GNNAttentionModel / GNNModel with the default settings (layout hidden "
+          f"{d['hidden']}, {d['layers']} layers, hops {d['hops']}; initialised with seed 0, not trained) scoring the "
+          f"first configs of {g['path']}, model.predict from the file (reading included). Peak = process peak RSS; "
+          f"+predict = peak minus RSS before predict.", flush=True)
+    print(f"{'model':10s} {'code':7s} {'configs':>7s} {'tta':>3s} {'batch':>5s} {'seconds':>8s} {'cpu s':>7s} "
+          f"{'configs/s':>9s} {'peak':>8s} {'+predict':>8s}")
+    device = graph = ""
+    for attention in (True, False):
+        label = "gnn-attn" if attention else "gnn"
+        runs = [("after", work, configs, _run_part)]
+        if before is not None:
+            runs = [("before", before, before_configs, lambda *a: _run_part_in(before, *a)),
+                    ("after", work, before_configs, _run_part), *runs]
+        saved = {}
+        for code, _, n, run in runs:
+            out = work / f"{code}_{label}_{n}.npy"
+            r = run("predict_scale", g["path"], int(attention), n, out, int(profile and code == "after"))
+            saved[(code, n)] = out
+            device = f"{r['device']} ({r['threads']} torch threads)"
+            graph = (f"{r['nodes']:,} nodes, {r['config_nodes']:,} configurable, {r['pruned_nodes']:,} after "
+                     f"pruning")
+            print(f"{label:10s} {code:7s} {r['configs']:7d} {r['tta']:3d} {r['batch']:5d} {r['seconds']:8.1f} "
+                  f"{r['cpu_s']:7.1f} {r['cps']:9.1f} {r['peak_mib']:6.0f}Mi {r['peak_mib'] - r['rss_before']:6.0f}Mi",
+                  flush=True)
+            if r["profile"]:
+                print(r["profile"])
+        if before is not None:
+            a, b = np.load(saved[("before", before_configs)]), np.load(saved[("after", before_configs)])
+            print(f"{'':10s} before/after scores on the same {before_configs} configs: max |difference| "
+                  f"{np.abs(a - b).max():.2e} (scores up to {np.abs(a).max():.2f})", flush=True)
+    print(f"(graph: {graph}; device: {device})")
+
+
+def bench_predict_quality(data: Path, seed: int) -> None:
+    import numpy as np
+
+    layouts = ["layout:nlp:random", "layout:xla:random", "layout:nlp:default", "layout:xla:default"]
+    grid = [f"{b}x{t}" for b, t in PREDICT_GRID]
+    print(f"\n5. Prediction settings (predict_batch x tta) and quality: GNNAttentionModel (defaults, seed {seed}) fitted "
+          f"on each layout collection of {data}, then every config of each valid and test graph scored with each "
+          f"setting; mean Kendall tau (test runtimes from secret/).", flush=True)
+    print(f"{'collection':20s} {'graphs':>6s} " + " ".join(f"{g:>9s}" for g in grid))
+    taus: dict[str, list[float]] = {g: [] for g in grid}
+    cpu: dict[str, float] = dict.fromkeys(grid, 0.0)
+    configs = 0
+    for collection in layouts:
+        r = _run_part("predict_quality", data, collection, seed)
+        for g in grid:
+            taus[g] += [row[f"tau {g}"] for row in r["rows"]]
+            cpu[g] += sum(row[f"cpu {g}"] for row in r["rows"])
+        configs += sum(row["configs"] for row in r["rows"])
+        print(f"{collection:20s} {len(r['rows']):6d} "
+              + " ".join(f"{np.mean([row[f'tau {g}'] for row in r['rows']]):9.4f}" for g in grid), flush=True)
+    print(f"{'all':20s} {len(taus[grid[0]]):6d} " + " ".join(f"{np.mean(taus[g]):9.4f}" for g in grid))
+    ref = np.array(taus["128x4"])
+    for g in grid:
+        d = np.array(taus[g]) - ref
+        print(f"  {g:>8s} - 128x4: {d.mean():+.4f} (standard error {d.std(ddof=1) / np.sqrt(len(d)):.4f}), higher "
+              f"on {(d > 0).sum()} of {len(d)} graphs; {configs / max(cpu[g], 1e-9):7.0f} configs per CPU second")
+
+
 def bench_ablation(data: Path, seeds: list[int], epochs: int) -> None:
     variants = [(1, True), (1, False), (3, True), (5, True), (None, True)]
+    from competition.protocol import DEFAULT_PROTOCOL
     from models.gnn.model import DEFAULTS
 
     d = DEFAULTS["layout"]
     print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel layout defaults (hidden {d['hidden']}, "
           f"{d['layers']} layers, lr {d['lr']}, {d['loss']}, {d['configs_per_graph']} configs/step, "
-          f"{d['steps_per_graph']} steps/graph, {d['train_configs']} train / {d['eval_configs']} eval configs), "
+          f"{d['steps_per_graph']} steps/graph, {d['train_configs']} train configs, valid protocol {DEFAULT_PROTOCOL.tag}), "
           f"epochs={epochs}, patience={epochs}.")
     print(f"{'hops':>5s} {'pad':>4s} {'seed':>4s} {'mean nodes':>10s} {'best tau':>9s} {'(ep)':>4s} "
           f"{'re-scored':>9s} {'train s':>8s} {'fit s':>7s} {'peak':>8s}", flush=True)
@@ -400,6 +620,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="ablation seeds (default 0)")
     ap.add_argument("--epochs", type=int, default=3, help="ablation epochs (default 3)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads in every part (default: torch's)")
+    ap.add_argument("--predict-scale", action="store_true",
+                    help="run only part 4: model.predict on a layout graph the size of the largest real ones")
+    ap.add_argument("--predict-configs", type=int, default=4096, help="configs scored in part 4 (default 4096)")
+    ap.add_argument("--before", default=None,
+                    help="part 4: also time the models package of this folder (e.g. HEAD's: see docs/gnn.md) on "
+                         "--before-configs configs, and compare its scores with this tree's")
+    ap.add_argument("--before-configs", type=int, default=256, help="configs for --before (default 256)")
+    ap.add_argument("--profile", action="store_true", help="part 4: print cProfile's top functions")
+    ap.add_argument("--workdir", default=None, help="part 4: scratch folder kept between runs (default: temporary)")
+    ap.add_argument("--predict-quality", action="store_true",
+                    help="run only part 5: gnn-attn quality per (predict_batch, tta) on the --data world (long)")
     args = ap.parse_args()
     if args.part:
         if os.environ.get("FASTSLOW_BENCH_THREADS"):
@@ -413,6 +644,17 @@ def main() -> None:
     t0 = time.perf_counter()
     if args.ablation:
         bench_ablation(Path(args.ablation_data), args.seeds, args.epochs)
+    elif args.predict_quality:
+        bench_predict_quality(Path(args.data), args.seeds[0])
+    elif args.predict_scale:
+        work = Path(args.workdir or tempfile.mkdtemp(prefix="fastslow-bench-predict-"))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            bench_predict_scale(work, args.predict_configs, Path(args.before).resolve() if args.before else None,
+                                args.before_configs, args.profile)
+        finally:
+            if not args.workdir:
+                shutil.rmtree(work, ignore_errors=True)
     else:
         data = Path(args.data)
         if not (data / "world.json").exists():

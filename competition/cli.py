@@ -12,6 +12,8 @@ from pathlib import Path
 from competition.collections import Collection, Split
 from competition.errors import DataFileError, DataRootNotFound
 from competition.leaderboard import DEFAULT_PATH as DEFAULT_LEADERBOARD
+from competition.progress import line_progress_when_logged
+from competition.protocol import add_valid_configs_arg, protocol_from_args
 
 log = logging.getLogger("fastslow")
 
@@ -60,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
     synth.add_argument("--limit", type=int, default=None, metavar="N",
                        help="at most N graphs per collection and split (default: the scale's counts)")
+    synth.add_argument("--tile-limit", type=int, default=None, metavar="N",
+                       help="at most N tile kernels per split (default: --limit), e.g. --limit 12 --tile-limit 600 "
+                            "for a full-scale part with 12 graphs per layout split")
     synth.add_argument("--workers", type=int, default=None, metavar="N",
                        help="worker processes (default: one per core)")
     synth.add_argument("--force", action="store_true",
@@ -111,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_arg(validate)
     validate.add_argument("--split", choices=[s.value for s in Split], default="test",
                           help="split whose graphs the file ranks (default: %(default)s)")
+    add_valid_configs_arg(validate)
     validate.set_defaults(func=_cmd_validate_submission)
 
     score = sub.add_parser(
@@ -128,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--leaderboard", default=str(DEFAULT_LEADERBOARD), metavar="CSV",
                        help="leaderboard file to append to (default: %(default)s)")
     score.add_argument("--per-graph", action="store_true", help="also list every graph's score, worst first")
+    add_valid_configs_arg(score)
     score.set_defaults(func=_cmd_score)
 
     board = sub.add_parser("leaderboard", help="show the offline leaderboard, best first, and plot it",
@@ -152,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out-dir", default="submissions", metavar="DIR",
                           help="where the per-model prediction files go (default: %(default)s)")
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_valid_configs_arg(evaluate)
     evaluate.set_defaults(func=_cmd_evaluate)
 
     feats = sub.add_parser("features", help="inspect feature pipelines",
@@ -194,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a hyper-parameter of the model, repeatable (e.g. --param epochs=20 --param "
                              "attention=True --param segment_size=2000); values are Python literals")
     trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_valid_configs_arg(trainp)
     trainp.set_defaults(func=_cmd_train)
 
     submit = sub.add_parser(
@@ -212,7 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: %(default)s)")
     submit.add_argument("--synth-scale", choices=["tiny", "demo", "bench", "full"], default="demo",
                         help="scale of that synthetic world (default: %(default)s)")
+    submit.add_argument("--time-budget", metavar="DURATION", default=None,
+                        help="wall-clock budget for the whole run, e.g. 8h, 90m, 1h30m or seconds: models run "
+                             "cheapest first, each gets a share by its cost, stops at it keeping its best weights, "
+                             "and submission.csv is rewritten after every model with the best so far "
+                             "(default: no limit)")
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_valid_configs_arg(submit)
     submit.set_defaults(func=_cmd_submit)
 
     from competition.kaggle import add_parser as add_kaggle_parser
@@ -228,7 +243,7 @@ def _cmd_validate_submission(args: argparse.Namespace) -> int:
     from competition.submission import validate_submission
 
     root = find_data_root(args.data)
-    problems = validate_submission(args.file, root, Split(args.split))
+    problems = validate_submission(args.file, root, Split(args.split), protocol=protocol_from_args(args))
     for p in problems:
         print(p)
     print(f"{args.file}: {'valid' if not problems else f'{len(problems)} problem(s)'}")
@@ -243,9 +258,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
     root = find_data_root(args.data)
     split = Split(args.split)
-    report = score_submission(args.file, root, split)
+    protocol = protocol_from_args(args)
+    report = score_submission(args.file, root, split, protocol=protocol)
     synthetic = is_synthetic(root)
-    print(report.format_table(split_oracles(root, list(report.collections), split) if synthetic else None))
+    print(report.format_table(split_oracles(root, list(report.collections), split, protocol) if synthetic else None))
     if args.per_graph:
         for c, res in report.collections.items():
             for g in sorted(res.graphs, key=lambda g: g.score):
@@ -253,7 +269,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if synthetic:
         print("(synthetic data: this score says nothing about the Kaggle leaderboard)")
     append_row(report.scores(), file=args.file, producer=args.producer, split=split.value, data=root.root,
-               synthetic=synthetic, path=args.leaderboard)
+               synthetic=synthetic, path=args.leaderboard, protocol=protocol.tag if split == Split.VALID else "")
     return 0
 
 
@@ -273,7 +289,8 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from competition.pipeline import evaluate_models
 
-    evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress)
+    evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress,
+                    protocol=protocol_from_args(args))
     return 0
 
 
@@ -319,6 +336,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from models.registry import make_model
 
     root = find_data_root(args.data)
+    protocol = protocol_from_args(args)
     params = _parse_params(args.param)
     if args.model.startswith("gnn"):
         params.setdefault("runs_dir", args.runs_dir)
@@ -330,23 +348,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved")
     for c in collections:
         t0 = time.perf_counter()
-        model = make_model(args.model, **params).fit(root, c, progress=not args.no_progress)
+        model = make_model(args.model, **params).fit(root, c, progress=not args.no_progress, valid=protocol)
         seconds = time.perf_counter() - t0
         saved = model.save(Path(args.runs_dir) / args.model / collection_slug(c) / "model.json")
         paths = list_graphs(root, c, Split.VALID)
-        labels = split_labels(root, [c], Split.VALID) if paths else {}
-        values = [graph_metric("tile" if c.is_tile else "layout", model.predict(load_graph(p, c)),
-                               labels[submission_id(c, p.stem)]) for p in paths]
+        labels = split_labels(root, [c], Split.VALID, protocol) if paths else {}
+        values = []
+        for p in paths:
+            g = load_graph(p, c)
+            g = g.select_configs(protocol.configs(c, g.stem, g.num_configs))
+            values.append(graph_metric("tile" if c.is_tile else "layout", model.predict(g),
+                                       labels[submission_id(c, p.stem)]))
         valid = f"{np.mean(values):8.4f}" if values else f"{'-':>8s}"
         print(f"{c.value:20s} {valid} {len(values):7d} {seconds:8.1f}  {saved}", flush=True)
+    print(f"valid scored on {protocol.describe()}")
     return 0
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
+    from competition.budget import parse_duration
     from competition.pipeline import run_pipeline
 
+    budget = None if args.time_budget is None else parse_duration(args.time_budget)
     run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
-                 synth_scale=args.synth_scale, progress=not args.no_progress)
+                 synth_scale=args.synth_scale, progress=not args.no_progress, protocol=protocol_from_args(args),
+                 time_budget=budget)
     return 0
 
 
@@ -356,7 +382,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         out = generate_world(args.out, scale=args.scale, seed=args.seed, collections=args.collections,
-                             limit=args.limit, workers=args.workers, force=args.force,
+                             limit=args.limit, tile_limit=args.tile_limit, workers=args.workers, force=args.force,
                              progress=not args.no_progress)
     except WorldMismatch as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -411,6 +437,7 @@ def _cmd_where(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    line_progress_when_logged()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
     try:
         return args.func(args)

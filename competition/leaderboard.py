@@ -2,8 +2,9 @@
 
 A row records when, which file (and its SHA-256), the git commit of the code, what produced the file, which split and
 data root it was scored on, the score of each collection, the combined score, and whether all five collections were
-present, and for an ensemble what it combined (``components``, a column added later: older files without
-it still read). ``fastslow leaderboard`` prints the history best first and plots scores per collection over time.
+present, for an ensemble what it combined (``components``), and for a valid scoring the valid protocol it was
+scored under (``protocol``: ``1000@0`` or ``all``); the last two columns were added later, and older files without
+them still read. ``fastslow leaderboard`` prints the history best first and plots scores per collection over time.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from competition.npzio import atomic_path, atomic_write_text
 DEFAULT_PATH = Path("submissions") / "leaderboard.csv"
 COLUMNS: tuple[str, ...] = (
     "time", "file", "sha256", "commit", "producer", "split", "data", "synthetic",
-    *(c.value for c in Collection), "combined", "complete", "components",
+    *(c.value for c in Collection), "combined", "complete", "components", "protocol",
 )
-OPTIONAL_COLUMNS: frozenset[str] = frozenset({"components"})
+OPTIONAL_COLUMNS: frozenset[str] = frozenset({"components", "protocol"})
 """Columns added after the first release: files written before them still read, with these left empty."""
 
 
@@ -62,6 +63,7 @@ def append_row(
     path: str | os.PathLike[str] = DEFAULT_PATH,
     now: datetime | None = None,
     components: str = "",
+    protocol: str = "",
 ) -> dict[str, str]:
     """Append one scoring to the leaderboard (rewritten atomically, so an interrupted append loses nothing).
 
@@ -75,6 +77,7 @@ def append_row(
         path: the leaderboard CSV.
         now: the time to record (default: now, UTC).
         components: what an ensemble combined (its ``describe()`` text); empty for a single model.
+        protocol: for a valid-split scoring, the valid protocol's tag (``1000@0`` or ``all``).
 
     Returns:
         The row written, as strings.
@@ -94,6 +97,7 @@ def append_row(
         "combined": f"{float(np.mean([scores[c] for c in present])):.6f}" if present else "",
         "complete": str(len(present) == len(Collection)).lower(),
         "components": components,
+        "protocol": protocol,
     }
     rows = read_rows(path)
     rows.append(row)
@@ -129,14 +133,16 @@ def format_leaderboard(rows: list[dict[str, str]], top: int | None = None) -> st
     short = {"tile:xla": "tile", "layout:xla:default": "xla-def", "layout:xla:random": "xla-rnd",
              "layout:nlp:default": "nlp-def", "layout:nlp:random": "nlp-rnd"}
     head = f"{'#':>3} {'combined':>8} " + " ".join(f"{short[c.value]:>8}" for c in Collection)
-    head += f" {'split':5} {'producer':24} {'time':25} file"
+    head += f" {'split':12} {'producer':24} {'time':25} file"
     lines = [head]
     for i, r in enumerate(ordered, 1):
         cells = " ".join(f"{float(r[c.value]):8.4f}" if r[c.value] else f"{'-':>8}" for c in Collection)
         comb = f"{_combined(r):8.4f}" if r["combined"] else f"{'-':>8}"
         star = "" if r["complete"] == "true" else " (partial)"
         data = " synthetic" if r["synthetic"] == "true" else ""
-        lines.append(f"{i:>3} {comb} {cells} {r['split']:5} {r['producer'][:24]:24} {r['time']:25} "
+        # Valid scorings of different protocols are not comparable: the split column says which one.
+        split = r["split"] + (f"[{r['protocol']}]" if r.get("protocol") else "")
+        lines.append(f"{i:>3} {comb} {cells} {split:12} {r['producer'][:24]:24} {r['time']:25} "
                      f"{Path(r['file']).name}{star}{data}")
     return "\n".join(lines)
 

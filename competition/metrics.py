@@ -339,9 +339,11 @@ class ScoreReport:
 
     Attributes:
         collections: the results of each collection scored, in :class:`Collection` order.
+        protocol: which configs were scored (the valid protocol's description); empty for every config.
     """
 
     collections: dict[Collection, CollectionResult]
+    protocol: str = ""
 
     def scores(self) -> dict[Collection, float]:
         """Score per collection present (collections with no graph left out)."""
@@ -394,4 +396,6 @@ class ScoreReport:
             present = {c: oracle[c] for c in self.scores() if c in oracle and not math.isnan(oracle[c])}
             comb += f" {f(combined_score(present)) if len(present) == n and n else f(math.nan)}"
         lines.append(comb + note)
+        if self.protocol:
+            lines.append(f"scored on {self.protocol}")
         return "\n".join(lines)

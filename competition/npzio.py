@@ -321,3 +321,47 @@ class NpzReader:
                 stop = min(n, start + step)
                 buf = self._read_exact(fp, (stop - start) * row_bytes, key, f"rows {start}..{stop - 1}")
                 yield start, np.frombuffer(buf, dtype=info.dtype).reshape(stop - start, *info.shape[1:])
+
+    def iter_rows(self, key: str, rows: npt.ArrayLike,
+                  block_rows: int | None = None) -> Iterator[tuple[int, npt.NDArray[Any]]]:
+        """Yield ``(position, block)`` of chosen rows, in one pass over the member.
+
+        Args:
+            key: member name.
+            rows: ascending row indices (repeats not allowed).
+            block_rows: chosen rows per yielded block (default: about ``block_bytes`` of data).
+
+        Yields:
+            ``(position, block)``: ``block`` holds ``rows[position : position + len(block)]``, a fresh array.
+        """
+        wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if wanted.size > 1 and not (np.diff(wanted) > 0).all():
+            raise ValueError(f"{self.path}: {key}: rows must be strictly ascending")
+        # One forward pass: reading each block with load_rows would decompress the member's front once per block.
+        fp, info = self._open_member(key)
+        with fp:
+            step = block_rows or max(1, self.block_bytes // max(info.row_bytes, 1))
+            n = info.shape[0] if info.shape else 0
+            if wanted.size and (wanted[0] < 0 or wanted[-1] >= n):
+                bad = int(wanted[(wanted < 0) | (wanted >= n)][0])
+                raise IndexError(f"{self.path}: {key}: row {bad} out of range for {n} rows")
+            row_bytes = max(info.row_bytes, 1)
+            read_rows = max(1, self.block_bytes // row_bytes)
+            pos = 0
+            for start in range(0, wanted.size, step):
+                chunk = wanted[start:start + step]
+                out = np.empty((chunk.size, *info.shape[1:]), dtype=info.dtype)
+                k = 0
+                while k < chunk.size:
+                    first = int(chunk[k])
+                    if first > pos:
+                        self._skip(fp, (first - pos) * row_bytes, key)
+                        pos = first
+                    stop = min(n, pos + read_rows, int(chunk[-1]) + 1)
+                    buf = self._read_exact(fp, (stop - pos) * row_bytes, key, f"rows {pos}..{stop - 1}")
+                    block = np.frombuffer(buf, dtype=info.dtype).reshape(stop - pos, *info.shape[1:])
+                    j = int(np.searchsorted(chunk, stop, side="left"))
+                    out[k:j] = block[chunk[k:j] - pos]
+                    k = j
+                    pos = stop
+                yield start, out

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,9 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
+from competition.budget import FIT_FRACTION, TimeBudget, format_seconds
 from competition.collections import Collection, Split
 from competition.errors import DataRootNotFound
 from competition.leaderboard import DEFAULT_PATH, append_row
+from competition.npzio import NpzReader
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
 from competition.stats import oracle_score
 from competition.submission import (
@@ -102,13 +106,16 @@ def _ids(collection: Collection, paths: Sequence[Path]) -> list[str]:
     return [submission_id(collection, p.stem) for p in paths]
 
 
-def split_labels(root: DataRoot, collections: Sequence[Collection], split: Split) -> dict[str, np.ndarray]:
+def split_labels(root: DataRoot, collections: Sequence[Collection], split: Split,
+                 protocol: ValidProtocol = DEFAULT_PROTOCOL) -> dict[str, np.ndarray]:
     """The runtimes each graph of a labelled split is ranked by, keyed by submission ID.
 
     Args:
         root: the data root.
         collections: the collections to read.
         split: a split whose runtimes are in its files (train or valid; not the Kaggle test split).
+        protocol: on the valid split, the configs scored: labels are those of the protocol's subset, in the order of
+            :meth:`~competition.reader.LayoutGraph.select_configs`.
 
     Returns:
         ``{ID: float64 [C]}``: tile graphs' normalised runtimes, layout graphs' ``config_runtime``.
@@ -123,28 +130,120 @@ def split_labels(root: DataRoot, collections: Sequence[Collection], split: Split
             g = load_graph(path, c)
             if g.is_test:
                 raise ValueError(f"{gid}: the {Split(split).value} split has no runtimes in {path}")
+            g = g.select_configs(protocol.configs(c, g.stem, g.num_configs, split))
             out[gid] = g.normalized_runtime() if c.is_tile else g.config_runtime.astype(np.float64)
     return out
 
 
+def split_rows(root: DataRoot, collections: Sequence[Collection], split: Split,
+               protocol: ValidProtocol = DEFAULT_PROTOCOL) -> dict[str, np.ndarray | None]:
+    """The configs of each graph that are predicted and scored (``None``: every config), keyed by submission ID.
+
+    Config counts come from the npz headers only.
+    """
+    out: dict[str, np.ndarray | None] = {}
+    for c in collections:
+        paths = list_graphs(root, c, split)
+        for path, gid in zip(paths, _ids(c, paths), strict=True):
+            with NpzReader(path) as r:
+                n = int(r.info("config_runtime").shape[0])
+            out[gid] = protocol.configs(c, path.stem, n, split)
+    return out
+
+
+def collection_weights(root: DataRoot, collections: Sequence[Collection]) -> dict[Collection, float]:
+    """A size measure of each collection's training work, from the npz headers: train graphs plus thousands of
+    train nodes. Used to share a model's time out across collections."""
+    out: dict[Collection, float] = {}
+    for c in collections:
+        paths = list_graphs(root, c, Split.TRAIN)
+        nodes = 0
+        for path in paths:
+            with NpzReader(path) as r:
+                nodes += int(r.info("node_opcode").shape[0])
+        out[c] = len(paths) + nodes / 1000
+    return out
+
+
 def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collection], *,
-                  progress: bool = True, **params: object) -> dict[str, dict[str, np.ndarray]]:
-    """Fit ``model_name`` per collection on train; predict valid and test.
+                  progress: bool = True, protocol: ValidProtocol = DEFAULT_PROTOCOL, seconds: float = math.inf,
+                  weights: dict[Collection, float] | None = None, **params: object
+                  ) -> dict[str, dict[str, np.ndarray]]:
+    """Fit ``model_name`` per collection on train; predict valid (the protocol's configs) and test.
+
+    Args:
+        model_name: a registered model.
+        root: the data root.
+        collections: the collections to fit and predict.
+        progress: show progress bars.
+        protocol: the valid protocol: which configs of each valid layout graph are predicted.
+        seconds: this model's share of the run's time budget; each collection gets a part of what is left in
+            proportion to ``weights`` (equal parts without them), of which :data:`~competition.budget.FIT_FRACTION`
+            goes to fitting.
+        weights: relative cost of each collection (see :func:`collection_weights`).
+        **params: hyper-parameters of the model.
 
     Returns:
-        ``{split: {submission ID: scores}}`` for ``valid`` and ``test``.
+        ``{split: {submission ID: scores}}`` for ``valid`` and ``test``; a valid layout graph's scores follow
+        :func:`split_rows`.
     """
     from models.registry import make_model
 
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
-    for c in collections:
-        model = make_model(model_name, **params).fit(root, c, split=Split.TRAIN, progress=progress)
+    end = time.monotonic() + seconds
+    weights = weights or {c: 1.0 for c in collections}
+    for k, c in enumerate(collections):
+        left = sum(weights[x] for x in collections[k:])
+        slot = max(0.0, end - time.monotonic()) * (weights[c] / left if left > 0 else 1.0)
+        deadline = None if math.isinf(slot) else time.monotonic() + FIT_FRACTION * slot
+        if deadline is not None:
+            print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until {format_seconds(FIT_FRACTION * slot)})",
+                  flush=True)
+        model = make_model(model_name, **params).fit(root, c, split=Split.TRAIN, progress=progress,
+                                                     valid=protocol, deadline=deadline)
         for split in (Split.VALID, Split.TEST):
             paths = list_graphs(root, c, split)
             for path, gid in tqdm(list(zip(paths, _ids(c, paths), strict=True)), disable=not progress,
-                                  desc=f"{model_name} {c.value} {split.value}", leave=False):
-                out[split.value][gid] = model.predict(load_graph(path, c))
+                                  desc=f"{model_name} {c.value} {split.value}", unit="graph", leave=False):
+                g = load_graph(path, c)
+                out[split.value][gid] = model.predict(g.select_configs(protocol.configs(c, g.stem, g.num_configs,
+                                                                                      split)))
     return out
+
+
+@dataclass
+class _Scoring:
+    """The valid labels and rows of a run, loaded once and shared by every model's scoring."""
+
+    root: DataRoot
+    collections: list[Collection]
+    protocol: ValidProtocol
+    out_dir: Path
+    board: Path
+    synthetic: bool
+    oracles: dict[Collection, float] | None
+    rows: dict[str, np.ndarray | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rows = split_rows(self.root, self.collections, Split.VALID, self.protocol)
+
+    def valid(self, producer: str, predictions: dict[str, np.ndarray], components: str = "") -> ScoreReport:
+        """Write ``valid-<producer>.csv``, score it under the protocol, record it in the leaderboard."""
+        valid_file = write_submission(self.out_dir / f"valid-{producer}.csv", predictions, self.rows)
+        report = score_submission(valid_file, self.root, Split.VALID, protocol=self.protocol)
+        append_row(report.scores(), file=valid_file, producer=producer, split=Split.VALID.value,
+                   data=self.root.root, synthetic=self.synthetic, path=self.board, components=components,
+                   protocol=self.protocol.tag)
+        return report
+
+
+def _write_best(out_dir: Path, root: DataRoot, best: str, predictions: dict[str, np.ndarray]) -> Path:
+    """Write ``submission.csv`` from ``predictions`` and check it against the test split."""
+    submission = write_submission(out_dir / "submission.csv", predictions)
+    problems = validate_submission(submission, root, Split.TEST)
+    if problems:
+        raise RuntimeError(f"{submission} failed validation:\n" + "\n".join(map(str, problems)))
+    return submission
 
 
 def run_pipeline(
@@ -158,12 +257,15 @@ def run_pipeline(
     progress: bool = True,
     ensemble: bool = True,
     ensemble_params: dict[str, object] | None = None,
+    protocol: ValidProtocol = DEFAULT_PROTOCOL,
+    time_budget: float | None = None,
 ) -> PipelineResult:
     """Run data -> models -> submission -> validation -> offline score, printing the tables.
 
     Args:
         data: explicit data root (default: discovered, else the synthetic demo world).
-        models: model names to try (default: :data:`models.registry.SUBMIT_MODELS`).
+        models: model names to try (default: :data:`models.registry.SUBMIT_MODELS`); they run cheapest first
+            (:data:`models.registry.COST_WEIGHTS`).
         out_dir: where submissions are written.
         synth_dir: where the synthetic world lives (generated once, when no real data is found).
         synth_scale: the scale of that world (``demo``; ``tiny`` for tests).
@@ -173,53 +275,69 @@ def run_pipeline(
             cross-validation, saved to ``<out_dir>/ensemble.json``) and let it compete for the submission.
         ensemble_params: hyper-parameters of :class:`models.ensemble.Ensemble` (default: ``method="auto"``,
             ``normalization="auto"``).
+        protocol: which configs of the valid graphs are predicted and scored, by every model, the ensemble and
+            the leaderboard (default: at most 1,000 fixed configs per valid layout graph).
+        time_budget: seconds for the whole run (``None``: no limit). Shared out across models and collections
+            (:mod:`competition.budget`); ``submission.csv`` is rewritten after every model with the best so far, so
+            a valid one exists from the first model on.
     """
-    from models.registry import default_models
+    from models.registry import COST_WEIGHTS, default_models
 
     t0 = time.perf_counter()
+    budget = TimeBudget(time_budget)
     out_dir = Path(out_dir)
     board = Path(leaderboard) if leaderboard else out_dir / DEFAULT_PATH.name
     root, synthetic = resolve_data(data, synth_dir, scale=synth_scale, progress=progress)
     collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
     print(f"data: {root.root} ({'synthetic world' if synthetic else 'real data'}; {root.source})")
-    names = list(models or default_models())
+    print(f"valid protocol: {protocol.describe()}; {budget.describe()}")
+    names = sorted(models or default_models(), key=lambda n: COST_WEIGHTS.get(n, 1.0))
     if ensemble and ENSEMBLE in names:
         raise ValueError(f"a model may not be named {ENSEMBLE!r}: the ensemble's rows would be confused with it")
-    valid_oracles = split_oracles(root, collections, Split.VALID)
+    scoring = _Scoring(root, collections, protocol, out_dir, board, synthetic,
+                       split_oracles(root, collections, Split.VALID, protocol))
+    weights = collection_weights(root, collections) if budget.limited else None
     valid_reports: dict[str, ScoreReport] = {}
     valid_predictions: dict[str, dict[str, np.ndarray]] = {}
     test_predictions: dict[str, dict[str, np.ndarray]] = {}
-    for name in names:
-        preds = predict_split(name, root, collections, progress=progress)
-        valid_file = write_submission(out_dir / f"valid-{name}.csv", preds[Split.VALID.value])
-        report = score_submission(valid_file, root, Split.VALID)
-        append_row(report.scores(), file=valid_file, producer=name, split=Split.VALID.value, data=root.root,
-                   synthetic=synthetic, path=board)
+    best: str | None = None
+    submission = out_dir / "submission.csv"
+    for k, name in enumerate(names):
+        seconds = budget.share(COST_WEIGHTS.get(name, 1.0), sum(COST_WEIGHTS.get(n, 1.0) for n in names[k:]))
+        if k > 0 and budget.limited and budget.spendable() <= 0:
+            print(f"\n[budget] {name}: skipped, the time budget is spent ({budget.describe()})")
+            continue
+        started = time.monotonic()
+        preds = predict_split(name, root, collections, progress=progress, protocol=protocol, seconds=seconds,
+                              weights=weights)
+        report = scoring.valid(name, preds[Split.VALID.value])
         valid_reports[name] = report
         valid_predictions[name] = preds[Split.VALID.value]
         test_predictions[name] = preds[Split.TEST.value]
-        print(f"\n{name}: valid split\n{report.format_table(valid_oracles)}")
-    best = max(names, key=lambda n: valid_reports[n].combined)
+        print(f"\n{name}: valid split ({time.monotonic() - started:.0f} s; {budget.describe()})\n"
+              f"{report.format_table(scoring.oracles)}")
+        if best is None or report.combined > valid_reports[best].combined:
+            best = name
+            submission = _write_best(out_dir, root, best, test_predictions[best])
+            print(f"submission.csv: now from {best} (the best on valid so far)")
+    if best is None:
+        raise RuntimeError("no model ran")
     fitted: Ensemble | None = None
     ensemble_path: Path | None = None
     components: dict[str, str] = {}
-    if ensemble and len(names) >= 2:
+    if ensemble and len(valid_predictions) >= 2:
         fitted, ensemble_path, valid_reports[ENSEMBLE], test_predictions[ENSEMBLE] = _run_ensemble(
-            root, collections, valid_predictions, test_predictions, out_dir=out_dir, board=board,
-            synthetic=synthetic, oracles=valid_oracles, params=ensemble_params)
+            scoring, valid_predictions, test_predictions, params=ensemble_params)
         components[ENSEMBLE] = fitted.describe()
         ens_combined = valid_reports[ENSEMBLE].combined
         if ens_combined >= valid_reports[best].combined:
             print(f"\nthe ensemble (valid combined {ens_combined:.4f}, cross-validated) is at least as good as the "
                   f"best model {best} ({valid_reports[best].combined:.4f}): it makes the submission")
             best = ENSEMBLE
+            submission = _write_best(out_dir, root, best, test_predictions[best])
         else:
             print(f"\nthe ensemble (valid combined {ens_combined:.4f}, cross-validated) is below the best model "
                   f"{best} ({valid_reports[best].combined:.4f}): {best} makes the submission")
-    submission = write_submission(out_dir / "submission.csv", test_predictions[best])
-    problems = validate_submission(submission, root, Split.TEST)
-    if problems:
-        raise RuntimeError(f"{submission} failed validation:\n" + "\n".join(map(str, problems)))
     print(f"\nbest on valid: {best} (combined {valid_reports[best].combined:.4f}); wrote {submission}, valid "
           f"against {root.sample_submission or 'the test files'}")
     test_report = None
@@ -233,23 +351,19 @@ def run_pipeline(
     else:
         print("Real data: test labels are hidden; the valid table above is the offline estimate. "
               f"Submit with: fastslow kaggle submit {submission}")
-    print(f"\nall models on the valid split:\n{format_comparison(valid_reports, valid_oracles)}")
+    print(f"\nall models on the valid split (scored on {protocol.describe()}):\n"
+          f"{format_comparison(valid_reports, scoring.oracles)}")
     seconds = time.perf_counter() - t0
-    print(f"\npipeline finished in {seconds:.0f} s; leaderboard: {board}")
+    print(f"\npipeline finished in {seconds:.0f} s ({budget.describe()}); leaderboard: {board}")
     return PipelineResult(root, synthetic, best, submission, valid_reports, test_report, seconds, fitted,
                           ensemble_path)
 
 
 def _run_ensemble(
-    root: DataRoot,
-    collections: Sequence[Collection],
+    scoring: _Scoring,
     valid_predictions: dict[str, dict[str, np.ndarray]],
     test_predictions: dict[str, dict[str, np.ndarray]],
     *,
-    out_dir: Path,
-    board: Path,
-    synthetic: bool,
-    oracles: dict[Collection, float] | None,
     params: dict[str, object] | None,
 ) -> tuple[Ensemble, Path, ScoreReport, dict[str, np.ndarray]]:
     """Fit the ensemble on the valid split, score its cross-validated valid predictions, predict the test split.
@@ -262,16 +376,13 @@ def _run_ensemble(
     """
     from models.ensemble import Ensemble
 
-    labels = split_labels(root, collections, Split.VALID)
+    labels = split_labels(scoring.root, scoring.collections, Split.VALID, scoring.protocol)
     ens = Ensemble(**{"method": "auto", "normalization": "auto", **(params or {})})  # type: ignore[arg-type]
     ens.fit(valid_predictions, labels)
-    valid_file = write_submission(out_dir / f"valid-{ENSEMBLE}.csv", ens.cross_val_predict(valid_predictions, labels))
-    report = score_submission(valid_file, root, Split.VALID)
-    append_row(report.scores(), file=valid_file, producer=ENSEMBLE, split=Split.VALID.value, data=root.root,
-               synthetic=synthetic, path=board, components=ens.describe())
-    path = ens.save(out_dir / "ensemble.json")
+    report = scoring.valid(ENSEMBLE, ens.cross_val_predict(valid_predictions, labels), components=ens.describe())
+    path = ens.save(scoring.out_dir / "ensemble.json")
     print(f"\n{ENSEMBLE}: valid split (cross-validated: each graph scored with weights fitted without it)\n"
-          f"{report.format_table(oracles)}\ncomponents: {ens.describe()}\nsaved: {path}")
+          f"{report.format_table(scoring.oracles)}\ncomponents: {ens.describe()}\nsaved: {path}")
     return ens, path, report, ens.predict(test_predictions)
 
 
@@ -300,6 +411,7 @@ def evaluate_models(
     splits: Sequence[Split] = (Split.VALID, Split.TEST),
     out_dir: str | Path = DEFAULT_OUT_DIR,
     progress: bool = True,
+    protocol: ValidProtocol = DEFAULT_PROTOCOL,
 ) -> dict[Split, dict[str, ScoreReport]]:
     """Fit each model on train and score it on every labelled split asked for (test only on synthetic data).
 
@@ -311,21 +423,25 @@ def evaluate_models(
     root, synthetic = resolve_data(data, progress=progress)
     collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
     splits = [s for s in splits if s != Split.TEST or synthetic]
+    rows = split_rows(root, collections, Split.VALID, protocol)
     out: dict[Split, dict[str, ScoreReport]] = {s: {} for s in splits}
     for name in models or default_models():
-        preds = predict_split(name, root, collections, progress=progress)
+        preds = predict_split(name, root, collections, progress=progress, protocol=protocol)
         for split in splits:
-            path = write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value])
-            out[split][name] = score_submission(path, root, split)
+            path = write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value],
+                                    rows if split == Split.VALID else None)
+            out[split][name] = score_submission(path, root, split, protocol=protocol)
     for split in splits:
-        print(f"\n{split.value} split ({'synthetic world' if synthetic else 'real data'}: {root.root})")
-        print(format_comparison(out[split], split_oracles(root, collections, split)))
+        scored = f"; scored on {protocol.describe()}" if split == Split.VALID else ""
+        print(f"\n{split.value} split ({'synthetic world' if synthetic else 'real data'}: {root.root}{scored})")
+        print(format_comparison(out[split], split_oracles(root, collections, split, protocol)))
     if synthetic:
         print("Synthetic scores say whether the machinery works; they say nothing about the Kaggle leaderboard.")
     return out
 
 
-def split_oracles(root: DataRoot, collections: Sequence[Collection], split: Split) -> dict[Collection, float] | None:
-    values = {c: oracle_score(root, c, split) for c in collections}
+def split_oracles(root: DataRoot, collections: Sequence[Collection], split: Split,
+                  protocol: ValidProtocol = DEFAULT_PROTOCOL) -> dict[Collection, float] | None:
+    values = {c: oracle_score(root, c, split, protocol) for c in collections}
     present = {c: v for c, v in values.items() if v is not None}
     return present or None

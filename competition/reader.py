@@ -22,9 +22,9 @@ import os
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -262,6 +262,7 @@ class _Graph:
     node_opcode: npt.NDArray[np.uint8]
     edge_index: npt.NDArray[np.int64]
     config_runtime: npt.NDArray[np.int64]
+    config_rows: npt.NDArray[np.int64] | None = None
 
     @property
     def stem(self) -> str:
@@ -285,6 +286,31 @@ class _Graph:
         """All runtimes are zero: the public test files hide their labels this way."""
         return self.num_configs > 0 and not self.config_runtime.any()
 
+    def select_configs(self, rows: npt.ArrayLike | None) -> Self:
+        """The same graph restricted to some of its configs (``None``: itself).
+
+        Config ``i`` of the result is config ``rows[i]`` of this graph; :attr:`config_rows` keeps the indices
+        into the file's configs, so predictions over the subset can be written with the original indices.
+
+        Args:
+            rows: ascending distinct config indices.
+
+        Raises:
+            IndexError: an index outside ``[0, C)``, or indices not ascending and distinct.
+        """
+        if rows is None:
+            return self
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if idx.size and (idx[0] < 0 or idx[-1] >= self.num_configs or (np.diff(idx) <= 0).any()):
+            raise IndexError(f"{self.path}: config subset must be ascending distinct indices in "
+                             f"[0, {self.num_configs})")
+        base = idx if self.config_rows is None else self.config_rows[idx]
+        return replace(self, config_runtime=self.config_runtime[idx], config_rows=base,
+                       **self._config_arrays(idx))
+
+    def _config_arrays(self, idx: npt.NDArray[np.int64]) -> dict[str, Any]:
+        return {}
+
 
 @dataclass(eq=False, kw_only=True)
 class TileGraph(_Graph):
@@ -304,6 +330,10 @@ class TileGraph(_Graph):
 
     config_feat: npt.NDArray[np.float32]
     config_runtime_normalizers: npt.NDArray[np.int64]
+
+    def _config_arrays(self, idx: npt.NDArray[np.int64]) -> dict[str, Any]:
+        return {"config_feat": self.config_feat[idx],
+                "config_runtime_normalizers": self.config_runtime_normalizers[idx]}
 
     def normalized_runtime(self) -> npt.NDArray[np.float64]:
         """``config_runtime / config_runtime_normalizers``: float64 ``[C]``, the quantity tile configs rank by."""
@@ -355,6 +385,8 @@ class LayoutGraph(_Graph):
             if sel.shape != (self.num_configs,):
                 raise IndexError(f"{self.path}: node_config_feat: mask of shape {sel.shape} for {self.num_configs} configs")
             sel = np.flatnonzero(sel)
+        if self.config_rows is not None:
+            sel = self.config_rows[sel]
         with _open(self.path, self.block_bytes) as r:
             return _guard(self.path, "node_config_feat", lambda: r.load_rows("node_config_feat", sel))
 
@@ -368,7 +400,9 @@ class LayoutGraph(_Graph):
             ``(first_config, block)`` with ``block`` float32 ``[rows, NC, 18]``, read-only.
         """
         with _open(self.path, self.block_bytes) as r:
-            yield from _guard_iter(self.path, "node_config_feat", r.iter_blocks("node_config_feat", block_rows))
+            blocks = (r.iter_blocks("node_config_feat", block_rows) if self.config_rows is None
+                      else r.iter_rows("node_config_feat", self.config_rows, block_rows))
+            yield from _guard_iter(self.path, "node_config_feat", blocks)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from competition.collections import Collection, Split
 from competition.leaderboard import DEFAULT_PATH, read_rows
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
 from competition.reader import DataRoot, find_data_root, list_graphs
 
 DEFAULT_OUT_DIR = Path("submissions") / "report"
@@ -422,8 +423,13 @@ def _rank_section(out: Path, report: Any | None, orders: dict[str, np.ndarray] |
     rng = np.random.default_rng(0)
     table = []
     for ax, g in zip(axes.flat, picked, strict=False):
-        pred = order_to_ranks(orders[g.id])
-        true = rankdata(_runtimes(root, g.collection, split, g.stem), method="average") - 1.0
+        order = orders[g.id]
+        runtimes = _runtimes(root, g.collection, split, g.stem)
+        if order.size != runtimes.size:  # a valid row under the valid protocol: its configs only
+            scored = np.sort(order)
+            order, runtimes = np.searchsorted(scored, order), runtimes[scored]
+        pred = order_to_ranks(order)
+        true = rankdata(runtimes, method="average") - 1.0
         shown = np.arange(pred.size)
         if pred.size > SCATTER_MAX_POINTS:
             shown = np.sort(rng.choice(pred.size, SCATTER_MAX_POINTS, replace=False))
@@ -641,6 +647,7 @@ def build_report(
     graphs: int = 4,
     progress: bool = True,
     pruning_max_graphs: int = PRUNING_MAX_GRAPHS,
+    protocol: ValidProtocol = DEFAULT_PROTOCOL,
 ) -> Path:
     """Write the report: ``out_dir/index.html`` and its PNG plots, replacing any previous report atomically.
 
@@ -655,6 +662,7 @@ def build_report(
         runs_dir: the folder searched for ``**/curves.csv``.
         graphs: how many layout graphs section 3 plots.
         progress: show progress bars while pruning.
+        protocol: which configs of each valid layout graph are scored (:mod:`competition.protocol`).
         pruning_max_graphs: per collection, the most graphs the pruning statistics read (an evenly spread sample
             beyond).
 
@@ -676,7 +684,7 @@ def build_report(
     _check_out_dir(out_dir)
     synthetic = is_synthetic(root)
     collections = [c for c in Collection if list_graphs(root, c, split)]
-    oracle = split_oracles(root, collections, split) if collections else None
+    oracle = split_oracles(root, collections, split, protocol) if collections else None
 
     problem = None
     try:
@@ -695,7 +703,7 @@ def build_report(
     if sub_path is not None:
         try:
             orders = read_submission(sub_path)
-            report = score_submission(sub_path, root, split)
+            report = score_submission(sub_path, root, split, protocol=protocol)
             why = f"Submission {sub_path} ({how})."
         except (OSError, SubmissionError, HiddenLabelsError) as exc:
             report = orders = None
@@ -716,7 +724,7 @@ def build_report(
         ]
         sections = [build() for build in builders]
         meta = [("data root", f"{root.root} ({'synthetic world' if synthetic else 'real data'})"),
-                ("split", split.value),
+                ("split", split.value + (f" (scored on {protocol.describe()})" if split == Split.VALID else "")),
                 ("submission", str(sub_path) if report is not None else "-"),
                 ("leaderboard", str(leaderboard)),
                 ("runs", str(runs_dir)),
@@ -741,7 +749,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     """Run ``fastslow report`` from parsed arguments; prints the path of ``index.html``."""
     index = build_report(args.out, root=args.data, submission=args.submission, split=Split(args.split),
                          leaderboard=args.leaderboard, runs_dir=args.runs, graphs=args.graphs,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, protocol=protocol_from_args(args))
     print(index)
     return 0
 
@@ -783,4 +791,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="layout graphs plotted as predicted versus true rank, spread over the collections "
                         "(default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_valid_configs_arg(p)
     p.set_defaults(func=_cmd_report)

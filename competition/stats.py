@@ -22,6 +22,7 @@ from competition.errors import DataFileError
 from competition.metrics import kendall_tau, predicted_order, top_k_score
 from competition.npzio import NpzReader
 from competition.opcodes import OPCODE_NAMES
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, list_graphs, load_graph
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def _secret_path(root: DataRoot, collection: Collection, split: Split, stem: str
     return p if p is not None and p.exists() else None
 
 
-def _oracle(collection: Collection, secret: Path, observed: np.ndarray, normalizers: np.ndarray | None) -> float | None:
+def _oracle(collection: Collection, secret: Path, observed: np.ndarray, normalizers: np.ndarray | None,
+            subset: np.ndarray | None = None) -> float | None:
     with NpzReader(secret) as r:
         keys = r.keys()
         if "config_runtime_noiseless" not in keys:
@@ -93,6 +95,9 @@ def _oracle(collection: Collection, secret: Path, observed: np.ndarray, normaliz
         if "config_runtime_normalizers" in keys:
             normalizers = r.load("config_runtime_normalizers")
         true_default = r.load("default_runtime_noiseless") if "default_runtime_noiseless" in keys else None
+    if subset is not None:
+        true_ns, observed = true_ns[subset], observed[subset]
+        normalizers = None if normalizers is None else normalizers[subset]
     if collection.is_tile:
         y = observed / normalizers
         pred = true_ns / (float(true_default) if true_default is not None else 1.0)
@@ -100,8 +105,12 @@ def _oracle(collection: Collection, secret: Path, observed: np.ndarray, normaliz
     return kendall_tau(true_ns, observed)
 
 
-def oracle_score(root: DataRoot, collection: Collection, split: Split) -> float | None:
-    """Mean oracle score of one split of a collection, or ``None`` where no noiseless runtimes exist (real data)."""
+def oracle_score(root: DataRoot, collection: Collection, split: Split,
+                 protocol: ValidProtocol = DEFAULT_PROTOCOL) -> float | None:
+    """Mean oracle score of one split of a collection, or ``None`` where no noiseless runtimes exist (real data).
+
+    On the valid split only the protocol's configs of each graph are scored, as for a submission.
+    """
     values = []
     for path in list_graphs(root, collection, split):
         secret = _secret_path(root, collection, split, path.stem)
@@ -110,7 +119,8 @@ def oracle_score(root: DataRoot, collection: Collection, split: Split) -> float 
         with NpzReader(path) as r:
             observed = r.load("config_runtime").astype(np.float64)
             normalizers = r.load("config_runtime_normalizers").astype(np.float64) if collection.is_tile else None
-        score = _oracle(collection, secret, observed, normalizers)
+        subset = protocol.configs(collection, path.stem, observed.size, split)
+        score = _oracle(collection, secret, observed, normalizers, subset)
         if score is None:
             return None
         values.append(score)

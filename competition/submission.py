@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,12 +22,14 @@ import numpy.typing as npt
 from competition.collections import Collection, Split
 from competition.metrics import CollectionResult, GraphResult, ScoreReport, predicted_order, score_graph
 from competition.npzio import NpzReader, atomic_write_text
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, list_graphs, load_secret_runtime
 
 HEADER = ("ID", "TopConfigs")
 TILE_TOP_K = 5
 MAX_LISTED = 5  # indices named per problem message
 MAX_PROBLEMS_IN_MESSAGE = 20
+CSV_FIELD_LIMIT = 2**31 - 1  # the largest the csv module takes on every platform
 _INTEGER = re.compile(r"\s*-?[0-9]+\s*")  # ASCII digits only: int() would take other scripts' digits
 
 
@@ -39,14 +41,22 @@ class SubmissionProblem:
         row: the data row (1-based; 0 is the header), or ``None`` for a problem of no row (a missing ID).
         id: the submission ID concerned, if known.
         message: what was expected and what was found.
+        where: for a problem of the whole file, where it was found (``file``, ``line 7``).
     """
 
     row: int | None
     id: str | None
     message: str
+    where: str | None = None
+
+    @property
+    def whole_file(self) -> bool:
+        """The file as a whole is unusable (unreadable, not CSV, bad header): no row can be checked."""
+        return self.row == 0 or self.where is not None
 
     def __str__(self) -> str:
-        where = "header" if self.row == 0 else (f"row {self.row}" if self.row is not None else "missing row")
+        where = self.where or ("header" if self.row == 0 else
+                               (f"row {self.row}" if self.row is not None else "missing row"))
         return f"{where}" + (f" [{self.id}]" if self.id else "") + f": {self.message}"
 
 
@@ -109,14 +119,18 @@ def format_order(order: npt.ArrayLike) -> str:
     return ";".join(str(int(i)) for i in np.asarray(order, dtype=np.int64))
 
 
-def format_top_configs(collection: Collection, scores: npt.ArrayLike) -> str:
+def format_top_configs(collection: Collection, scores: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> str:
     """The ``TopConfigs`` field from per-config scores.
 
     Args:
         collection: decides how many indices are written: ``min(5, C)`` for tile, all C for layout.
         scores: ``[C]`` predicted scores, lower = faster; ties keep ascending index order.
+        rows: the graph's config index of each score (a valid subset, see :mod:`competition.protocol`);
+            ``None`` when ``scores`` covers every config.
     """
     order = predicted_order(scores)
+    if rows is not None:
+        order = np.asarray(rows, dtype=np.int64)[order]
     return format_order(order[:TILE_TOP_K] if Collection(collection).is_tile else order)
 
 
@@ -140,12 +154,15 @@ def _write(path: str | os.PathLike[str], rows: list[tuple[str, str]]) -> Path:
 def write_submission(
     path: str | os.PathLike[str],
     predictions: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]],
+    rows: Mapping[str, npt.ArrayLike | None] | None = None,
 ) -> Path:
     """Write a submission from per-graph scores (lower = faster), rows sorted by ID, atomically.
 
     Args:
         path: the CSV to write.
         predictions: submission ID -> ``[C]`` scores (a mapping or ``(id, scores)`` pairs).
+        rows: submission ID -> the config index of each score, for graphs predicted on a subset of their configs
+            (the valid protocol); IDs not in it (or mapped to ``None``) cover every config.
 
     Returns:
         The path written.
@@ -154,7 +171,9 @@ def write_submission(
         ValueError: an ID with no known collection prefix, or an ID given twice.
     """
     items = _items(predictions)
-    return _write(path, [(sid, format_top_configs(parse_submission_id(sid)[0], s)) for sid, s in items])
+    rows = rows or {}
+    return _write(path, [(sid, format_top_configs(parse_submission_id(sid)[0], s, rows.get(sid)))
+                         for sid, s in items])
 
 
 def write_submission_orders(
@@ -204,44 +223,68 @@ def _parse(path: str | os.PathLike[str]) -> tuple[list[_Row], list[SubmissionPro
     rows: list[_Row] = []
     problems: list[SubmissionProblem] = []
     seen: dict[str, int] = {}
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            return [], [SubmissionProblem(0, None, f"empty file; expected the header {','.join(HEADER)}")], set()
-        if tuple(h.strip() for h in header) != HEADER:
-            missing = [h for h in HEADER if h not in header]
-            extra = [h for h in header if h not in HEADER]
-            detail = "; ".join(x for x in (f"missing column(s) {missing}" if missing else "",
-                                           f"extra column(s) {extra}" if extra else "") if x)
-            problems.append(SubmissionProblem(0, None, f"expected the header {','.join(HEADER)}; found "
-                                                       f"{','.join(header)}" + (f" ({detail})" if detail else "")))
-            return [], problems, set()
-        for n, fields in enumerate(reader, start=1):
-            if not fields:
-                continue
-            sid = fields[0].strip() or None
-            if len(fields) != len(HEADER):
-                problems.append(SubmissionProblem(n, sid, f"expected {len(HEADER)} fields; found {len(fields)}"))
-                continue
-            if sid is None:
-                problems.append(SubmissionProblem(n, None, "empty ID"))
-                continue
-            if sid in seen:
-                problems.append(SubmissionProblem(n, sid, f"duplicated ID (first on row {seen[sid]})"))
-                continue
-            seen[sid] = n
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = _csv_reader(f)
             try:
-                parse_submission_id(sid)
-            except ValueError as exc:
-                problems.append(SubmissionProblem(n, sid, str(exc)))
-                continue
-            order, message = _parse_indices(fields[1])
-            if message is not None:
-                problems.append(SubmissionProblem(n, sid, message))
-                continue
-            rows.append(_Row(n, sid, order))
+                _parse_rows(reader, rows, problems, seen)
+            except csv.Error as exc:
+                problems.append(SubmissionProblem(None, None, f"malformed CSV: {exc}", f"line {reader.line_num}"))
+    except UnicodeDecodeError as exc:
+        problems.append(SubmissionProblem(None, None, f"expected UTF-8 text; found byte {exc.start} undecodable "
+                                                      f"({exc.reason})", "file"))
+    except IsADirectoryError:
+        problems.append(SubmissionProblem(None, None, "expected a CSV file; found a folder", "file"))
+    except OSError as exc:
+        problems.append(SubmissionProblem(None, None, f"cannot be read ({exc.strerror or exc})", "file"))
     return rows, problems, set(seen)
+
+
+def _csv_reader(f: Iterable[str]) -> Iterator[list[str]]:
+    """A strict CSV reader (a stray or unclosed quote is an error, not a guess) for fields of any length: a layout
+    row of 100,000 configs is about 600 kB, above the ``csv`` module's default field limit of 128 kB."""
+    csv.field_size_limit(CSV_FIELD_LIMIT)
+    return csv.reader(f, strict=True)
+
+
+def _parse_rows(reader: Iterator[list[str]], rows: list[_Row], problems: list[SubmissionProblem],
+                seen: dict[str, int]) -> None:
+    header = next(reader, None)
+    if header is None:
+        problems.append(SubmissionProblem(0, None, f"empty file; expected the header {','.join(HEADER)}"))
+        return
+    if tuple(h.strip() for h in header) != HEADER:
+        missing = [h for h in HEADER if h not in header]
+        extra = [h for h in header if h not in HEADER]
+        detail = "; ".join(x for x in (f"missing column(s) {missing}" if missing else "",
+                                       f"extra column(s) {extra}" if extra else "") if x)
+        problems.append(SubmissionProblem(0, None, f"expected the header {','.join(HEADER)}; found "
+                                                   f"{','.join(header)}" + (f" ({detail})" if detail else "")))
+        return
+    for n, fields in enumerate(reader, start=1):
+        if not fields:
+            continue
+        sid = fields[0].strip() or None
+        if len(fields) != len(HEADER):
+            problems.append(SubmissionProblem(n, sid, f"expected {len(HEADER)} fields; found {len(fields)}"))
+            continue
+        if sid is None:
+            problems.append(SubmissionProblem(n, None, "empty ID"))
+            continue
+        if sid in seen:
+            problems.append(SubmissionProblem(n, sid, f"duplicated ID (first on row {seen[sid]})"))
+            continue
+        seen[sid] = n
+        try:
+            parse_submission_id(sid)
+        except ValueError as exc:
+            problems.append(SubmissionProblem(n, sid, str(exc)))
+            continue
+        order, message = _parse_indices(fields[1])
+        if message is not None:
+            problems.append(SubmissionProblem(n, sid, message))
+            continue
+        rows.append(_Row(n, sid, order))
 
 
 def read_submission(path: str | os.PathLike[str]) -> dict[str, npt.NDArray[np.int64]]:
@@ -298,7 +341,9 @@ def _num_configs(path: Path) -> int:
         return int(r.info("config_runtime").shape[0])
 
 
-def _order_problems(row: _Row, collection: Collection, c: int) -> list[str]:
+def _order_problems(row: _Row, collection: Collection, c: int, subset: npt.NDArray[np.int64] | None) -> list[str]:
+    """What is wrong with a row's order for a graph of ``c`` configs; ``subset``: the valid protocol's configs
+    (``None``: every config), of which a layout row may list exactly these or all ``c``."""
     order = row.order
     out: list[str] = []
     bad = order[order >= c]
@@ -309,6 +354,14 @@ def _order_problems(row: _Row, collection: Collection, c: int) -> list[str]:
     if dup.size:
         out.append(f"duplicated index(es): {_listed(dup)}")
     if collection.is_layout:
+        if subset is not None and order.size != c:
+            missing = np.setdiff1d(subset, order)
+            extra = np.setdiff1d(order, subset)
+            if missing.size or extra.size:
+                out.append(f"not a permutation of the valid protocol's {subset.size} configs (nor of "
+                           f"range({c})): missing {missing.size}" + (f" ({_listed(missing)})" if missing.size else "")
+                           + (f", {extra.size} not in it ({_listed(extra)})" if extra.size else ""))
+            return out
         missing = np.setdiff1d(np.arange(c), order)
         if missing.size or order.size != c:
             out.append(f"not a permutation of range({c}): {order.size} indices given, missing {missing.size}"
@@ -320,14 +373,30 @@ def _order_problems(row: _Row, collection: Collection, c: int) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """A row that passed its checks, with what it is scored on."""
+
+    row: _Row
+    npz: Path
+    subset: npt.NDArray[np.int64] | None  # the valid protocol's configs; None: every config
+
+    def local_order(self) -> npt.NDArray[np.int64]:
+        """The row's order over the scored configs, as positions into ``subset`` (the order itself without one)."""
+        if self.subset is None:
+            return self.row.order
+        kept = self.row.order[np.isin(self.row.order, self.subset)]
+        return np.searchsorted(self.subset, kept).astype(np.int64)
+
+
 def _check(path: str | os.PathLike[str], root: DataRoot, split: Split, sample_submission: Path | None,
-           collections: Iterable[Collection] | None
-           ) -> tuple[list[SubmissionProblem], list[tuple[_Row, Path]]]:
+           collections: Iterable[Collection] | None, protocol: ValidProtocol = DEFAULT_PROTOCOL,
+           ) -> tuple[list[SubmissionProblem], list[_Scored]]:
     rows, problems, seen = _parse(path)
-    if any(p.row == 0 for p in problems):
+    if any(p.whole_file for p in problems):
         return problems, []
     expected = _expected_ids(root, Split(split), sample_submission, collections)
-    good: list[tuple[_Row, Path]] = []
+    good: list[_Scored] = []
     for row in rows:
         npz = expected.get(row.id)
         if npz is None:
@@ -338,10 +407,13 @@ def _check(path: str | os.PathLike[str], root: DataRoot, split: Split, sample_su
         if not npz.is_file():
             problems.append(SubmissionProblem(row.row, row.id, f"data file {npz} not found"))
             continue
-        found = _order_problems(row, parse_submission_id(row.id)[0], _num_configs(npz))
+        collection, stem = parse_submission_id(row.id)
+        c = _num_configs(npz)
+        subset = protocol.configs(collection, stem, c, split)
+        found = _order_problems(row, collection, c, subset)
         problems.extend(SubmissionProblem(row.row, row.id, m) for m in found)
         if not found:
-            good.append((row, npz))
+            good.append(_Scored(row, npz, subset))
     problems.sort(key=lambda p: p.row if p.row is not None else 0)
     problems.extend(SubmissionProblem(None, sid, "expected ID missing from the submission")
                     for sid in sorted(set(expected) - seen))
@@ -355,12 +427,14 @@ def validate_submission(
     *,
     sample_submission: Path | None = None,
     collections: Iterable[Collection] | None = None,
+    protocol: ValidProtocol = DEFAULT_PROTOCOL,
 ) -> list[SubmissionProblem]:
     """Every problem of a submission file against the data (empty list: valid).
 
     Checked: the header and every row's syntax (as :func:`read_submission`), every expected ID present exactly
-    once, no unknown ID, layout rows a permutation of ``range(C)``, tile rows at least ``min(5, C)`` indices, all
-    in range and distinct. Config counts come from the npz headers only.
+    once, no unknown ID, layout rows a permutation of ``range(C)`` (on the valid split, or of the valid protocol's
+    configs), tile rows at least ``min(5, C)`` indices, all in range and distinct. Config counts come from the npz
+    headers only.
 
     Args:
         path: the submission CSV.
@@ -369,12 +443,13 @@ def validate_submission(
         sample_submission: the file listing the expected IDs; default ``root.sample_submission`` for the test
             split (if present); otherwise the graph files of ``split`` in every collection.
         collections: restrict the check to these collections (IDs of others are then ignored).
+        protocol: the valid split's protocol (:mod:`competition.protocol`): which layout rows are accepted.
 
     Returns:
         The problems, in row order, missing IDs last.
     """
     collections = None if collections is None else list(collections)
-    return _check(path, root, split, sample_submission, collections)[0]
+    return _check(path, root, split, sample_submission, collections, protocol)[0]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -405,6 +480,7 @@ def score_submission(
     *,
     raw: bool = False,
     collections: Iterable[Collection] | None = None,
+    protocol: ValidProtocol = DEFAULT_PROTOCOL,
 ) -> ScoreReport:
     """Validate and score a submission against labelled data.
 
@@ -418,6 +494,8 @@ def score_submission(
         raw: tile: rank by raw runtimes instead of normalised ones.
         collections: the collections to score; default those with at least one ID in the file (the report's
             ``complete`` says whether all five were there).
+        protocol: on the valid split, which configs of each layout graph are scored (default: at most 1,000 fixed
+            ones; a full permutation is scored on them in its own order).
 
     Returns:
         A :class:`ScoreReport` with every graph's result.
@@ -433,13 +511,16 @@ def score_submission(
             raise SubmissionError(path, problems)
         collections = {parse_submission_id(r.id)[0] for r in rows}
     chosen = [c for c in Collection if c in set(collections)]
-    problems, good = _check(path, root, split, None, chosen)
+    problems, good = _check(path, root, split, None, chosen, protocol)
     if problems:
         raise SubmissionError(path, problems)
     results: dict[Collection, list[GraphResult]] = {c: [] for c in chosen}
-    for row, npz in sorted(good, key=lambda rn: rn[0].id):
-        c, stem = parse_submission_id(row.id)
-        y, norm = _labels(root, c, split, npz)
-        results[c].append(score_graph(c, row.order, y, norm, raw=raw, stem=stem))
-    return ScoreReport({c: CollectionResult(c, g) for c, g in results.items()})
+    for item in sorted(good, key=lambda g: g.row.id):
+        c, stem = parse_submission_id(item.row.id)
+        y, norm = _labels(root, c, split, item.npz)
+        if item.subset is not None:
+            y, norm = y[item.subset], None if norm is None else norm[item.subset]
+        results[c].append(score_graph(c, item.local_order(), y, norm, raw=raw, stem=stem))
+    return ScoreReport({c: CollectionResult(c, g) for c, g in results.items()},
+                       protocol.describe() if split == Split.VALID else "")
 

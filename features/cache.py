@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
 from competition.npzio import atomic_path, atomic_write_text
+from competition.protocol import ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, list_graphs, load_graph
 from features.data import graph_to_data
 
@@ -60,15 +61,19 @@ def collection_slug(collection: Collection) -> str:
     return Collection(collection).value.replace(":", "-")
 
 
-def pipeline_description(pre_transform: Transform | None, max_configs: int | None) -> str:
+def pipeline_description(pre_transform: Transform | None, max_configs: int | None,
+                         protocol: ValidProtocol | None = None) -> str:
     """The settings that make a cache: what ``pipeline.txt`` holds and what the pipeline hash is taken of."""
-    return (f"format_version: {FORMAT_VERSION}\nmax_configs: {max_configs}\n"
-            f"pre_transform: {pre_transform!r}\n")
+    text = f"format_version: {FORMAT_VERSION}\nmax_configs: {max_configs}\n"
+    if protocol is not None:
+        text += f"valid_protocol: {protocol.tag}\n"
+    return text + f"pre_transform: {pre_transform!r}\n"
 
 
-def pipeline_hash(pre_transform: Transform | None, max_configs: int | None) -> str:
+def pipeline_hash(pre_transform: Transform | None, max_configs: int | None,
+                  protocol: ValidProtocol | None = None) -> str:
     """16 hex digits of the SHA-256 of :func:`pipeline_description`."""
-    return hashlib.sha256(pipeline_description(pre_transform, max_configs).encode()).hexdigest()[:16]
+    return hashlib.sha256(pipeline_description(pre_transform, max_configs, protocol).encode()).hexdigest()[:16]
 
 
 def evenly_spaced_configs(num_configs: int, max_configs: int | None) -> npt.NDArray[np.int64] | None:
@@ -140,10 +145,14 @@ class BuildReport:
 
 
 def _process_one(source: str, collection: str, dest: str, pre_transform: Transform | None,
-                 max_configs: int | None) -> dict[str, Any]:
+                 max_configs: int | None, protocol: ValidProtocol | None = None) -> dict[str, Any]:
     """Read, convert, pre-transform and save one graph (runs in a worker process); returns its stats."""
     graph = load_graph(source, Collection(collection))
-    rows = evenly_spaced_configs(graph.num_configs, max_configs) if isinstance(graph, LayoutGraph) else None
+    rows = None
+    if protocol is not None:
+        rows = protocol.configs(Collection(collection), graph.stem, graph.num_configs, Split.VALID)
+    elif isinstance(graph, LayoutGraph):
+        rows = evenly_spaced_configs(graph.num_configs, max_configs)
     data = graph_to_data(graph, rows)
     stats: dict[str, Any] = {"num_nodes_before": int(data.num_nodes),
                              "num_edges_before": int(data.edge_index.shape[1]),
@@ -180,7 +189,9 @@ class ProcessedGraphs(Sequence[Data]):
 
     For layout graphs only ``max_configs`` configs are cached (see :func:`evenly_spaced_configs`), so a file
     with 100,000 configs stays bounded; ``node_config_feat`` is streamed from the file for just those rows.
-    Tile graphs keep all their configs (a few thousand of 24 values each).
+    Tile graphs keep all their configs (a few thousand of 24 values each). On the valid split, ``protocol``
+    chooses the configs instead (the valid protocol's subset, :mod:`competition.protocol`), so that early stopping
+    scores exactly what the pipeline scores.
 
     Args:
         root: the data root.
@@ -192,6 +203,8 @@ class ProcessedGraphs(Sequence[Data]):
         transform: applied on every access, after loading.
         cache_dir: the cache root.
         max_configs: configs kept per layout graph, ``None`` for all.
+        protocol: valid split only: keep the valid protocol's configs of each graph (``max_configs`` is then
+            ignored).
         workers: worker processes of :meth:`build` (default ``os.cpu_count()``); 1 processes in this process.
         progress: show a progress bar while building.
     """
@@ -199,9 +212,13 @@ class ProcessedGraphs(Sequence[Data]):
     def __init__(self, root: DataRoot, collection: Collection | str, split: Split | str,
                  pre_transform: Transform | None = None, transform: Transform | None = None,
                  cache_dir: str | os.PathLike[str] = DEFAULT_CACHE_DIR, max_configs: int | None = None,
-                 workers: int | None = None, progress: bool = True) -> None:
+                 protocol: ValidProtocol | None = None, workers: int | None = None, progress: bool = True) -> None:
         if max_configs is not None and max_configs < 1:
             raise ValueError(f"max_configs must be >= 1 or None, got {max_configs}")
+        if protocol is not None and Split(split) != Split.VALID:
+            raise ValueError(f"a valid protocol chooses configs of the valid split only; got split {split}")
+        if protocol is not None:
+            max_configs = None
         self.root = root
         self.collection = Collection.parse(collection) if isinstance(collection, str) else collection
         self.split = Split(split)
@@ -209,6 +226,7 @@ class ProcessedGraphs(Sequence[Data]):
         self.transform = transform
         self.cache_dir = Path(cache_dir)
         self.max_configs = max_configs
+        self.protocol = protocol
         self.workers = workers
         self.progress = progress
         self.sources = [SourceFile.of(p, root.root) for p in list_graphs(root, self.collection, self.split)]
@@ -221,7 +239,7 @@ class ProcessedGraphs(Sequence[Data]):
     @property
     def processed_dir(self) -> Path:
         """The folder of this pipeline: ``split_dir/<pipeline hash>``."""
-        return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs)
+        return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs, self.protocol)
 
     @property
     def paths(self) -> list[Path]:
@@ -270,12 +288,13 @@ class ProcessedGraphs(Sequence[Data]):
         t0 = time.perf_counter()
         out = self.processed_dir
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / PIPELINE_FILE, pipeline_description(self.pre_transform, self.max_configs))
+        atomic_write_text(out / PIPELINE_FILE,
+                          pipeline_description(self.pre_transform, self.max_configs, self.protocol))
         removed = self._remove_leftovers()
         todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
         stats: dict[str, dict[str, Any]] = {}
-        jobs = [(str(s.path), self.collection.value, str(out / s.cache_name), self.pre_transform, self.max_configs)
-                for s in todo]
+        jobs = [(str(s.path), self.collection.value, str(out / s.cache_name), self.pre_transform, self.max_configs,
+                 self.protocol) for s in todo]
         workers = min(self.workers or os.cpu_count() or 1, len(jobs))
         with tqdm(total=len(jobs), desc=f"process {self.collection.value} {self.split.value}", unit="graph",
                   disable=not self.progress) as bar:
@@ -324,7 +343,8 @@ class ProcessedGraphs(Sequence[Data]):
                               "stats": stats}
         manifest = {"format_version": FORMAT_VERSION, "collection": self.collection.value,
                     "split": self.split.value, "pre_transform": repr(self.pre_transform),
-                    "max_configs": self.max_configs, "graphs": graphs}
+                    "max_configs": self.max_configs,
+                    "valid_protocol": None if self.protocol is None else self.protocol.tag, "graphs": graphs}
         atomic_write_text(self.processed_dir / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
 
     def clean_stale(self) -> list[Path]:

@@ -4,8 +4,9 @@
   shape, log2 tile sizes, the number of tiles, lane/sublane padding waste, and graph aggregates.
 * :func:`layout_features` (layout:*): per configurable-node type (convolution, dot, reshape) counts of the chosen
   layouts, the distance from the compiler's default, a link-disagreement count that stands in for the copies the
-  compiler inserts between producer and consumer layouts, and graph aggregates. Configs are streamed in blocks:
-  a large graph's ``node_config_feat`` is never materialised whole.
+  compiler inserts between producer and consumer layouts, and graph aggregates. Configs are streamed in blocks
+  (a large graph's ``node_config_feat`` is never materialised whole), each reduced to one byte per node and
+  slot, and the columns are numpy reductions over a few hundred configs at a time: no loop over configs.
 
 Every column is named by :func:`tile_feature_names` / :func:`layout_feature_names` (same order as the matrix);
 the docstrings of the two feature functions describe each group. "Size" of a node is
@@ -15,7 +16,10 @@ the docstrings of the two feature functions describe each group. "Size" of a nod
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -159,9 +163,68 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
 # --------------------------------------------------------------------------------------------------------------
 
 
+_SLOT_STRIDE = 6
+"""The slots of :data:`LAYOUT_SLOTS` start every 6 columns of a config row (at 0, 6, 12)."""
+assert tuple(col for _, col in LAYOUT_SLOTS) == tuple(range(0, 18, _SLOT_STRIDE))
+
+_N_TYPES = len(CONFIG_NODE_TYPES)
+_N_CODES = len(MINOR_VALUES)
+"""Codes ``0..6`` stand for the minor-most values ``-1..5`` (code = value + 1)."""
+
+_HIST_ROWS = 1 + len(LAYOUT_SLOTS) * _N_CODES
+"""Histogram rows per node type: the default flag, then (slot, code) in column order."""
+
+_LANE = 255
+"""Longest run of nodes or links summed at once: runs are added up 8 configs at a time in the byte lanes of a
+uint64, and a byte must not overflow."""
+
+_NAN_OUT, _NAN_IN = 126, 127
+"""Codes of NaN in the output and input slots: different, so that NaN agrees with nothing, itself included.
+No output slot holds the code 127 (other values have codes up to 125)."""
+
+_LINK_RUN_LENGTHS = np.array([*range(1, 9), 10, 12, 15, 19, 24, 30, 37, 46, 58, 72, 90, 112, 140, 175, 219, 255])
+"""Lengths runs of links are padded to (at most 25% more rows): one group of runs per length."""
+
+_PLANE_BYTES = 1 << 21
+"""Bytes of one ``[NC, R]`` int8 code plane: sets the configs per compute block ``R`` (64 to 1024)."""
+
+_LINK_CHUNK_BYTES = 1 << 19
+"""Bytes of one ``[links, R]`` int8 gather: links are compared about this many at a time."""
+
+_ENCODE_ROWS = 8192
+"""(config, node) rows of float32 ``[.., 18]`` encoded per step (590 KB: the temporaries stay in cache), rounded
+down to whole configs (one config at least)."""
+
+_TWO_MINUS_ONES = np.array([-1, -1], dtype=np.float32).view(np.uint64)[0]
+_EIGHT_TRUE = np.ones(8, dtype=np.bool_).view(np.uint64)[0]
+
+
+@dataclass(frozen=True)
+class RunGroups:
+    """Runs of consecutive rows that are summed together, at most 255 rows each (the sums are taken in byte
+    lanes, 8 configs per uint64), laid out so that runs of one length are side by side: a group of them is
+    summed by one reshape.
+
+    Attributes:
+        items: int64 ``[S]``, the rows of each run that stand for something (a node, a link).
+        length: int64 ``[S]``, rows per run, ascending: ``items`` and padding rows that add nothing to the sums
+            (runs of links are padded to a few lengths, so that there are few groups).
+        groups: int64 ``[G, 4]``, per group of runs of one length: first run, number of runs, run length, and
+            first row.
+    """
+
+    items: npt.NDArray[np.int64]
+    length: npt.NDArray[np.int64]
+    groups: npt.NDArray[np.int64]
+
+
 @dataclass(frozen=True)
 class LayoutContext:
     """What the layout features need of a graph besides its configs, computed once per graph.
+
+    The configs are reduced to int8 code planes ``[NC, R]`` (R configs side by side; codes 0..6 for the
+    minor-most values -1..5), whose rows are the configurable nodes ordered so that nodes of one type and size
+    are consecutive rows: their counts are a sum over a run of rows.
 
     Attributes:
         type_positions: per :data:`CONFIG_NODE_TYPES` entry, int64 positions (into ``node_config_ids``) of the
@@ -170,6 +233,16 @@ class LayoutContext:
         link_producer: int64 ``[P]``, positions of the producer A of each link.
         link_consumer: int64 ``[P]``, positions of the consumer B of each link.
         per_graph: float64 ``[G]``, the graph aggregate columns.
+        node_order: int64 ``[NC]``, the positions in code-plane row order.
+        node_runs: runs of code-plane rows of one type and size.
+        node_run_size: float64 ``[S]``, the size of each node run's nodes.
+        node_run_weights: float64 ``[S, 2T]``, per node run and type t of :data:`CONFIG_NODE_TYPES`: columns
+            ``2t, 2t + 1`` hold ``(1, size)`` for a run of type t, ``(0, 0)`` otherwise.
+        link_consumer_rows: int64 ``[P']``, the code-plane row of each link's consumer, links of one run side by
+            side; padding rows point at row ``NC``, which matches nothing.
+        link_runs: runs of links of one producer.
+        link_run_producer: int64 ``[L]``, the code-plane row of each link run's producer.
+        link_run_size: float64 ``[L]``, the size of each link run's producer.
     """
 
     type_positions: tuple[npt.NDArray[np.int64], ...]
@@ -177,6 +250,14 @@ class LayoutContext:
     link_producer: npt.NDArray[np.int64]
     link_consumer: npt.NDArray[np.int64]
     per_graph: npt.NDArray[np.float64]
+    node_order: npt.NDArray[np.int64]
+    node_runs: RunGroups
+    node_run_size: npt.NDArray[np.float64]
+    node_run_weights: npt.NDArray[np.float64]
+    link_consumer_rows: npt.NDArray[np.int64]
+    link_runs: RunGroups
+    link_run_producer: npt.NDArray[np.int64]
+    link_run_size: npt.NDArray[np.float64]
 
 
 def layout_links(graph: LayoutGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -221,20 +302,87 @@ def layout_links(graph: LayoutGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray
     return links[:, 0], links[:, 1]
 
 
+def _run_groups(*keys: npt.NDArray[Any], lengths: npt.NDArray[np.int64] | None = None,
+                ) -> tuple[npt.NDArray[np.int64], RunGroups]:
+    """Runs of equal consecutive ``keys`` (arrays of one length), cut every 255 rows, ordered by length.
+
+    Args:
+        keys: arrays of one length, equal keys consecutive.
+        lengths: ascending run lengths to pad each run to (the first one not shorter), ending with 255;
+            ``None`` for no padding.
+
+    Returns:
+        ``(rows, runs)``: ``rows[i]`` is the index (into ``keys``) of row ``i`` of the new order, -1 for padding.
+    """
+    n = keys[0].size
+    change = np.zeros(n, dtype=np.bool_)
+    change[:1] = True
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(change)
+    pieces = -(-np.diff(np.append(starts, n)) // _LANE)
+    first_piece = np.repeat(np.cumsum(pieces) - pieces, pieces)
+    starts = np.repeat(starts, pieces) + (np.arange(int(pieces.sum())) - first_piece) * _LANE
+    items = np.diff(np.append(starts, n)).astype(np.int64)
+    length = items if lengths is None else lengths[np.searchsorted(lengths, items)]
+    by_length = np.argsort(length, kind="stable")
+    starts, items, length = starts[by_length], items[by_length], length[by_length].astype(np.int64)
+    first_row = np.cumsum(length) - length
+    run = np.repeat(np.arange(items.size), items)
+    offset = np.arange(n) - np.repeat(np.cumsum(items) - items, items)
+    rows = np.full(int(length.sum()), -1, dtype=np.int64)
+    rows[first_row[run] + offset] = starts[run] + offset
+    group = np.flatnonzero(np.diff(length, prepend=-1) != 0)
+    count = np.diff(np.append(group, length.size))
+    groups = np.stack([group, count, length[group], first_row[group]], axis=1).astype(np.int64).reshape(-1, 4)
+    return rows, RunGroups(items=items, length=length, groups=groups)
+
+
 def layout_context(graph: LayoutGraph) -> LayoutContext:
     """Precompute the per-graph parts of :func:`layout_features` (links, node types, sizes, aggregates)."""
     ops = graph.node_opcode[graph.node_config_ids]
     positions = tuple(np.flatnonzero(ops == op).astype(np.int64) for _, op in CONFIG_NODE_TYPES)
     producer, consumer = layout_links(graph)
+    size = _log2_size(graph.node_feat[graph.node_config_ids, COL_SHAPE_PRODUCT])
     per_graph = np.concatenate([
         _graph_aggregates(graph), [graph.num_config_nodes], [p.size for p in positions], [producer.size],
     ])
+    kind = np.full(size.size, _N_TYPES, dtype=np.int64)  # _N_TYPES: an opcode outside CONFIG_NODE_TYPES
+    for t, pos in enumerate(positions):
+        kind[pos] = t
+    by_kind = np.lexsort((size, kind))
+    rows, node_runs = _run_groups(kind[by_kind], size[by_kind])
+    order = by_kind[rows].astype(np.int64)
+    row_of = np.empty_like(order)
+    row_of[order] = np.arange(order.size)
+    run_start = np.cumsum(node_runs.length) - node_runs.length
+    run_kind, run_size = kind[order][run_start], size[order][run_start]
+    weights = np.zeros((run_start.size, 2 * _N_TYPES))
+    typed = np.flatnonzero(run_kind < _N_TYPES)
+    weights[typed, 2 * run_kind[typed]] = 1.0
+    weights[typed, 2 * run_kind[typed] + 1] = run_size[typed]
+    link_producer, link_consumer = row_of[producer], row_of[consumer]
+    by_producer = np.lexsort((link_consumer, link_producer))
+    link_rows, link_runs = _run_groups(link_producer[by_producer], lengths=_LINK_RUN_LENGTHS)
+    real = link_rows >= 0
+    consumer_rows = np.full(link_rows.size, size.size, dtype=np.int64)  # padding: row NC, which matches nothing
+    consumer_rows[real] = link_consumer[by_producer[link_rows[real]]]
+    run_first = link_rows[np.cumsum(link_runs.length) - link_runs.length]  # a run starts with a link, not padding
+    run_producer = link_producer[by_producer[run_first]].astype(np.int64)
     return LayoutContext(
         type_positions=positions,
-        size=_log2_size(graph.node_feat[graph.node_config_ids, COL_SHAPE_PRODUCT]),
+        size=size,
         link_producer=producer,
         link_consumer=consumer,
         per_graph=per_graph,
+        node_order=order,
+        node_runs=node_runs,
+        node_run_size=run_size,
+        node_run_weights=weights,
+        link_consumer_rows=consumer_rows,
+        link_runs=link_runs,
+        link_run_producer=run_producer,
+        link_run_size=size[order][run_producer],
     )
 
 
@@ -253,26 +401,180 @@ def layout_feature_names() -> list[str]:
     return names
 
 
-def _layout_block(block: npt.NDArray[np.float32], ctx: LayoutContext) -> npt.NDArray[np.float64]:
-    is_default = (block == -1).all(axis=2)
-    cols: list[npt.NDArray[np.float64]] = []
-    for pos in ctx.type_positions:
-        w = ctx.size[pos]
-        d = is_default[:, pos]
-        cols += [d.sum(axis=1), d @ w]
-        for _, col in LAYOUT_SLOTS:
-            minor = block[:, pos, col]
-            for v in MINOR_VALUES:
-                hit = minor == v
-                cols += [hit.sum(axis=1), hit @ w]
-    cols += [(~is_default).sum(axis=1), (~is_default) @ ctx.size]
-    out_minor = block[:, ctx.link_producer, 0]
-    in_minor = block[:, ctx.link_consumer, 6]
-    disagree = out_minor != in_minor
-    cols += [disagree.sum(axis=1), disagree @ ctx.size[ctx.link_producer],
-             (disagree & (out_minor != -1) & (in_minor != -1)).sum(axis=1)]
-    x = np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1)
-    return np.concatenate([x, np.broadcast_to(ctx.per_graph, (x.shape[0], ctx.per_graph.size))], axis=1)
+def _odd_codes(minor: npt.NDArray[np.float32], cast: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
+    """Codes of the minor-most values ``minor`` (``[(row, slot)]``, whole configs) where some are not integers in
+    -1..5 (unvalidated files).
+
+    Such values get codes from 7 on, equal codes for equal values in every slot; NaN gets :data:`_NAN_OUT` in the
+    output slot and :data:`_NAN_IN` elsewhere, so that it agrees with nothing. Codes are compared within one
+    config only: numbering the values of whole configs is enough.
+    """
+    ok = (cast == minor) & (cast >= MINOR_VALUES[0]) & (cast <= MINOR_VALUES[-1])
+    codes = np.where(ok, cast + 1, 0).astype(np.int8)
+    bad = np.flatnonzero(~ok)
+    values = minor[bad]
+    nan = np.isnan(values)
+    distinct, inverse = np.unique(values[~nan], return_inverse=True)
+    if distinct.size > _NAN_OUT - _N_CODES:
+        raise ValueError(f"node_config_feat: {distinct.size} distinct minor-most values outside "
+                         f"{MINOR_VALUES[0]}..{MINOR_VALUES[-1]} in one block; expected integer layout values "
+                         f"(validate the file)")
+    odd = np.empty(values.size, dtype=np.int8)
+    odd[~nan] = _N_CODES + inverse.reshape(-1)
+    odd[nan] = np.where(bad[nan] % len(LAYOUT_SLOTS) == 0, _NAN_OUT, _NAN_IN)
+    codes[bad] = odd
+    return codes
+
+
+def _encode(raw: npt.NDArray[np.float32], order: npt.NDArray[np.int64], packed: npt.NDArray[np.uint32]) -> None:
+    """Write configs ``raw`` ``[q, NC, 18]`` into ``packed[NC, q]``, rows in ``order``: per (node, config) one
+    word of 4 bytes, the codes of the output, input and kernel minor-most values and the default flag (1 where
+    all 18 values are -1).
+
+    The default flag compares the 18 values as 9 uint64 with the bits of two -1.0 (the only float equal to -1
+    has those bits), then reads the first 8 of the 9 match flags of a row as one uint64 (unaligned).
+    """
+    q, nc = raw.shape[:2]
+    flat = np.ascontiguousarray(raw).reshape(q * nc, 18)
+    words = np.empty((q * nc, 4), dtype=np.int8)
+    slots = len(LAYOUT_SLOTS)
+    step = max(1, _ENCODE_ROWS // max(nc, 1)) * max(nc, 1)  # whole configs: _odd_codes numbers per step
+    # Casting NaN or huge values to int8 is undefined (and warns): such values fail the check and take _odd_codes.
+    with np.errstate(invalid="ignore", over="ignore"):
+        for start in range(0, q * nc, step):
+            part = flat[start:start + step]
+            n = part.shape[0]
+            w = words[start:start + n]
+            match = part.view(np.uint64) == _TWO_MINUS_ONES  # [n, 9], rows of 9 bytes
+            first8 = np.ndarray((n,), dtype=np.uint64, buffer=match, strides=(9,))  # bytes 0..7 of each row
+            np.logical_and(first8 == _EIGHT_TRUE, match[:, 8], out=w[:, 3].view(np.bool_))
+            minor = part.reshape(-1, _SLOT_STRIDE)[:, 0].copy()  # columns 0, 6, 12 of each row: [(row, slot)]
+            cast = minor.astype(np.int8)
+            codes = cast + np.int8(1)  # -1..5 become 0..6; anything else is caught below
+            if not ((cast == minor).all() and codes.view(np.uint8).max() < _N_CODES):
+                codes = _odd_codes(minor, cast)
+            for k in range(slots):
+                w[:, k] = codes[k::slots]
+    packed[...] = words.view(np.uint32).reshape(q, nc).T[order]
+
+
+def _unpack(packed: npt.NDArray[np.uint32]) -> npt.NDArray[np.int8]:
+    """``[4, NC + 1, R]`` int8 planes (three codes and the default flag) of the words ``packed[NC, R]``, and a
+    last row for the padding of link runs, whose input code :data:`_NAN_IN` equals no output code."""
+    nc, r = packed.shape
+    planes = np.empty((4, nc + 1, r), dtype=np.int8)
+    by_byte = packed.view(np.int8).reshape(nc, r, 4)
+    for k in range(4):
+        planes[k, :nc] = by_byte[:, :, k]
+    planes[:, nc] = 0
+    planes[1, nc] = _NAN_IN
+    return planes
+
+
+def _run_sums(mask: npt.NDArray[np.bool_], runs: RunGroups) -> npt.NDArray[np.uint8]:
+    """``[S, R]``: per run of rows of ``mask[rows, R]`` (R a multiple of 8), its true entries per config."""
+    lanes = np.ascontiguousarray(mask).view(np.uint64)  # 8 configs per uint64, one byte each
+    sums = np.empty((runs.length.size, lanes.shape[1]), dtype=np.uint64)
+    for first, count, length, row in runs.groups.tolist():
+        np.add.reduce(lanes[row:row + count * length].reshape(count, length, -1), axis=1,
+                      out=sums[first:first + count])
+    return sums.view(np.uint8)
+
+
+def _link_sums(out_plane: npt.NDArray[np.int8], in_plane: npt.NDArray[np.int8],
+               ctx: LayoutContext) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+    """``(agree, unset)``, uint8 ``[L, R]``: per run of links (one producer), the links whose consumer reads the
+    minor-most dim the producer writes, and those whose consumer's input is unset (code 0)."""
+    runs, r = ctx.link_runs, out_plane.shape[1]
+    agree = np.empty((runs.length.size, r // 8), dtype=np.uint64)
+    unset = np.empty_like(agree)
+    step = max(_LANE, _LINK_CHUNK_BYTES // r)
+    for first, count, length, row in runs.groups.tolist():
+        per = max(1, step // length)
+        for i in range(0, count, per):
+            m = min(per, count - i)
+            lo = row + i * length
+            consumer_in = np.take(in_plane, ctx.link_consumer_rows[lo:lo + m * length], axis=0).reshape(m, length, r)
+            producer_out = np.take(out_plane, ctx.link_run_producer[first + i:first + i + m], axis=0)
+            np.add.reduce((consumer_in == producer_out[:, None, :]).view(np.uint64), axis=1,
+                          out=agree[first + i:first + i + m])
+            np.add.reduce((consumer_in == 0).view(np.uint64), axis=1, out=unset[first + i:first + i + m])
+    return agree.view(np.uint8), unset.view(np.uint8)
+
+
+def _code_block(packed: npt.NDArray[np.uint32], n: int, ctx: LayoutContext) -> npt.NDArray[np.float64]:
+    """Per-config columns (all but the graph aggregates) of the first ``n`` configs of ``packed[NC, R]``."""
+    r = -(-n // 8) * 8
+    cols = np.zeros((r, _N_TYPES * 2 * _HIST_ROWS + 5))
+    if ctx.size.size == 0:
+        return cols[:n]
+    planes = _unpack(packed[:, :r])
+    weights_t = ctx.node_run_weights.T
+    hist = np.empty((_HIST_ROWS, 2 * _N_TYPES, r))
+    default_runs = _run_sums(planes[3].view(np.bool_), ctx.node_runs).astype(np.float64)
+    hist[0] = weights_t @ default_runs
+    for k in range(len(LAYOUT_SLOTS)):
+        for v in range(_N_CODES):
+            hist[1 + k * _N_CODES + v] = weights_t @ _run_sums(planes[k] == v, ctx.node_runs).astype(np.float64)
+    # [j, (t, count|size), r] -> [r, t, j, count|size]: the column order of layout_feature_names().
+    width = _N_TYPES * 2 * _HIST_ROWS
+    cols[:, :width] = hist.reshape(_HIST_ROWS, _N_TYPES, 2, r).transpose(3, 1, 0, 2).reshape(r, width)
+    set_runs = ctx.node_runs.items[:, None] - default_runs
+    cols[:, width] = set_runs.sum(axis=0)
+    cols[:, width + 1] = ctx.node_run_size @ set_runs
+    if ctx.link_consumer_rows.size:
+        agree, unset = _link_sums(planes[0], planes[1], ctx)
+        disagree = ctx.link_runs.items.astype(np.int16)[:, None] - agree
+        # A set producer output: links both set and disagreeing = consumers set minus those agreeing.
+        both = (disagree - unset) * (np.take(planes[0], ctx.link_run_producer, axis=0) != 0)
+        disagree64 = disagree.astype(np.float64)
+        cols[:, width + 2] = disagree64.sum(axis=0)
+        cols[:, width + 3] = ctx.link_run_size @ disagree64
+        cols[:, width + 4] = both.sum(axis=0, dtype=np.int64)
+    return cols[:n]
+
+
+def _layout_rows(blocks: Iterable[npt.NDArray[np.float32]], n: int, ctx: LayoutContext) -> npt.NDArray[np.float32]:
+    """Feature rows of ``n`` configs given as consecutive blocks ``[rows, NC, 18]``."""
+    nc = ctx.size.size
+    out = np.empty((n, len(layout_feature_names())), dtype=np.float32)
+    out[:, out.shape[1] - ctx.per_graph.size:] = ctx.per_graph
+    per_config = out.shape[1] - ctx.per_graph.size
+    cap = int(np.clip(-(-_PLANE_BYTES // max(nc, 1) // 8) * 8, 64, 1024))
+    packed = np.zeros((nc, cap), dtype=np.uint32)
+    done = filled = 0
+    for block in blocks:
+        k = 0
+        while k < block.shape[0]:
+            take = min(cap - filled, block.shape[0] - k)
+            _encode(block[k:k + take], ctx.node_order, packed[:, filled:filled + take])
+            filled += take
+            k += take
+            if filled == cap:
+                out[done:done + filled, :per_config] = _code_block(packed, filled, ctx)
+                done, filled = done + filled, 0
+    if filled:
+        out[done:done + filled, :per_config] = _code_block(packed, filled, ctx)
+        done += filled
+    if done != n:
+        raise ValueError(f"layout features: expected {n} configs, read {done}")
+    return out
+
+
+def _selected_blocks(graph: LayoutGraph, rows: npt.NDArray[np.int64],
+                     block_rows: int | None) -> Iterator[npt.NDArray[np.float32]]:
+    """The configs ``rows`` (ascending, distinct) in one pass over the file, stopping after the last."""
+    if rows.size == 0:
+        return
+    k = 0
+    with closing(graph.iter_config_blocks(block_rows)) as blocks:
+        for first, block in blocks:
+            j = int(np.searchsorted(rows, first + block.shape[0]))
+            if j > k:
+                yield block[rows[k:j] - first]
+                k = j
+            if k == rows.size:
+                return
 
 
 def layout_features(graph: LayoutGraph, rows: RowSelection = None, *, context: LayoutContext | None = None,
@@ -292,28 +594,38 @@ def layout_features(graph: LayoutGraph, rows: RowSelection = None, *, context: L
     * graph aggregates (same for every config): node and edge counts, ``sum log2(1 + shape product)``, the
       opcode counts of :data:`FREQUENT_OPCODES`, configurable nodes in all and per type, and the number of links.
 
+    The file is read once, front to back (for ``rows``, up to the last one asked for); each block of configs is
+    reduced to int8 codes of columns 0, 6, 12 and a default flag per node, and the columns are computed a few
+    hundred configs at a time with numpy reductions over runs of nodes and links (no loop over configs): memory
+    stays at a few MB besides the reader's block and the result.
+
     Args:
         graph: a layout graph.
-        rows: configs to compute (as for :meth:`LayoutGraph.config_features`); ``None`` for all, streamed.
+        rows: configs to compute (as for :meth:`LayoutGraph.config_features`); ``None`` for all.
         context: :func:`layout_context` of the graph, if already computed.
-        block_rows: configs per block (default: the reader's block size).
+        block_rows: configs per block read (default: the reader's block size).
 
     Returns:
         float32 ``[len(rows), F]`` (``[C, F]`` for ``rows=None``) with ``F = len(layout_feature_names())``.
+
+    Raises:
+        IndexError: a row outside ``[0, C)``, or a mask of the wrong shape.
     """
     ctx = layout_context(graph) if context is None else context
     if rows is None:
-        out = np.zeros((graph.num_configs, len(layout_feature_names())), dtype=np.float32)
-        for first, block in graph.iter_config_blocks(block_rows):
-            out[first: first + block.shape[0]] = _layout_block(block, ctx)
-        return out
+        return _layout_rows((block for _, block in graph.iter_config_blocks(block_rows)), graph.num_configs, ctx)
     if isinstance(rows, slice):
         rows = np.arange(graph.num_configs)[rows]
     rows = np.asarray(rows)
     if rows.dtype == np.bool_:
+        if rows.shape != (graph.num_configs,):
+            raise IndexError(f"{graph.path}: node_config_feat: mask of shape {rows.shape} for "
+                             f"{graph.num_configs} configs")
         rows = np.flatnonzero(rows)
-    step = block_rows or max(1, graph.block_bytes // max(1, graph.num_config_nodes * 18 * 4))
-    parts = [_layout_block(graph.config_features(rows[i: i + step]), ctx) for i in range(0, rows.size, step)]
-    if not parts:
-        return np.zeros((0, len(layout_feature_names())), dtype=np.float32)
-    return np.concatenate(parts).astype(np.float32)
+    rows = rows.astype(np.int64).reshape(-1)
+    if rows.size and (rows.min() < 0 or rows.max() >= graph.num_configs):
+        bad = int(rows[(rows < 0) | (rows >= graph.num_configs)][0])
+        raise IndexError(f"{graph.path}: node_config_feat: row {bad} out of range for {graph.num_configs} rows")
+    wanted, inverse = np.unique(rows, return_inverse=True)
+    x = _layout_rows(_selected_blocks(graph, wanted, block_rows), wanted.size, ctx)
+    return x if np.array_equal(wanted, rows) else x[inverse.reshape(-1)]

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from competition.collections import Collection, Split
 from competition.npzio import atomic_write_text
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph
 
 FORMAT_VERSION = 1
@@ -46,7 +47,7 @@ class RankingModel(abc.ABC):
 
     @abc.abstractmethod
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True) -> Self:
+            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
         """Learn from the graphs of one collection and split.
 
         Args:
@@ -54,6 +55,9 @@ class RankingModel(abc.ABC):
             collection: the collection this model will rank.
             split: which split to learn from (its runtimes must be known).
             progress: show a progress bar.
+            valid: which configs of the valid graphs early stopping scores (the pipeline's valid protocol).
+            deadline: a ``time.monotonic()`` value by which fitting stops, keeping the best state reached (a
+                share of the run's time budget); ``None`` for no limit.
 
         Returns:
             ``self``.

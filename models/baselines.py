@@ -25,6 +25,7 @@ import numpy.typing as npt
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
 from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE
 from features.tabular import tile_root
@@ -53,7 +54,7 @@ class RandomModel(RankingModel):
         self.seed = seed
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True) -> Self:
+            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
         """Nothing to learn; records the collection and returns ``self``."""
         self.collection_ = Collection(collection)
         return self
@@ -134,7 +135,7 @@ class DefaultFirstModel(RankingModel):
         pass
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True) -> Self:
+            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
         """Layout: nothing to learn. Tile: learn the typical default from the split's graphs.
 
         Raises:

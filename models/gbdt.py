@@ -10,7 +10,9 @@ the fastest config gets 30, the slowest 0, and configs with equal runtimes share
   lambdarank pairs (``lambdarank_truncation_level = max_configs_per_graph``), early stopping on NDCG over the whole
   query.
 
-Early stopping uses the labelled graphs of the valid split of the same data root, when there are any.
+Early stopping uses the labelled graphs of the valid split of the same data root, when there are any. Their features
+are kept in memory (:attr:`GBDTModel._feature_memo`, never saved): predicting a valid graph's configs later reuses
+them instead of reading the file again.
 
 The booster is saved as LightGBM's model string inside the JSON file of :meth:`RankingModel.save`, with the feature
 names, so a loaded model predicts exactly as the saved one did.
@@ -18,17 +20,22 @@ names, so a loaded model predicts exactly as the saved one did.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import os
 import time
+from collections.abc import Callable
 from typing import Self
 
 import lightgbm
 import numpy as np
 import numpy.typing as npt
+from lightgbm.callback import CallbackEnv
 from scipy.stats import rankdata
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
 from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
@@ -65,10 +72,36 @@ def _features(graph: Graph, rows: npt.NDArray[np.int64] | None = None) -> npt.ND
     return layout_features(graph, rows)
 
 
+MemoKey = tuple[str, int, int, str]
+"""``(path, file size, mtime in ns, digest of the file's config indices)``."""
+
+
+def _memo_key(graph: Graph, rows: npt.NDArray[np.int64] | None = None) -> MemoKey:
+    """Names the features of configs ``rows`` of ``graph`` (all of them for ``None``) by the file and the
+    config indices into the file's configs (a graph restricted with ``select_configs`` keeps them)."""
+    idx = np.arange(graph.num_configs) if rows is None else np.asarray(rows, dtype=np.int64)
+    base = getattr(graph, "config_rows", None)
+    file_rows = np.ascontiguousarray(idx if base is None else base[idx], dtype=np.int64)
+    stat = os.stat(graph.path)
+    digest = hashlib.blake2b(file_rows.tobytes(), digest_size=16).hexdigest()
+    return str(os.path.abspath(graph.path)), stat.st_size, stat.st_mtime_ns, digest
+
+
 def _ranking_runtime(graph: Graph) -> npt.NDArray[np.float64]:
     if isinstance(graph, TileGraph):
         return graph.normalized_runtime()
     return graph.config_runtime.astype(np.float64)
+
+
+def _stop_at(deadline: float) -> Callable[[CallbackEnv], None]:
+    """A LightGBM callback that ends boosting at ``deadline`` (``time.monotonic()``), keeping the rounds so far."""
+
+    def callback(env: CallbackEnv) -> None:
+        if time.monotonic() > deadline:
+            raise lightgbm.callback.EarlyStopException(env.iteration, env.evaluation_result_list or [])
+
+    callback.order = 40  # type: ignore[attr-defined]  # after early stopping's own check (order 30)
+    return callback
 
 
 class GBDTModel(RankingModel):
@@ -108,18 +141,33 @@ class GBDTModel(RankingModel):
         self.n_jobs = n_jobs
 
     def _queries(self, root: DataRoot, collection: Collection, split: Split, rng: np.random.Generator,
-                 progress: bool) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], list[int]]:
-        """Features ``[R, F]``, grades ``[R]`` and query sizes of the split's labelled graphs."""
+                 progress: bool, protocol: ValidProtocol | None = None, deadline: float | None = None,
+                 memo: dict[MemoKey, npt.NDArray[np.float32]] | None = None,
+                 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], list[int]]:
+        """Features ``[R, F]``, grades ``[R]`` and query sizes of the split's labelled graphs.
+
+        On the valid split ``protocol`` chooses each graph's configs (capped at ``max_configs_per_graph``); past
+        ``deadline`` no more graphs are read (one at least). Each graph's features go into ``memo`` too, if given.
+        """
         xs, ys, groups = [], [], []
         for path in tqdm(list_graphs(root, collection, split), desc=f"gbdt {collection} {split.value}",
                          disable=not progress, leave=False):
+            if groups and deadline is not None and time.monotonic() > deadline:
+                break
             graph = load_graph(path, collection)
             if graph.is_test or graph.num_configs == 0:
                 continue
             rows = np.arange(graph.num_configs)
-            if graph.num_configs > self.max_configs_per_graph:
-                rows = np.sort(rng.choice(graph.num_configs, self.max_configs_per_graph, replace=False))
-            xs.append(_features(graph, rows))
+            if protocol is not None:
+                chosen = protocol.configs(collection, graph.stem, graph.num_configs, split)
+                rows = rows if chosen is None else chosen
+            if rows.size > self.max_configs_per_graph:
+                rows = np.sort(rng.choice(rows, self.max_configs_per_graph, replace=False))
+            features = _features(graph, rows)
+            if memo is not None:
+                features.flags.writeable = False
+                memo[_memo_key(graph, rows)] = features
+            xs.append(features)
             ys.append(relevance_grades(_ranking_runtime(graph)[rows]))
             groups.append(rows.size)
         width = len(tile_feature_names() if collection.is_tile else layout_feature_names())
@@ -128,7 +176,7 @@ class GBDTModel(RankingModel):
         return x, y, groups
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True) -> Self:
+            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
         """Fit one ranker on the split's labelled graphs, early-stopping on the valid split when it has labels.
 
         Raises:
@@ -136,7 +184,8 @@ class GBDTModel(RankingModel):
         """
         collection = Collection(collection)
         rng = np.random.default_rng(self.seed)
-        x, y, groups = self._queries(root, collection, split, rng, progress)
+        self._feature_memo: dict[MemoKey, npt.NDArray[np.float32]] = {}
+        x, y, groups = self._queries(root, collection, split, rng, progress, deadline=deadline)
         if not groups:
             raise ValueError(f"{root.collection_dir(collection, split)}: expected graphs with known runtimes to "
                              f"fit the GBDT on; found none")
@@ -157,7 +206,8 @@ class GBDTModel(RankingModel):
         )
         fit_kwargs: dict[str, object] = {}
         if split != Split.VALID and self.early_stopping_rounds > 0:
-            vx, vy, vgroups = self._queries(root, collection, Split.VALID, rng, progress)
+            vx, vy, vgroups = self._queries(root, collection, Split.VALID, rng, progress, valid,
+                                            memo=self._feature_memo)
             if vgroups:
                 fit_kwargs = dict(eval_group=[vgroups], eval_at=eval_at,
                                   callbacks=[lightgbm.early_stopping(self.early_stopping_rounds, verbose=False)])
@@ -166,6 +216,8 @@ class GBDTModel(RankingModel):
                     fit_kwargs.update(eval_X=(vx,), eval_y=(vy,))
                 else:
                     fit_kwargs.update(eval_set=[(vx, vy)])
+        if deadline is not None:
+            fit_kwargs["callbacks"] = [*fit_kwargs.get("callbacks", []), _stop_at(deadline)]
         start = time.perf_counter()
         # Feature names are kept by us, not LightGBM: its own would be rewritten (it refuses some characters).
         ranker.fit(x, y, group=groups, **fit_kwargs)
@@ -199,7 +251,10 @@ class GBDTModel(RankingModel):
         if is_layout != Collection(self.collection_).is_layout:
             raise ValueError(f"{graph.path}: expected a graph of {self.collection_} (the fitted collection); "
                              f"found a {'layout' if is_layout else 'tile'} graph")
-        x = _features(graph)
         if graph.num_configs == 0:
             return np.zeros(0, dtype=np.float64)
+        memo = getattr(self, "_feature_memo", {})
+        x = memo.get(_memo_key(graph)) if memo else None
+        if x is None:
+            x = _features(graph)
         return -np.asarray(booster.predict(x), dtype=np.float64)

@@ -23,6 +23,11 @@ SUBMIT_MODELS: tuple[str, ...] = ("random", "default-first", "gbdt", "gnn-attn")
 plain ``gnn`` is left out for time; name it with ``--models`` to add it to the ensemble)."""
 
 
+COST_WEIGHTS: dict[str, float] = {"random": 0.0, "default-first": 0.0, "gbdt": 1.0, "gnn": 3.0, "gnn-attn": 4.0}
+"""Relative cost of fitting and predicting each model (from ``python -m benchmarks.scale``): the pipeline runs models
+cheapest first and shares a time budget out in these proportions; an unlisted model counts 1."""
+
+
 def default_models() -> list[str]:
     """The models the pipeline runs when none are named (:data:`SUBMIT_MODELS`)."""
     return list(SUBMIT_MODELS)

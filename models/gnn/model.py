@@ -13,6 +13,7 @@ collections of the demo world on a 2-core CPU within the ``make submit`` budget)
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -24,6 +25,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform, Compose
 
 from competition.collections import Collection, Split
+from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs
 from features.cache import ProcessedGraphs, collection_slug
 from features.data import graph_to_data
@@ -38,14 +40,15 @@ from features.transforms import (
     ShapeAlignmentFeatures,
 )
 from models.base import NotFittedError, RankingModel
+from models.gnn.infer import LayoutPlan, iter_code_blocks
 from models.gnn.net import RankNet, make_segments
 from models.gnn.train import Item, TrainConfig, predict_scores, resolve_device, train
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "tile": {"hidden": 64, "layers": 3, "lr": 1e-3, "loss": "listmle", "epochs": 6, "configs_per_graph": 32,
-             "steps_per_graph": 1, "hops": None, "train_configs": None, "eval_configs": None, "patience": 3},
+             "steps_per_graph": 1, "hops": None, "train_configs": None, "patience": 3},
     "layout": {"hidden": 32, "layers": 3, "lr": 1e-2, "loss": "hinge", "epochs": 10, "configs_per_graph": 32,
-               "steps_per_graph": 4, "hops": 1, "train_configs": 1000, "eval_configs": 500, "patience": 4},
+               "steps_per_graph": 4, "hops": 1, "train_configs": 1000, "patience": 4},
 }
 """Per-kind defaults of the hyper-parameters left at ``None``."""
 
@@ -94,7 +97,6 @@ class GNNModel(RankingModel):
         backprop_segments: segments backpropagated per step under GST.
         keep_prob: GST segment-dropout keep probability for stale segments.
         train_configs: configs per training graph kept in the cache (evenly spaced; ``None`` for all).
-        eval_configs: configs per valid graph used for early stopping.
         predict_batch: configs per batch at prediction (exactly this many when attention is on).
         tta: random orderings averaged at prediction when attention is on.
         seed: seeds initialisation and sampling.
@@ -123,7 +125,7 @@ class GNNModel(RankingModel):
                  dropout: float = 0.0, patience: int | None = None,
                  hops: int | str | None = "default", pad: bool = True, segment_size: int | None = None,
                  backprop_segments: int = 1, keep_prob: float = 0.5, train_configs: int | str | None = "default",
-                 eval_configs: int | str | None = "default", predict_batch: int = 128, tta: int = 4, seed: int = 0,
+                 predict_batch: int = 128, tta: int = 4, seed: int = 0,
                  device: str = "auto", runs_dir: str | None = "runs", cache_dir: str = ".cache/processed",
                  max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -145,7 +147,6 @@ class GNNModel(RankingModel):
         self.backprop_segments = backprop_segments
         self.keep_prob = keep_prob
         self.train_configs = train_configs
-        self.eval_configs = eval_configs
         self.predict_batch = predict_batch
         self.tta = tta
         self.seed = seed
@@ -162,7 +163,7 @@ class GNNModel(RankingModel):
         for key in ("hidden", "layers", "lr", "loss", "epochs", "configs_per_graph", "steps_per_graph", "patience"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
-        for key in ("hops", "train_configs", "eval_configs"):
+        for key in ("hops", "train_configs"):
             if getattr(self, key) != "default":
                 out[key] = getattr(self, key)
         out["attention"] = self.default_attention if self.attention is None else bool(self.attention)
@@ -175,7 +176,7 @@ class GNNModel(RankingModel):
     # -- fit ------------------------------------------------------------------------------------------------------
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True) -> Self:
+            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
         collection = Collection(collection)
         kind = "tile" if collection.is_tile else "layout"
         r = self._resolved(kind)
@@ -189,7 +190,7 @@ class GNNModel(RankingModel):
         valid_datas: list[Data] = []
         if split != Split.VALID and list_graphs(root, collection, Split.VALID):
             valid_set = ProcessedGraphs(root, collection, Split.VALID, pre_transform=pipeline,
-                                        cache_dir=self.cache_dir, max_configs=r["eval_configs"], progress=progress)
+                                        cache_dir=self.cache_dir, protocol=valid, progress=progress)
             valid_set.build()
             valid_datas = [valid_set[i] for i in range(len(valid_set))]
         columns = DropConstantColumns().fit(datas)
@@ -201,7 +202,7 @@ class GNNModel(RankingModel):
 
         train_items = [item(d) for d in datas]
         valid_items = [item(d) for d in valid_datas]
-        data_key = hashlib.sha256(("\n".join([repr(pipeline), str(root.root), str(r["train_configs"]),
+        data_key = hashlib.sha256(("\n".join([repr(pipeline), str(root.root), str(r["train_configs"]), valid.tag,
                                               *sorted(d.stem for d in datas)])).encode()).hexdigest()[:16]
         cfg = TrainConfig(kind=kind, num_features=int(train_items[0].segments[0].x.shape[1]), hidden=r["hidden"],
                           layers=r["layers"], bidirectional=self.bidirectional, attention=r["attention"],
@@ -212,8 +213,12 @@ class GNNModel(RankingModel):
                           backprop_segments=self.backprop_segments, keep_prob=self.keep_prob,
                           predict_batch=self.predict_batch, seed=self.seed, data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection_slug(collection)
+        max_seconds = self.max_seconds
+        if deadline is not None:
+            left = max(0.0, deadline - time.monotonic())
+            max_seconds = left if max_seconds is None else min(max_seconds, left)
         result = train(cfg, train_items, valid_items, run_dir=run_dir, device=self.device, progress=progress,
-                       max_seconds=self.max_seconds, title=f"{self.name} {collection.value}")
+                       max_seconds=max_seconds, title=f"{self.name} {collection.value}")
         self.collection_ = collection
         self.resolved_ = r
         self.settings_ = asdict(cfg)
@@ -252,6 +257,12 @@ class GNNModel(RankingModel):
         return normalize(columns(data))
 
     def predict(self, graph: TileGraph | LayoutGraph) -> npt.NDArray[np.float64]:
+        """Scores of every config of ``graph`` (lower = predicted faster).
+
+        Layout: the graph goes through :meth:`prepare` once, a :class:`models.gnn.infer.LayoutPlan` is built once,
+        and the configs are streamed from disk ``PREDICT_BLOCK`` at a time as packed codes (the attention
+        orderings mix configs within a block). On CUDA the network runs under bfloat16 autocast.
+        """
         net = self.network()
         device = next(net.parameters()).device
         data = self.prepare(graph)
@@ -259,11 +270,11 @@ class GNNModel(RankingModel):
         common = {"batch": self.predict_batch, "orderings": self.tta, "device": device}
         if isinstance(graph, TileGraph):
             return predict_scores(net, segments, data.config_feat, seed=self.seed, **common)
+        plan = LayoutPlan(net, segments)
         out = np.empty(graph.num_configs)
-        for start, block in graph.iter_config_blocks(PREDICT_BLOCK):
-            feat = torch.from_numpy(np.array(block, dtype=np.float32))
-            out[start:start + block.shape[0]] = predict_scores(net, segments, feat, seed=self.seed + start,
-                                                               **common)
+        for start, codes in iter_code_blocks(graph, PREDICT_BLOCK):
+            out[start:start + codes.shape[0]] = predict_scores(net, segments, codes, seed=self.seed + start,
+                                                               plan=plan, **common)
         return out
 
 

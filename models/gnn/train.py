@@ -14,6 +14,7 @@ score (tile) over the valid graphs.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -31,6 +32,7 @@ from tqdm.auto import tqdm
 from competition.metrics import kendall_tau, predicted_order, tile_score
 from competition.npzio import atomic_path, atomic_write_text
 from models.gnn.gst import HistoryTable, gst_scores
+from models.gnn.infer import LayoutPlan, config_codes
 from models.gnn.losses import LossFn, get_loss
 from models.gnn.net import RankNet, Segment
 
@@ -136,14 +138,34 @@ def _fill(order: np.ndarray, batch: int, rng: np.random.Generator) -> list[np.nd
     return out
 
 
-@torch.no_grad()
+def inference_autocast(device: torch.device, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
+    """Mixed precision for prediction: ``torch.autocast`` with bfloat16 (float16 where the GPU lacks bfloat16) on
+    CUDA; nothing (float32) on the CPU or when not ``enabled``."""
+    if enabled and device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.autocast("cuda", dtype=dtype)
+    return contextlib.nullcontext()
+
+
+@torch.inference_mode()
 def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor, *, batch: int = 128,
-                   orderings: int = 1, seed: int = 0, device: torch.device | None = None) -> np.ndarray:
+                   orderings: int = 1, seed: int = 0, device: torch.device | None = None,
+                   plan: LayoutPlan | None = None, mixed_precision: bool = True) -> np.ndarray:
     """Scores of every config in ``config_feat`` (first dimension C), in batches, in eval mode.
 
     Without cross-config attention a config's score does not depend on its batch: one pass in file order. With
     it, configs are scored in batches of exactly ``batch`` and the scores are averaged over ``orderings`` seeded
-    random orderings, so every config is compared with several random sets of others.
+    random orderings, so every config is compared with several random sets of others. When one batch holds every
+    config, every ordering gives that same batch: it is scored once.
+
+    Layout networks score through a :class:`models.gnn.infer.LayoutPlan` (each connected component run once per
+    distinct config of the batch; the same scores as ``net(segments, ...)`` up to float rounding), all configs
+    at once when there is no attention (the plan bounds its own memory). Pass ``plan`` to reuse one across calls
+    on the same graph, and ``config_feat`` either as float ``[C, NC, 18]`` or already as int64 codes ``[C, NC]``
+    (:func:`models.gnn.infer.config_codes`).
+
+    Args:
+        mixed_precision: autocast (bfloat16) on CUDA; the CPU always computes in float32.
 
     Returns:
         float64 ``[C]``, lower = predicted faster.
@@ -153,19 +175,33 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
     net.eval()
     n = int(config_feat.shape[0])
     attention = any(b.attention is not None for b in net.blocks) or net.late_attention is not None
-    rng = np.random.default_rng(seed)
-    total = np.zeros(n)
-    counts = np.zeros(n)
-    passes = orderings if attention else 1
-    for p in range(passes):
-        order = rng.permutation(n) if attention and p > 0 else np.arange(n)
-        chunks = _fill(order, batch, rng) if attention else [order[i:i + batch] for i in range(0, n, batch)]
-        for idx in chunks:
-            cf = config_feat[torch.from_numpy(idx)].to(device)
-            scores = net(segments, cf).double().cpu().numpy()
-            np.add.at(total, idx, scores)
-            np.add.at(counts, idx, 1)
-    net.train(was_training)
+    score: Callable[[np.ndarray], torch.Tensor]
+    try:
+        with inference_autocast(device, mixed_precision):
+            if net.kind == "layout":
+                layout_plan = plan if plan is not None else LayoutPlan(net, segments)
+                codes = (config_feat if config_feat.dtype == torch.long else config_codes(config_feat)).to(device)
+                if not attention:
+                    return layout_plan.scores(codes).double().cpu().numpy()
+
+                def score(idx: np.ndarray) -> torch.Tensor:
+                    return layout_plan.scores(codes[torch.from_numpy(idx).to(device)])
+            else:
+                def score(idx: np.ndarray) -> torch.Tensor:
+                    return net(segments, config_feat[torch.from_numpy(idx)].to(device))
+            rng = np.random.default_rng(seed)
+            total = np.zeros(n)
+            counts = np.zeros(n)
+            passes = orderings if attention and n > batch else 1
+            for p in range(passes):
+                order = rng.permutation(n) if p > 0 else np.arange(n)
+                chunks = _fill(order, batch, rng) if attention else [order[i:i + batch] for i in range(0, n, batch)]
+                for idx in chunks:
+                    scores = score(idx).double().cpu().numpy()
+                    np.add.at(total, idx, scores)
+                    np.add.at(counts, idx, 1)
+    finally:
+        net.train(was_training)
     return total / np.maximum(counts, 1)
 
 
@@ -185,8 +221,9 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
         if item.num_configs < 2 or not np.isfinite(y).all():
             continue
         segs = [s.to(device) for s in item.segments]
+        # float32 even on CUDA: the metric picks the kept epoch, so it is not left to reduced-precision rounding.
         scores = predict_scores(net, segs, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
-                                seed=cfg.seed, device=device)
+                                seed=cfg.seed, device=device, mixed_precision=False)
         values.append(graph_metric(cfg.kind, scores, y))
     return float(np.mean(values)) if values else float("nan")
 

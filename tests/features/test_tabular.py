@@ -7,10 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import features.tabular
 from competition.collections import Collection
 from competition.npzio import write_npz
+from competition.opcodes import CONVOLUTION, DOT, RESHAPE, opcode_id
 from competition.reader import LayoutGraph, TileGraph, load_graph
 from features.tabular import (
+    CONFIG_NODE_TYPES,
+    LAYOUT_SLOTS,
+    MINOR_VALUES,
     layout_context,
     layout_feature_names,
     layout_features,
@@ -108,6 +113,172 @@ def test_layout_rows_and_blocks_agree_with_the_whole(layout_graph: LayoutGraph):
                                   whole[[3, 0, 3]])
     np.testing.assert_array_equal(layout_features(layout_graph, np.array([False, True, True, False])), whole[1:3])
     assert layout_features(layout_graph, []).shape == (0, whole.shape[1])
+
+
+def _reference_layout(graph: LayoutGraph) -> np.ndarray:
+    """The per-config layout columns (all but the graph aggregates), config by config, as documented."""
+    ids = graph.node_config_ids
+    ops = graph.node_opcode[ids]
+    size = np.log2(1.0 + np.maximum(graph.node_feat[ids, 28].astype(np.float64), 0.0))
+    producer, consumer = layout_links(graph)
+    rows = []
+    for cfg in graph.config_features():
+        default = (cfg == -1).all(axis=1)
+        row: list[float] = []
+        for _, op in CONFIG_NODE_TYPES:
+            typed = ops == op
+            row += [(default & typed).sum(), size[default & typed].sum()]
+            for _, col in LAYOUT_SLOTS:
+                for v in MINOR_VALUES:
+                    hit = typed & (cfg[:, col] == v)
+                    row += [hit.sum(), size[hit].sum()]
+        row += [(~default).sum(), size[~default].sum()]
+        out, inp = cfg[producer, 0], cfg[consumer, 6]
+        disagree = out != inp
+        row += [disagree.sum(), size[producer][disagree].sum(), (disagree & (out != -1) & (inp != -1)).sum()]
+        rows.append(row)
+    return np.array(rows, dtype=np.float64).reshape(graph.num_configs, -1)
+
+
+def _assert_matches_reference(graph: LayoutGraph, x: np.ndarray) -> None:
+    ref = _reference_layout(graph)
+    names = layout_feature_names()[:ref.shape[1]]
+    counts = [i for i, n in enumerate(names) if not n.endswith("_size")]
+    sizes = [i for i, n in enumerate(names) if n.endswith("_size")]
+    assert x.dtype == np.float32
+    np.testing.assert_array_equal(x[:, counts], ref[:, counts])
+    # Sizes are float64 sums in another order, then float32: equal up to float32 rounding.
+    np.testing.assert_allclose(x[:, sizes], ref[:, sizes], rtol=2 ** -22, atol=0)
+
+
+def _write_layout(path: Path, feat: np.ndarray, opcode: np.ndarray, edges: list[tuple[int, int]],
+                  config_ids: np.ndarray, configs: np.ndarray) -> LayoutGraph:
+    n = feat.shape[0]
+    arrays = {
+        "edge_index": np.array([(c, p) for p, c in edges], dtype=np.int64).reshape(-1, 2),
+        "node_feat": feat.astype(np.float32),
+        "node_opcode": opcode.astype(np.uint8),
+        "node_config_feat": configs.astype(np.float32),
+        "node_config_ids": config_ids.astype(np.int64),
+        "node_splits": np.array([[0, n]], dtype=np.int64),
+        "config_runtime": np.arange(1, configs.shape[0] + 1, dtype=np.int64),
+    }
+    graph = load_graph(write_npz(path / "npz_all" / "npz" / Path(LAYOUT.relpath) / "train" / "g.npz", arrays),
+                       LAYOUT)
+    assert isinstance(graph, LayoutGraph)
+    return graph
+
+
+def _random_layout(path: Path, seed: int, n: int = 160, configs: int = 150) -> LayoutGraph:
+    """A random DAG: configurable nodes of the three types and one of another opcode (transpose), two shapes
+    (so that same-shape chains make links), a few sizes; a third of the configs all default, the rest random
+    values in -1..5 with some nodes left at the default."""
+    rng = np.random.default_rng(seed)
+    feat = np.zeros((n, 140), dtype=np.float32)
+    feat[:, 21:23] = [4, 8]
+    feat[rng.random(n) < 0.3, 21:23] = [8, 4]
+    feat[:, 28] = rng.choice([7, 15, 63, 1000], n)
+    opcode = np.full(n, opcode_id("add"))
+    config_ids = np.sort(rng.choice(n, 60, replace=False))
+    opcode[config_ids] = rng.choice([CONVOLUTION, DOT, RESHAPE, opcode_id("transpose")], config_ids.size,
+                                    p=[0.4, 0.3, 0.2, 0.1])
+    edges = sorted({(int(a), int(b)) for b in range(1, n) for a in rng.choice(b, min(b, 2), replace=False)})
+    values = rng.integers(-1, 6, (configs, config_ids.size, 18)).astype(np.float32)
+    values[rng.random((configs, config_ids.size)) < 0.5] = -1
+    values[rng.random(configs) < 0.3] = -1
+    return _write_layout(path, feat, opcode, edges, config_ids, values)
+
+
+@pytest.fixture
+def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smallest compute blocks (64 configs), link chunks and encoding steps: many of each on a small graph."""
+    monkeypatch.setattr(features.tabular, "_PLANE_BYTES", 1)
+    monkeypatch.setattr(features.tabular, "_LINK_CHUNK_BYTES", 1)
+    monkeypatch.setattr(features.tabular, "_ENCODE_ROWS", 500)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_layout_features_match_a_straightforward_reference(tmp_path: Path, seed: int):
+    graph = _random_layout(tmp_path, seed)
+    assert layout_links(graph)[0].size > 20
+    x = layout_features(graph)
+    _assert_matches_reference(graph, x)
+    np.testing.assert_array_equal(layout_features(graph, block_rows=7), x)
+    rows = [149, 3, 3, 0, 77]
+    np.testing.assert_array_equal(layout_features(graph, rows, block_rows=5), x[rows])
+
+
+def test_layout_features_in_small_steps(tmp_path: Path, small_steps: None):
+    graph = _random_layout(tmp_path, 4)
+    x = layout_features(graph)
+    _assert_matches_reference(graph, x)
+    np.testing.assert_array_equal(layout_features(graph, np.arange(149, -1, -2)), x[149::-2])
+
+
+def test_layout_features_values_outside_the_layout_range(tmp_path: Path, small_steps: None):
+    """Unvalidated files: NaN, infinities, fractions, -0.0, 6 and beyond count as the reference does (equal
+    values agree, in whichever slot, NaN agrees with nothing, only exact -1..5 count in the minor columns)."""
+    graph = _random_layout(tmp_path, 2, configs=40)
+    values = graph.config_features().copy()
+    odd = np.array([np.nan, np.inf, -np.inf, 0.5, 1e-30, 1 - 2 ** -24, -0.0, 6, 7, -3, 1e6], dtype=np.float32)
+    rng = np.random.default_rng(3)
+    for col in (0, 6, 12, 1, 17):
+        hit = rng.random(values.shape[:2]) < 0.15
+        hit[:10] = False
+        values[:, :, col][hit] = rng.choice(odd, int(hit.sum()))
+    # 60 configurable nodes: encoding steps of 500 rows hold configs 0..7, then 8..15 (whole configs).
+    values[5, :, 0] = values[5, :, 6] = np.nan  # NaN on both ends of every link
+    values[6, 0, 0] = 0.5  # an odd value in the output slot only
+    values[8, :, 0] = values[8, :, 6] = 7  # equal odd values agree (rows 480..539)
+    feat, ops = graph.node_feat, graph.node_opcode
+    edges = [(int(p), int(c)) for c, p in graph.edge_index]
+    odd_graph = _write_layout(tmp_path / "odd", feat, ops, edges, graph.node_config_ids, values)
+    x = layout_features(odd_graph)
+    _assert_matches_reference(odd_graph, x)
+    col = _columns(x, layout_feature_names())
+    assert col["link_disagree_count"][8] == 0 and col["link_disagree_both_set_count"][5] == len(layout_links(graph)[0])
+
+
+def test_layout_runs_longer_than_255(tmp_path: Path):
+    """300 dots of one size read the output of one convolution through an add: node and link runs are cut at
+    255 (byte-lane sums) and padded."""
+    n = 302
+    feat = np.zeros((n, 140), dtype=np.float32)
+    feat[:, 21:23] = [4, 8]
+    feat[:, 28] = 15
+    opcode = np.full(n, DOT)
+    opcode[0], opcode[1] = CONVOLUTION, opcode_id("add")
+    edges = [(0, 1)] + [(1, c) for c in range(2, n)]
+    config_ids = np.array([0, *range(2, n)])
+    rng = np.random.default_rng(0)
+    values = rng.integers(-1, 3, (20, config_ids.size, 18)).astype(np.float32)
+    values[:, :, 1:6] = values[:, :, 7:12] = values[:, :, 13:] = -1
+    values[:4] = -1
+    values[4, :, 0] = values[4, :, 6] = 2  # every link agrees
+    graph = _write_layout(tmp_path, feat, opcode, edges, config_ids, values)
+    assert layout_links(graph)[0].size == 300
+    x = layout_features(graph)
+    _assert_matches_reference(graph, x)
+    col = _columns(x, layout_feature_names())
+    assert col["link_disagree_count"][4] == 0 and col["link_disagree_size"][4] == 0
+    assert col["dot_default_count"][0] == 300
+
+
+def test_layout_rows_read_the_file_once(layout_graph: LayoutGraph, monkeypatch: pytest.MonkeyPatch):
+    opened = []
+    real = LayoutGraph.iter_config_blocks
+
+    def counting(self: LayoutGraph, block_rows: int | None = None):
+        opened.append(block_rows)
+        return real(self, block_rows)
+
+    monkeypatch.setattr(LayoutGraph, "iter_config_blocks", counting)
+    x = layout_features(layout_graph, [2, 0, 1], block_rows=1)
+    assert len(opened) == 1 and x.shape[0] == 3
+    with pytest.raises(IndexError):
+        layout_features(layout_graph, [0, 4])
+    with pytest.raises(IndexError):
+        layout_features(layout_graph, np.array([True, False]))
 
 
 def test_tile_features_exact(tmp_path: Path):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import models.gbdt
 from competition.collections import Collection, Split
 from competition.metrics import kendall_tau
+from competition.protocol import ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph
 from models import GBDTModel, NotFittedError, RandomModel, available_models, load_model
 from models.gbdt import relevance_grades
@@ -65,6 +68,40 @@ def test_tile_fit_and_kind_mismatch(tiny_world: Path, fitted: GBDTModel):
     assert tile.predict(graph).shape == (graph.num_configs,)
     with pytest.raises(ValueError, match="expected a graph of layout"):
         fitted.predict(graph)
+
+
+def test_valid_features_computed_once_across_fit_and_predict(tiny_world: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    calls: Counter[str] = Counter()
+    features = models.gbdt._features
+
+    def counting(graph, rows=None):
+        calls[graph.path.name] += 1
+        return features(graph, rows)
+
+    monkeypatch.setattr(models.gbdt, "_features", counting)
+    root = find_data_root(tiny_world)
+    protocol = ValidProtocol(40)  # the tiny valid graphs hold 59 and 100 configs: a fixed subset of each
+    model = GBDTModel(**SMALL).fit(root, LAYOUT, progress=False, valid=protocol)
+    valid = [load_graph(p, LAYOUT) for p in list_graphs(root, LAYOUT, Split.VALID)]
+    assert len(model._feature_memo) == len(valid)  # only the valid graphs' features are kept
+    subsets = [g.select_configs(protocol.configs(LAYOUT, g.stem, g.num_configs)) for g in valid]
+    predictions = [model.predict(g) for g in subsets]
+    assert [p.shape for p in predictions] == [(40,)] * len(valid)
+    np.testing.assert_array_equal(model.predict(subsets[0]), predictions[0])
+    assert {g.path.name: calls[g.path.name] for g in valid} == {g.path.name: 1 for g in valid}
+
+    # Other configs of a graph are not in the memo: computed afresh.
+    model.predict(valid[0].select_configs(np.arange(10)))
+    assert calls[valid[0].path.name] == 2
+
+    # The memo is never saved; the features it held are those computed afresh.
+    path = model.save(tmp_path / "gbdt.json")
+    assert "_feature_memo" not in path.read_text()
+    loaded = load_model(path)
+    assert not hasattr(loaded, "_feature_memo")
+    for g, pred in zip(subsets, predictions, strict=True):
+        np.testing.assert_array_equal(loaded.predict(g), pred)
 
 
 def test_registered():

@@ -103,6 +103,21 @@ def test_save_load_predicts_identically(tiny_world: Path, learned: GNNModel, tmp
             np.testing.assert_array_equal(pred, learned.predict(graph))
 
 
+def test_predict_streams_blocks_like_the_forward_pass(train_only_root: Path, learned: GNNModel,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    """model.predict reads a layout graph's configs block by block (here 5 at a time, in a background thread) and
+    scores them through the deduplicating plan: the same scores as the network's forward pass on all of them."""
+    monkeypatch.setattr(importlib.import_module("models.gnn.model"), "PREDICT_BLOCK", 5)
+    root = find_data_root(train_only_root)
+    graph = load_graph(list_graphs(root, LAYOUT, Split.TRAIN)[0], LAYOUT)
+    assert graph.num_configs > 10
+    net = learned.network()
+    segments = make_segments(learned.prepare(graph))
+    with torch.no_grad():
+        expected = net(segments, torch.from_numpy(graph.config_features())).double().numpy()
+    np.testing.assert_allclose(learned.predict(graph), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_predict_before_fit_raises(tiny_world: Path):
     graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.TRAIN)[0], LAYOUT)
     with pytest.raises(NotFittedError):

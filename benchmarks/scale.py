@@ -1,0 +1,314 @@
+"""The scale benchmark: ``make bench-scale`` (``python -m benchmarks.scale``).
+
+Measures every stage of ``fastslow submit`` on a part of the full-scale synthetic world (``--limit`` graphs per
+layout collection and split, ``--tile-limit`` tile kernels per split, drawn from the real size distributions), per
+graph and per config, each stage in a fresh process so that its peak memory is its own:
+
+* **read**: every config of every graph streamed from its file (what any pass over a file costs);
+* **cache**: the GNN feature pipeline's disk cache of the train and valid splits;
+* per model: **fit** (GBDT features and boosting; GNN training, ``--gnn-epochs`` epochs measured and scaled to the
+  default), **predict valid** (the valid protocol's configs), **predict test**, **score** (writing and scoring the
+  valid file);
+* **ensemble**: fitting the ensemble on the models' valid predictions and predicting test.
+
+Then it projects the total for the real data's graph counts (``SCALES["full"]``, the real counts) with the default
+settings: a stage's time per graph (averaged over graphs drawn from the real distributions of nodes and configs)
+times the real number of graphs, and prints the projection stage by stage beside the 8-hour target of a Kaggle
+notebook run, with each stage's peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.measure import peak_mib, run_part
+
+DEFAULT_WORLD = Path("bench-out") / "scale-world"
+TARGET_HOURS = 8.0
+TARGET_PEAK_GIB = 16.0
+MODEL_NAMES = ("default-first", "gbdt", "gnn-attn")
+
+
+def _root(world: str):
+    from competition.reader import find_data_root
+
+    return find_data_root(world)
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
+# -- parts (each in its own process) ----------------------------------------------------------------------------
+
+
+def part_read(world: str, collection: str) -> dict:
+    from competition.collections import Collection, Split
+    from competition.reader import LayoutGraph, list_graphs, load_graph
+
+    root, c = _root(world), Collection(collection)
+    out: dict = {}
+    for split in Split:
+        t0 = time.perf_counter()
+        graphs = configs = 0
+        for path in list_graphs(root, c, split):
+            g = load_graph(path, c)
+            if isinstance(g, LayoutGraph):
+                for _, block in g.iter_config_blocks():
+                    configs += block.shape[0]
+            else:
+                configs += g.num_configs
+            graphs += 1
+        out[split.value] = {"seconds": time.perf_counter() - t0, "graphs": graphs, "configs": configs}
+    out["peak_mib"] = peak_mib()
+    return out
+
+
+def part_cache(world: str, collection: str, cache: str) -> dict:
+    from torch_geometric.transforms import Compose
+
+    from competition.collections import Collection, Split
+    from competition.protocol import DEFAULT_PROTOCOL
+    from features.cache import ProcessedGraphs
+    from features.transforms import DedupConfigs
+    from models.gnn.model import DEFAULTS, feature_pipeline
+
+    root, c = _root(world), Collection(collection)
+    kind = "tile" if c.is_tile else "layout"
+    d = DEFAULTS[kind]
+    pipeline = feature_pipeline(kind, d["hops"], True)
+    out: dict = {}
+    for split, kw in ((Split.TRAIN, {"pre_transform": Compose([pipeline, DedupConfigs("min")]),
+                                     "max_configs": d["train_configs"]}),
+                      (Split.VALID, {"pre_transform": pipeline, "protocol": DEFAULT_PROTOCOL})):
+        t0 = time.perf_counter()
+        ds = ProcessedGraphs(root, c, split, cache_dir=cache, workers=1, progress=False, **kw)
+        ds.build()
+        out[split.value] = {"seconds": time.perf_counter() - t0, "graphs": len(ds)}
+    out["peak_mib"] = peak_mib()
+    out["disk_mib"] = sum(p.stat().st_size for p in Path(cache).rglob("*.pt")) / 2**20
+    return out
+
+
+def part_model(world: str, collection: str, model: str, cache: str, work: str, gnn_epochs: int,
+               threads: int) -> dict:
+    from competition.collections import Collection, Split
+    from competition.pipeline import _ids, split_rows
+    from competition.protocol import DEFAULT_PROTOCOL
+    from competition.reader import list_graphs, load_graph
+    from competition.submission import score_submission, write_submission
+    from models.registry import make_model
+
+    _threads(threads)
+    root, c = _root(world), Collection(collection)
+    params: dict = {}
+    if model.startswith("gnn"):
+        params = {"epochs": gnn_epochs, "patience": gnn_epochs, "cache_dir": cache, "runs_dir": None}
+    out: dict = {}
+    t0 = time.perf_counter()
+    fitted = make_model(model, **params).fit(root, c, progress=False)
+    out["fit"] = {"seconds": time.perf_counter() - t0, "graphs": len(list_graphs(root, c, Split.TRAIN))}
+    if model.startswith("gnn"):
+        out["fit"]["epochs_run"] = len(fitted.history_)
+        out["fit"]["default_epochs"] = make_model(model)._resolved("tile" if c.is_tile else "layout")["epochs"]
+    preds: dict[str, dict[str, np.ndarray]] = {}
+    for split in (Split.VALID, Split.TEST):
+        t0 = time.perf_counter()
+        paths = list_graphs(root, c, split)
+        configs = 0
+        preds[split.value] = {}
+        for path, gid in zip(paths, _ids(c, paths), strict=True):
+            g = load_graph(path, c)
+            g = g.select_configs(DEFAULT_PROTOCOL.configs(c, g.stem, g.num_configs, split))
+            preds[split.value][gid] = fitted.predict(g)
+            configs += g.num_configs
+        out[f"predict_{split.value}"] = {"seconds": time.perf_counter() - t0, "graphs": len(paths),
+                                         "configs": configs}
+    t0 = time.perf_counter()
+    rows = split_rows(root, [c], Split.VALID)
+    valid_file = write_submission(Path(work) / f"valid-{model}-{c.value.replace(':', '-')}.csv",
+                                  preds["valid"], rows)
+    report = score_submission(valid_file, root, Split.VALID, collections=[c])
+    out["score"] = {"seconds": time.perf_counter() - t0, "graphs": len(rows), "value": report.scores()[c]}
+    np.savez(Path(work) / f"preds-{model}-{c.value.replace(':', '-')}.npz",
+             **{f"{s}|{gid}": v for s, d in preds.items() for gid, v in d.items()})
+    out["peak_mib"] = peak_mib()
+    return out
+
+
+def part_ensemble(world: str, collection: str, work: str, models: str) -> dict:
+    from competition.collections import Collection, Split
+    from competition.pipeline import split_labels
+    from models.ensemble import Ensemble
+
+    root, c = _root(world), Collection(collection)
+    valid: dict[str, dict[str, np.ndarray]] = {}
+    test: dict[str, dict[str, np.ndarray]] = {}
+    for m in models.split(","):
+        with np.load(Path(work) / f"preds-{m}-{c.value.replace(':', '-')}.npz") as z:
+            for key in z.files:
+                split, gid = key.split("|", 1)
+                (valid if split == "valid" else test).setdefault(m, {})[gid] = z[key]
+    t0 = time.perf_counter()
+    labels = split_labels(root, [c], Split.VALID)
+    ens = Ensemble(method="auto", normalization="auto").fit(valid, labels)
+    ens.cross_val_predict(valid, labels)
+    ens.predict(test)
+    return {"ensemble": {"seconds": time.perf_counter() - t0, "graphs": len(labels)}, "peak_mib": peak_mib()}
+
+
+# -- the run and the projection ----------------------------------------------------------------------------------
+
+
+def _real_counts() -> dict[str, tuple[int, int, int]]:
+    from competition.collections import Collection
+    from competition.synthetic.world import SCALES
+
+    full = SCALES["full"]
+    return {c.value: (full.tile_counts if c.is_tile else full.layout_counts[c.value]) for c in Collection}
+
+
+def project(results: dict) -> list[dict]:
+    """Rows ``stage, collection, graphs measured, seconds measured, real graphs, projected seconds, peak MiB``."""
+    real = _real_counts()
+    split_index = {"train": 0, "valid": 1, "test": 2}
+    rows = []
+    for c, res in results.items():
+        counts = real[c]
+        read = res["read"]
+        for split, i in split_index.items():
+            m = read[split]
+            if m["graphs"]:
+                rows.append(_row(f"read {split}", c, m, counts[i], read["peak_mib"]))
+        cache = res["cache"]
+        for split in ("train", "valid"):
+            rows.append(_row(f"cache {split} (GNN features)", c, cache[split], counts[split_index[split]], cache["peak_mib"]))
+        for model, mres in res["models"].items():
+            fit = dict(mres["fit"])
+            if "default_epochs" in fit and fit["epochs_run"]:
+                fit["seconds"] *= fit["default_epochs"] / fit["epochs_run"]  # the default number of epochs
+            rows.append(_row(f"{model} fit", c, fit, counts[0], mres["peak_mib"]))
+            rows.append(_row(f"{model} predict valid", c, mres["predict_valid"], counts[1], mres["peak_mib"]))
+            rows.append(_row(f"{model} predict test", c, mres["predict_test"], counts[2], mres["peak_mib"]))
+            rows.append(_row(f"{model} score valid", c, mres["score"], counts[1], mres["peak_mib"]))
+        if "ensemble" in res:
+            rows.append(_row("ensemble", c, res["ensemble"]["ensemble"], counts[1], res["ensemble"]["peak_mib"]))
+    return rows
+
+
+def _row(stage: str, collection: str, m: dict, real_graphs: int, peak: float) -> dict:
+    per_graph = m["seconds"] / m["graphs"] if m["graphs"] else 0.0
+    out = {"stage": stage, "collection": collection, "graphs": m["graphs"], "seconds": m["seconds"],
+           "per_graph": per_graph, "real_graphs": real_graphs, "projected": per_graph * real_graphs,
+           "peak_mib": peak}
+    if m.get("configs"):
+        out["configs_per_s"] = m["configs"] / max(m["seconds"], 1e-9)
+    return out
+
+
+def _fmt_h(seconds: float) -> str:
+    return f"{seconds / 3600:6.2f} h" if seconds >= 360 else f"{seconds / 60:6.1f} m"
+
+
+def format_projection(rows: list[dict]) -> str:
+    lines = [f"{'stage':26s} {'collection':20s} {'graphs':>6s} {'measured':>9s} {'s/graph':>8s} {'configs/s':>10s} "
+             f"{'real':>5s} {'projected':>9s} {'peak MiB':>9s}"]
+    for r in rows:
+        cps = f"{r['configs_per_s']:10.0f}" if "configs_per_s" in r else f"{'':>10s}"
+        lines.append(f"{r['stage']:26s} {r['collection']:20s} {r['graphs']:6d} {r['seconds']:8.1f}s "
+                     f"{r['per_graph']:8.2f} {cps} {r['real_graphs']:5d} {_fmt_h(r['projected']):>9s} "
+                     f"{r['peak_mib']:9.0f}")
+    by_stage: dict[str, float] = {}
+    for r in rows:
+        key = r["stage"].split(" ")[0] if not r["stage"].startswith("read") else "read (one pass)"
+        by_stage[key] = by_stage.get(key, 0.0) + r["projected"]
+    lines.append("")
+    lines.append("projected for the real counts, by stage (reading is included in the stages that read):")
+    for k, v in by_stage.items():
+        lines.append(f"  {k:22s} {_fmt_h(v)}")
+    total = sum(v for k, v in by_stage.items() if not k.startswith("read"))
+    peak = max(r["peak_mib"] for r in rows) / 1024
+    lines.append(f"  {'total (pipeline)':22s} {_fmt_h(total)}   target <= {TARGET_HOURS:.0f} h: "
+                 f"{'PASS' if total <= TARGET_HOURS * 3600 else 'OVER'}; peak {peak:.1f} GiB, target <= "
+                 f"{TARGET_PEAK_GIB:.0f} GiB: {'PASS' if peak <= TARGET_PEAK_GIB else 'OVER'}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--world", default=str(DEFAULT_WORLD), metavar="DIR",
+                    help="the full-scale world part to measure on, generated there if missing (default: %(default)s)")
+    ap.add_argument("--limit", type=int, default=12, metavar="N",
+                    help="layout graphs per collection and split when generating (default: %(default)s)")
+    ap.add_argument("--tile-limit", type=int, default=600, metavar="N",
+                    help="tile kernels per split when generating (default: %(default)s)")
+    ap.add_argument("--collections", nargs="+", default=None, metavar="C", help="collections (default: all five)")
+    ap.add_argument("--models", nargs="+", default=list(MODEL_NAMES), metavar="NAME",
+                    help="models to measure (default: %(default)s)")
+    ap.add_argument("--gnn-epochs", type=int, default=1, metavar="N",
+                    help="GNN epochs actually run; the projection scales them to the default (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads in the model parts (default: %(default)s)")
+    ap.add_argument("--out", default="bench-out/scale.json", metavar="JSON",
+                    help="where the measurements and the projection are saved (default: %(default)s)")
+    args = ap.parse_args()
+    if args.part:
+        name, *rest = args.part
+        fns = {"read": part_read, "cache": part_cache, "ensemble": part_ensemble,
+               "model": lambda w, c, m, ca, wo, e, t: part_model(w, c, m, ca, wo, int(e), int(t))}
+        print(json.dumps(fns[name](*rest)))
+        return
+
+    from competition.collections import Collection
+    from competition.synthetic.world import generate_world
+
+    collections = [Collection.parse(c) for c in args.collections] if args.collections else list(Collection)
+    world = Path(args.world)
+    if not (world / "world.json").exists():
+        t0 = time.perf_counter()
+        generate_world(world, scale="full", seed=0, collections=[c.value for c in collections], limit=args.limit,
+                       tile_limit=args.tile_limit, progress=True)
+        print(f"generated the full-scale world part in {time.perf_counter() - t0:.0f} s: {world}")
+    work = Path("bench-out") / "scale-work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    results: dict = {}
+    for c in collections:
+        cache = str(work / "cache")
+        res: dict = {"models": {}}
+        print(f"{c.value}: read", flush=True)
+        res["read"] = run_part("benchmarks.scale", "read", str(world), c.value)
+        print(f"{c.value}: cache", flush=True)
+        res["cache"] = run_part("benchmarks.scale", "cache", str(world), c.value, cache)
+        for m in args.models:
+            print(f"{c.value}: {m}", flush=True)
+            res["models"][m] = run_part("benchmarks.scale", "model", str(world), c.value, m, cache, str(work),
+                                        str(args.gnn_epochs), str(args.threads))
+        if len(args.models) >= 2:
+            res["ensemble"] = run_part("benchmarks.scale", "ensemble", str(world), c.value, str(work),
+                                       ",".join(args.models))
+        results[c.value] = res
+        shutil.rmtree(cache, ignore_errors=True)
+    rows = project(results)
+    print(f"\nmeasured on {world} ({os.cpu_count()} cores, torch threads {args.threads}); projected for the real "
+          "graph counts with the default settings")
+    print(format_projection(rows))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"results": results, "projection": rows}, indent=1) + "\n")
+    print(f"saved: {args.out}")
+    if any(math.isnan(r["seconds"]) for r in rows):
+        raise SystemExit("a stage measured NaN seconds")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,496 @@
+"""Fast prediction for layout graphs: the same scores as :meth:`models.gnn.net.RankNet.forward`, computed once per
+distinct config of each connected component instead of once per config and node.
+
+Why it is exact. A layout config enters the network only at the configurable nodes, and messages only travel along
+edges, so the states of a connected component of the (pruned) graph depend on the configs of the configurable
+slots in that component and on nothing else of the config. Cross-configuration attention mixes the configs of a
+batch, but only per node and channel through the softmax denominator ``sum over the batch of exp(h / T)``, which
+is the same sum taken over the component's distinct configs weighted by how many configs of the batch share each.
+So for a batch of ``B`` configs each component ``c`` is run for its ``U_c <= B`` distinct keys (the values of its
+slots) only, and a config's pooled sum is the sum over components of the component sum of its key. Components
+without a configurable slot are the same for every config: they are run once per graph (:class:`LayoutPlan`).
+
+On the largest synthetic layout graphs (42,085 nodes, 2,354 configurable nodes, 9,406 nodes after 1-hop pruning in
+2,348 components of about 4 nodes), a batch of 128 random-search configs holds about 9 distinct keys per
+component, so the work per batch drops about 14 times; default-search collections, where most nodes keep their
+layout, gain much more. A graph that is one big component (``hops=None`` on a connected program) gains nothing but
+costs no more than the plain forward pass.
+
+The results equal :meth:`RankNet.forward` in eval mode up to float rounding (sums are taken in another order, the
+SAGE linear maps are applied before the neighbour means, ``A (z W) = (A z) W``, and the softmax is shifted by a
+shared maximum where that cannot underflow): about 1e-7 on scores of order 1.
+
+Rows are laid out node-major: node ``v`` of a component with ``U`` keys owns rows ``off[v] .. off[v] + U - 1``, row
+``off[v] + u`` being its state under the component's key ``u``; per-node reductions over the keys (attention) are
+then contiguous segment reductions.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from competition.reader import LayoutGraph
+from models.gnn.layers import GNNBlock
+from models.gnn.net import CONFIG_VALUES, INPUT_CLIP, LAYOUT_CONFIG_SLOTS, RankNet, Segment
+
+_GROUP = 6  # config values packed per float32 product: 7**6 < 2**24, so the partial codes are exact in float32
+_POWERS6 = (CONFIG_VALUES ** np.arange(_GROUP)).astype(np.float32)
+_POWERS = torch.tensor([CONFIG_VALUES ** i for i in range(LAYOUT_CONFIG_SLOTS)], dtype=torch.long)
+_CODE_ROWS = 16  # configs converted to codes per step (small enough for the temporaries to stay in cache)
+_EXP_RANGE = 80.0  # exp(-80) is still a normal float32
+ROW_BUDGET = 1 << 14
+"""Rows (a node under one key) run through the layers at once on the CPU: 2 MiB per float32 ``[rows, 32]``
+tensor, so that the dozen passes of a layer over them stay in cache (a third less time than 131,072 rows)."""
+CUDA_ROW_BUDGET = 1 << 20
+"""The same on a GPU, where fewer, larger kernels pay."""
+KEY_BUDGET = 1 << 20
+"""Component x config keys worked out at once (8 MiB of int64 per array of the sort)."""
+
+
+def config_codes(config_feat: npt.NDArray[np.float32] | torch.Tensor) -> torch.Tensor:
+    """Each slot's 18 config values packed into one int64 code: ``sum_i d_i * 7**i`` with ``d_i`` the embedding
+    index :meth:`RankNet.segment_sum` uses (``trunc(value) + 1`` clamped to 0..6).
+
+    Two slots get the same code exactly when the network sees the same config values at them.
+
+    Args:
+        config_feat: float ``[C, NC, 18]`` (numpy, possibly read-only, or torch on the CPU).
+
+    Returns:
+        int64 ``[C, NC]`` on the CPU.
+    """
+    a = config_feat.numpy() if isinstance(config_feat, torch.Tensor) else np.asarray(config_feat)
+    c, nc = a.shape[0], a.shape[1]
+    out = np.empty((c, nc), dtype=np.int64)
+    scale = np.array([1, CONFIG_VALUES ** _GROUP, CONFIG_VALUES ** (2 * _GROUP)], dtype=np.int64)
+    for i in range(0, c, _CODE_ROWS):
+        t = np.trunc(a[i:i + _CODE_ROWS])
+        np.clip(t, -1, CONFIG_VALUES - 2, out=t)
+        t += 1
+        parts = t.reshape(t.shape[0], nc, 3, _GROUP) @ _POWERS6  # [rows, NC, 3], exact integers in float32
+        out[i:i + _CODE_ROWS] = parts.astype(np.int64) @ scale
+    return torch.from_numpy(out)
+
+
+def code_values(codes: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`config_codes`: int64 ``[..., 18]`` embedding indices (0..6)."""
+    return torch.div(codes.unsqueeze(-1), _POWERS.to(codes.device), rounding_mode="floor") % CONFIG_VALUES
+
+
+def _dense_rank(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``keys`` ``[M, B]``: each entry's rank among the row's distinct values (0, 1, ...), and the
+    number of distinct values per row ``[M]``."""
+    sorted_keys, order = keys.sort(dim=1)
+    new = torch.ones_like(sorted_keys)
+    new[:, 0] = 0
+    new[:, 1:] = (sorted_keys[:, 1:] != sorted_keys[:, :-1]).long()
+    rank_sorted = new.cumsum(1)
+    ranks = torch.empty_like(rank_sorted).scatter_(1, order, rank_sorted)
+    return ranks, rank_sorted[:, -1] + 1
+
+
+def _offsets(lengths: torch.Tensor) -> torch.Tensor:
+    """Exclusive cumulative sum."""
+    return lengths.cumsum(0) - lengths
+
+
+def _bounds(lengths: torch.Tensor) -> torch.Tensor:
+    """``[0, l0, l0 + l1, ...]``: the ``len + 1`` boundaries of consecutive ranges of ``lengths``."""
+    out = torch.zeros(lengths.shape[0] + 1, dtype=torch.long, device=lengths.device)
+    torch.cumsum(lengths, 0, out=out[1:])
+    return out
+
+
+def _expand(lengths: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For ranges of ``lengths``: which range each of the ``total`` positions falls in, and its place in it."""
+    which = torch.repeat_interleave(torch.arange(lengths.shape[0], device=lengths.device), lengths,
+                                    output_size=total)
+    place = torch.arange(total, device=lengths.device) - _offsets(lengths)[which]
+    return which, place
+
+
+def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+        return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
+
+
+def _runs(ends: torch.Tensor, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of items whose cumulative sizes are ``ends``, each of about ``budget`` at most (an item
+    larger than ``budget`` alone)."""
+    total, count = int(ends[-1]), ends.shape[0]
+    if total <= budget:
+        return [(0, count)]
+    marks = torch.arange(budget, total, budget, device=ends.device)
+    bounds = sorted({0, count, *torch.searchsorted(ends, marks, right=True).tolist()})
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+class _Edges:
+    """One mean adjacency as ``(dst, src, weight)`` triples, in the coalesced order of the sparse tensor."""
+
+    def __init__(self, dst: torch.Tensor, src: torch.Tensor, weight: torch.Tensor) -> None:
+        self.dst, self.src, self.weight = dst, src, weight
+
+    def select(self, keep: torch.Tensor, new_id: torch.Tensor) -> _Edges:
+        """The triples whose ends are kept (``keep`` per edge), nodes relabelled with ``new_id``."""
+        return _Edges(new_id[self.dst[keep]], new_id[self.src[keep]], self.weight[keep])
+
+
+class _Stencil:
+    """What a SAGE convolution sums at each node, as one sparse row per node: the node itself (part 0, weight 1),
+    its producers (part 1, weights of ``adj_in``) and its consumers (part 2, ``adj_out``; absent when
+    unidirectional). :meth:`matrix` lays it out for the node-major rows of a batch."""
+
+    def __init__(self, num_nodes: int, adjacencies: list[_Edges]) -> None:
+        device = adjacencies[0].dst.device
+        every = torch.arange(num_nodes, device=device)
+        self.parts = 1 + len(adjacencies)
+        dst = torch.cat([every] + [a.dst for a in adjacencies])
+        node = torch.cat([every] + [a.src for a in adjacencies])
+        part = torch.cat([torch.full((a.dst.shape[0],), i, dtype=torch.long, device=device)
+                          for i, a in enumerate([_Edges(every, every, every)] + adjacencies)])
+        weight = torch.cat([torch.ones(num_nodes, device=device)] + [a.weight.float() for a in adjacencies])
+        order = torch.argsort((dst * self.parts + part) * max(num_nodes, 1) + node)  # columns sorted per row
+        self.node, self.part, self.weight = node[order], part[order], weight[order]
+        self.length = torch.bincount(dst, minlength=num_nodes)
+        self.first = _offsets(self.length)
+
+    def matrix(self, node_of_row: torch.Tensor, key_of_row: torch.Tensor, first_row: torch.Tensor,
+               node_offset: int = 0) -> torch.Tensor:
+        """Sparse CSR ``[R, parts * R]`` with ``conv = matrix @ stack([z W_self^T, z W_in^T, z W_out^T]).view(-1, H)``
+        for rows ``z`` ``[R, H]``: row ``r`` (node ``v`` under key ``u``) gathers rows ``first_row[w] + u`` of its
+        neighbours ``w`` (column ``part * R + row``). The rows may cover a run of whole components only, nodes
+        ``node_offset ..`` (``first_row`` indexed from there)."""
+        rows = node_of_row.shape[0]
+        row_length = self.length[node_of_row]
+        crow = _bounds(row_length)
+        which, place = _expand(row_length, int(crow[-1]))
+        entry = self.first[node_of_row[which]] + place
+        col = first_row[self.node[entry] - node_offset] + key_of_row[which] + self.part[entry] * rows
+        return _csr(crow, col, self.weight[entry], (rows, self.parts * rows))
+
+
+class _BlockWeights:
+    """One :class:`GNNBlock`'s weights laid out for :func:`_block` (taken once per plan)."""
+
+    def __init__(self, block: GNNBlock) -> None:
+        conv = block.conv
+        weights = [conv.lin_self.weight, conv.lin_in.weight] + ([conv.lin_out.weight] if conv.lin_out else [])
+        self.norm = block.norm
+        self.act = block.act
+        self.conv = [w.t().contiguous() for w in weights]  # [H, H] each
+        self.bias = conv.lin_self.bias
+        self.attention = block.attention is not None
+        if block.attention is not None:
+            h = self.bias.shape[0]
+            mix = block.attention.mix
+            self.inv_temperature = float(1.0 / block.attention.temperature)
+            self.mix_self = mix.weight[:, :h].t().contiguous()
+            self.mix_weighted = mix.weight[:, h:].t().contiguous()
+            self.mix_bias = mix.bias
+
+
+def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of: torch.Tensor | None = None,
+           lengths: torch.Tensor | None = None, node_of_row: torch.Tensor | None = None,
+           batch: int = 1) -> torch.Tensor:
+    """``h + act(attention?(conv(norm(h))))``: one :class:`GNNBlock` in eval mode (dropout is the identity), on
+    rows ``h`` ``[R, H]`` (float32; ``h`` is updated in place).
+
+    Args:
+        conv_matrix: from :meth:`_Stencil.matrix`.
+        rows_of: sparse CSR ``[nodes, R]``: node ``v``'s rows, each valued by how many configs of the batch it
+            stands for (rows are node-major). ``None`` when every node has one row standing for all the configs.
+        lengths: rows per node; node_of_row: int64 ``[R]``.
+        batch: ``B``, the configs of the batch.
+    """
+    rows, channels = h.shape
+    z = w.norm(h)
+    # The linear maps before the neighbour means (A (z W) = (A z) W), stacked for one sparse product. Three
+    # [R, H] x [H, H] products, not one [H, 3H]: MKL is several times slower on the latter beyond ~50k rows.
+    if torch.is_autocast_enabled(h.device.type):
+        y = torch.stack([(z @ weight).float() for weight in w.conv])
+    else:
+        y = torch.empty(len(w.conv), rows, channels, dtype=h.dtype, device=h.device)
+        for i, weight in enumerate(w.conv):
+            torch.mm(z, weight, out=y[i])
+    with torch.autocast(h.device.type, enabled=False):
+        out = torch.sparse.mm(conv_matrix, y.view(-1, channels))
+    out += w.bias
+    if w.attention:
+        if rows_of is None:
+            weighted = out  # one row per node standing for B identical configs: the weights are all 1
+        else:
+            assert node_of_row is not None
+            # softmax over the batch per node and channel, times B: exp(out / T - shift) / (sum over the configs),
+            # a row counting for the configs it stands for. Any shift constant per node and channel gives the
+            # same weights; the global maximum is one pass instead of a per-node one, used when no exp() can
+            # underflow with it (else the per-node maximum, as torch.softmax does).
+            with torch.autocast(h.device.type, enabled=False):
+                low, high = torch.aminmax(out)
+                if float(high - low) * w.inv_temperature < _EXP_RANGE:
+                    e = torch.sub(out, high)
+                else:
+                    peak = torch.segment_reduce(out, "max", lengths=lengths, axis=0, unsafe=True)
+                    e = out - peak.index_select(0, node_of_row)
+                e.mul_(w.inv_temperature).exp_()
+                scale = torch.sparse.mm(rows_of, e).reciprocal_().mul_(batch)  # [nodes, H]: B / denominator
+            weighted = e.mul_(out).mul_(scale.index_select(0, node_of_row))
+        mixed = torch.addmm(w.mix_bias, out, w.mix_self)
+        if mixed.dtype == weighted.dtype:
+            out = mixed.addmm_(weighted, w.mix_weighted)
+        else:  # autocast: the products are in reduced precision, their sum in float32
+            out = mixed.float() + (weighted @ w.mix_weighted).float()
+    return h.add_(w.act(out))
+
+
+def _run_blocks(blocks: list[_BlockWeights], h: torch.Tensor, conv_matrix: torch.Tensor,
+                rows_of: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
+                node_of_row: torch.Tensor | None = None, batch: int = 1) -> torch.Tensor:
+    for w in blocks:
+        h = _block(w, h, conv_matrix, rows_of, lengths, node_of_row, batch)
+    return h
+
+
+class LayoutPlan:
+    """Everything about one layout graph that does not depend on the configs, for :meth:`scores`.
+
+    Built once per graph (and network weights): the node states before any config, the graph's connected
+    components and which slots lie in each, and the pooled sum of the components without slots (run once).
+    :meth:`totals` works through the components a few at a time, so that at most about :data:`ROW_BUDGET` rows
+    (:data:`CUDA_ROW_BUDGET` on a GPU) are in flight whatever the batch size.
+
+    Args:
+        net: a layout :class:`RankNet` (its weights must not change while the plan is used).
+        segments: the graph's segments (:func:`models.gnn.net.make_segments`; several under GST, whose
+            between-segment edges are dropped as in the forward pass), on the network's device.
+    """
+
+    @torch.inference_mode()
+    def __init__(self, net: RankNet, segments: list[Segment]) -> None:
+        if net.kind != "layout":
+            raise ValueError("LayoutPlan is for layout networks")
+        self.net = net
+        device = segments[0].x.device
+        self.device = device
+        self.num_nodes = sum(s.num_nodes for s in segments)
+        n = self.num_nodes
+        x = torch.cat([s.x for s in segments]).clamp(-INPUT_CLIP, INPUT_CLIP)
+        op = torch.cat([s.op for s in segments])
+        base = net.node_in(torch.cat([x, net.opcode(op)], dim=1)).float()  # [N, H]
+
+        def edges(adj_name: str) -> _Edges:
+            parts = []
+            for s in segments:
+                a = getattr(s, adj_name).coalesce()
+                idx = a.indices() + s.start
+                parts.append((idx[0], idx[1], a.values()))
+            return _Edges(*(torch.cat([p[i] for p in parts]) for i in range(3)))
+
+        adjacencies = [edges("adj_in")] + ([edges("adj_out")] if net.blocks[0].conv.lin_out is not None else [])
+        self.blocks = [_BlockWeights(block) for block in net.blocks]
+        slot_ids = torch.cat([s.slots for s in segments])
+        slot_nodes = torch.cat([s.slot_nodes + s.start for s in segments])
+
+        # Connected components (edges either way), on the CPU.
+        src, dst = adjacencies[0].src.cpu().numpy(), adjacencies[0].dst.cpu().numpy()
+        graph = coo_matrix((np.ones(src.shape[0], dtype=np.int8), (dst, src)), shape=(n, n))
+        comp = torch.from_numpy(connected_components(graph, directed=False)[1].astype(np.int64)).to(device)
+        has_slot = torch.zeros(int(comp.max()) + 1 if n else 0, dtype=torch.bool, device=device)
+        has_slot[comp[slot_nodes]] = True
+        dynamic = has_slot[comp]  # nodes whose states depend on the config
+
+        def subgraph(nodes: torch.Tensor) -> tuple[torch.Tensor, _Stencil]:
+            """``nodes`` relabelled 0.. in the given order, and the stencil of the graph they induce."""
+            keep = torch.zeros(n, dtype=torch.bool, device=device)
+            keep[nodes] = True
+            new_id = torch.full((n,), -1, dtype=torch.long, device=device)
+            new_id[nodes] = torch.arange(nodes.numel(), device=device)
+            return new_id, _Stencil(nodes.numel(), [a.select(keep[a.dst], new_id) for a in adjacencies])
+
+        # The components without slots, once: one row per node standing for every config.
+        static = (~dynamic).nonzero().flatten()
+        _, static_stencil = subgraph(static)
+        every = torch.arange(static.numel(), device=device)
+        h = _run_blocks(self.blocks, base[static], static_stencil.matrix(every, torch.zeros_like(every), every))
+        self.static_total = h.sum(0)  # [H]
+
+        # The components with slots, numbered 0..K-1, their nodes 0..Nd-1 sorted by component (so a run of
+        # components is a run of nodes), slot entries sorted by component.
+        dyn_nodes = dynamic.nonzero().flatten()
+        labels, comp_dyn = torch.unique(comp[dyn_nodes], return_inverse=True)
+        order = torch.argsort(comp_dyn, stable=True)
+        dyn_nodes, comp_dyn = dyn_nodes[order], comp_dyn[order]
+        dyn_id, self.stencil = subgraph(dyn_nodes)
+        self.num_components = int(labels.numel())
+        self.base = base[dyn_nodes]
+        self.node_comp = comp_dyn  # [Nd]
+        self.comp_nodes = _bounds(torch.bincount(comp_dyn, minlength=self.num_components))  # [K + 1]
+        slot_rows, slot_comp = dyn_id[slot_nodes], comp_dyn[dyn_id[slot_nodes]]
+        order = torch.argsort(slot_comp, stable=True)
+        self.slot_ids, self.slot_rows, self.slot_comp = slot_ids[order], slot_rows[order], slot_comp[order]
+        per_comp = torch.bincount(self.slot_comp, minlength=self.num_components)
+        self.comp_slots = _bounds(per_comp)  # [K + 1]
+        self.slot_rank = torch.arange(order.numel(), device=device) - self.comp_slots[self.slot_comp]
+        self.max_slots = int(per_comp.max()) if per_comp.numel() else 0
+
+    @property
+    def num_dynamic_nodes(self) -> int:
+        return int(self.base.shape[0])
+
+    def keys(self, by_slot: torch.Tensor, c0: int, c1: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The key of each component ``c0 <= c < c1`` per config: ``(ids [k, B] in 0..U_c-1, U [k])``, from the
+        codes by slot ``[NC, B]``; a key is the codes of all the component's slots."""
+        s0, s1 = int(self.comp_slots[c0]), int(self.comp_slots[c1])
+        rank, comp = self.slot_rank[s0:s1], self.slot_comp[s0:s1] - c0
+        ids, distinct = _dense_rank(by_slot[self.slot_ids[s0:s1][rank == 0]])  # every component has a slot
+        for r in range(1, self.max_slots):
+            more = rank == r
+            if not bool(more.any()):
+                break
+            comps = comp[more]
+            column, _ = _dense_rank(by_slot[self.slot_ids[s0:s1][more]])
+            ids[comps], distinct[comps] = _dense_rank(ids[comps] * by_slot.shape[1] + column)
+        return ids, distinct
+
+    @torch.inference_mode()
+    def totals(self, codes: torch.Tensor) -> torch.Tensor:
+        """The sum of the final node states per config ``[B, H]`` for a batch of configs given by their codes
+        (:func:`config_codes`, ``[B, NC]``): what ``sum(net.segment_sum(s, config_feat) for s in segments)``
+        gives for the same batch."""
+        b = codes.shape[0]
+        total = self.static_total.expand(b, -1).clone()
+        if self.num_components == 0 or b == 0:
+            return total
+        by_slot = codes.to(self.device).t().contiguous()  # [NC, B]
+        step = max(1, KEY_BUDGET // b)
+        budget = ROW_BUDGET if self.device.type == "cpu" else CUDA_ROW_BUDGET
+        sizes = self.comp_nodes[1:] - self.comp_nodes[:-1]
+        for c0 in range(0, self.num_components, step):
+            c1 = min(self.num_components, c0 + step)
+            ids, distinct = self.keys(by_slot, c0, c1)
+            for lo, hi in _runs(torch.cumsum(sizes[c0:c1] * distinct, 0), budget):
+                total += self._run(c0 + lo, c0 + hi, ids[lo:hi], distinct[lo:hi], by_slot)
+        return total
+
+    def _run(self, c0: int, c1: int, ids: torch.Tensor, distinct: torch.Tensor, by_slot: torch.Tensor
+             ) -> torch.Tensor:
+        """Components ``c0 <= c < c1`` run once per distinct key: their pooled sum per config ``[B, H]``."""
+        net, device = self.net, self.device
+        b = by_slot.shape[1]
+        n0, n1 = int(self.comp_nodes[c0]), int(self.comp_nodes[c1])
+        s0, s1 = int(self.comp_slots[c0]), int(self.comp_slots[c1])
+        group_first = _offsets(distinct)  # a group is a (component, key)
+        groups = int(distinct.sum())
+        gid = ids + group_first.unsqueeze(1)  # [k, B]
+        representative = torch.empty(groups, dtype=torch.long, device=device)
+        representative.scatter_(0, gid.flatten(), torch.arange(b, device=device).repeat(ids.shape[0]))
+        count = torch.bincount(gid.flatten(), minlength=groups).float()
+
+        node_comp = self.node_comp[n0:n1] - c0
+        lengths = distinct[node_comp]  # rows per node
+        rows = int(lengths.sum())
+        first_row = _offsets(lengths)
+        node_of_row, key_of_row = _expand(lengths, rows)
+        group_of_row = group_first[node_comp[node_of_row]] + key_of_row
+        h = self.base[n0:n1].repeat_interleave(lengths, dim=0, output_size=rows)
+
+        # Config embeddings of each slot under each key of its component.
+        slot_comp = self.slot_comp[s0:s1] - c0
+        slot_lengths = distinct[slot_comp]
+        slot_entry, key = _expand(slot_lengths, int(slot_lengths.sum()))
+        config = representative[group_first[slot_comp[slot_entry]] + key]
+        values = code_values(by_slot[self.slot_ids[s0:s1][slot_entry], config])  # [P, 18]
+        emb = net.config_in(net.config_value(values).flatten(1)).float()
+        h.index_add_(0, first_row[self.slot_rows[s0:s1][slot_entry] - n0] + key, emb)
+
+        conv_matrix = self.stencil.matrix(node_of_row + n0, key_of_row, first_row, n0)
+        rows_of = _csr(_bounds(lengths), torch.arange(rows, device=device), count[group_of_row],
+                       (lengths.shape[0], rows))
+        h = _run_blocks(self.blocks, h, conv_matrix, rows_of, lengths, node_of_row, b)
+        group_sum = torch.zeros(groups, h.shape[1], dtype=h.dtype, device=device).index_add_(0, group_of_row, h)
+        return F.embedding_bag(gid.t().contiguous(), group_sum, mode="sum")
+
+    @torch.inference_mode()
+    def scores(self, codes: torch.Tensor) -> torch.Tensor:
+        """Scores ``[B]`` (float32, lower = faster) of a batch of configs given by their codes."""
+        total = self.totals(codes)
+        empty = torch.zeros(0, device=self.device)
+        return self.net.score(total, self.num_nodes, empty).float()
+
+
+READ_ROWS = 512
+"""Configs read from disk per step when streaming a layout graph's configs (about 85 MB of float32 for 2,354
+configurable nodes); each step is packed into codes (8 bytes per slot instead of 72) at once."""
+
+
+def iter_code_blocks(graph: LayoutGraph, block_rows: int, read_rows: int = READ_ROWS, *,
+                     prefetch: bool = True) -> Iterator[tuple[int, torch.Tensor]]:
+    """Walk a layout graph's configs front to back as :func:`config_codes`, ``block_rows`` configs per block
+    (``(first_config, int64 [rows, NC])``), reading ``read_rows`` configs at a time.
+
+    With ``prefetch`` the reading (decompression) and packing run in a background thread, one block ahead, so
+    they overlap with the scoring of the previous block (zlib and numpy release the GIL). In memory at most: one
+    read step of float features, the block being filled, one finished block waiting and the block being scored.
+    """
+    blocks = _code_blocks(graph, block_rows, read_rows)
+    if not prefetch:
+        yield from blocks
+        return
+    ready: queue.Queue[tuple[int, torch.Tensor] | BaseException | None] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: tuple[int, torch.Tensor] | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False  # the consumer is gone
+
+    def produce() -> None:
+        try:
+            for item in blocks:
+                if not put(item):
+                    return
+            put(None)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(exc)
+
+    worker = threading.Thread(target=produce, name="fastslow-config-reader", daemon=True)
+    worker.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _code_blocks(graph: LayoutGraph, block_rows: int, read_rows: int) -> Iterator[tuple[int, torch.Tensor]]:
+    parts: list[torch.Tensor] = []
+    first = have = 0
+    for _start, block in graph.iter_config_blocks(read_rows):
+        codes = config_codes(block)
+        while codes.shape[0]:
+            take = min(codes.shape[0], block_rows - have)
+            parts.append(codes[:take])
+            codes, have = codes[take:], have + take
+            if have == block_rows:
+                yield first, torch.cat(parts)
+                parts, first, have = [], first + have, 0
+    if have:
+        yield first, torch.cat(parts)

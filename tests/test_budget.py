@@ -1,0 +1,136 @@
+"""The time budget: durations, shares, models stopping at their deadline, and the pipeline always submitting."""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from competition.budget import TimeBudget, format_seconds, parse_duration
+from competition.cli import main
+from competition.collections import Collection, Split
+from competition.metrics import kendall_tau
+from competition.pipeline import run_pipeline, split_labels
+from competition.progress import LineWriter
+from competition.protocol import ValidProtocol
+from competition.reader import find_data_root, list_graphs, load_graph
+from competition.submission import read_submission, submission_id, validate_submission
+from models.gbdt import GBDTModel
+from models.gnn.model import GNNModel
+
+
+def test_parse_duration():
+    assert parse_duration("8h") == 8 * 3600
+    assert parse_duration("90m") == 5400
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("45s") == 45 and parse_duration("3600") == 3600 and parse_duration("1.5h") == 5400
+    for bad in ("", "h", "8x", "-1h", "0", "8h soon"):
+        with pytest.raises(ValueError, match="time budget"):
+            parse_duration(bad)
+    assert format_seconds(7500) == "2h05m" and format_seconds(250) == "4m10s" and format_seconds(12) == "12s"
+
+
+def test_shares_of_a_budget():
+    b = TimeBudget(1000.0, started=time.monotonic())
+    assert b.reserve() == 50.0  # 5%
+    assert b.share(1.0, 4.0) == pytest.approx(950 / 4, rel=1e-3)
+    assert b.share(0.0, 4.0) == 0.0
+    assert math.isinf(TimeBudget().share(1.0, 4.0)) and TimeBudget().describe() == "no time budget"
+    spent = TimeBudget(10.0, started=time.monotonic() - 60)
+    assert spent.remaining() == 0.0 and spent.spendable() == 0.0
+
+
+def test_gbdt_stops_boosting_at_its_deadline(tiny_world: Path):
+    root = find_data_root(tiny_world)
+    c = Collection.LAYOUT_XLA_RANDOM
+    free = GBDTModel(n_estimators=40, early_stopping_rounds=0, n_jobs=1).fit(root, c, progress=False)
+    late = GBDTModel(n_estimators=40, early_stopping_rounds=0, n_jobs=1).fit(root, c, progress=False,
+                                                                             deadline=time.monotonic())
+    assert free.best_iteration_ == 40 and late.best_iteration_ == 1
+    graph = load_graph(list_graphs(root, c, Split.TEST)[0], c)
+    assert late.predict(graph).shape == (graph.num_configs,)
+
+
+def test_gnn_stops_at_its_deadline_and_still_predicts(tiny_world: Path, tmp_path: Path):
+    root = find_data_root(tiny_world)
+    c = Collection.LAYOUT_NLP_RANDOM
+    model = GNNModel(epochs=50, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache"))
+    model.fit(root, c, progress=False, deadline=time.monotonic())
+    assert model.stopped_ == "time budget" and len(model.history_) == 0
+    graph = load_graph(list_graphs(root, c, Split.TEST)[0], c)
+    assert np.isfinite(model.predict(graph)).all()
+
+
+def test_gnn_early_stopping_scores_the_valid_protocols_configs(tiny_world: Path, tmp_path: Path):
+    root = find_data_root(tiny_world)
+    c = Collection.LAYOUT_NLP_RANDOM
+    protocol = ValidProtocol(20, seed=5)
+    model = GNNModel(epochs=2, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache"))
+    model.fit(root, c, progress=False, valid=protocol)
+    labels = split_labels(root, [c], Split.VALID, protocol)
+    taus = []
+    for path in list_graphs(root, c, Split.VALID):
+        g = load_graph(path, c)
+        sub = g.select_configs(protocol.configs(c, g.stem, g.num_configs))
+        assert sub.num_configs == 20
+        taus.append(kendall_tau(model.predict(sub), labels[submission_id(c, g.stem)]))
+    assert model.best_metric_ == pytest.approx(float(np.mean(taus)), abs=1e-6)
+
+
+def test_a_budget_too_small_for_one_epoch_still_submits_the_fastest_model(
+        tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    monkeypatch.chdir(tmp_path)
+    res = run_pipeline(tiny_world, models=["gnn", "default-first"], out_dir=tmp_path, progress=False,
+                       time_budget=1.0)
+    out = capsys.readouterr().out
+    assert "[budget] gnn: skipped, the time budget is spent" in out
+    assert res.best_model == "default-first" and set(res.valid_reports) == {"default-first"}
+    assert validate_submission(res.submission, find_data_root(tiny_world), Split.TEST) == []
+
+
+def test_the_pipeline_scores_every_model_on_the_protocols_configs(
+        tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    protocol = ValidProtocol(20, seed=1)
+    res = run_pipeline(tiny_world, models=["default-first", "gbdt"], out_dir=tmp_path, progress=False,
+                       protocol=protocol)
+    root = find_data_root(tiny_world)
+    labels = split_labels(root, list(Collection), Split.VALID, protocol)
+    for name in ("default-first", "gbdt", "ensemble"):
+        orders = read_submission(tmp_path / f"valid-{name}.csv")
+        for gid, order in orders.items():
+            c, stem = gid.rsplit(":", 1)
+            if Collection(c).is_layout:
+                assert order.size == min(20, load_graph(root.collection_dir(Collection(c), Split.VALID)
+                                                        / f"{stem}.npz").num_configs)
+                assert labels[gid].size == order.size
+        assert "20 fixed configs" in res.valid_reports[name].protocol
+    assert validate_submission(res.submission, root, Split.TEST) == []
+
+
+def test_submit_takes_time_budget_and_valid_configs(tiny_world: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]):
+    monkeypatch.chdir(tmp_path)
+    assert main(["submit", "--data", str(tiny_world), "--models", "default-first", "--out-dir", "subs",
+                 "--no-progress", "--time-budget", "10m", "--valid-configs", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "valid protocol: every config of every valid graph; 10m00s of 10m00s left" in out
+    assert main(["submit", "--data", str(tiny_world), "--time-budget", "soon", "--no-progress"]) == 2
+    assert "time budget: expected a positive duration" in capsys.readouterr().err
+
+
+def test_progress_lines_in_a_log():
+    sink = io.StringIO()
+    w = LineWriter(sink)
+    w.write("plain text\n")
+    w.write("\rbar  10%|#")
+    w.write("\rbar  50%|#####")
+    w.write("\r          \r")  # a bar clearing itself
+    w.write("\n")
+    w.write("done\n")
+    assert sink.getvalue() == "plain text\nbar  10%|#\nbar  50%|#####\ndone\n"
