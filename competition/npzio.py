@@ -271,38 +271,50 @@ class NpzReader:
         Returns:
             Array of shape ``(len(rows), *shape[1:])``.
         """
-        fp, info = self._open_member(key)
+        fp, info = self._open_rows(key)
         with fp:
-            if info.fortran_order and len(info.shape) > 1:
-                raise DataFileError(self.path, key, "a C-ordered array to stream rows from", "a Fortran-ordered array")
             n = info.shape[0] if info.shape else 0
             idx = np.arange(n)[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64).reshape(-1)
-            if idx.size and (idx.min() < 0 or idx.max() >= n):
-                bad = int(idx[(idx < 0) | (idx >= n)][0])
-                raise IndexError(f"{self.path}: {key}: row {bad} out of range for {n} rows")
+            self._check_range(key, idx, n)
             out = np.empty((idx.size, *info.shape[1:]), dtype=info.dtype)
-            if idx.size == 0:
-                return out
             order = np.argsort(idx, kind="stable")
-            wanted = idx[order]
-            row_bytes = max(info.row_bytes, 1)
-            block_rows = max(1, self.block_bytes // row_bytes)
-            pos = 0  # next row the stream will yield
-            k = 0
-            while k < wanted.size:
-                first = int(wanted[k])
-                if first > pos:
-                    self._skip(fp, (first - pos) * row_bytes, key)
-                    pos = first
-                stop = min(n, pos + block_rows)
-                nrows = stop - pos
-                buf = self._read_exact(fp, nrows * row_bytes, key, f"rows {pos}..{stop - 1}")
-                block = np.frombuffer(buf, dtype=info.dtype).reshape(nrows, *info.shape[1:])
-                j = int(np.searchsorted(wanted, stop, side="left"))
-                out[order[k:j]] = block[wanted[k:j] - pos]
-                k = j
-                pos = stop
+            for k, j, values in self._stream_rows(fp, info, key, idx[order]):
+                out[order[k:j]] = values
             return out
+
+    def _open_rows(self, key: str) -> tuple[IO[bytes], MemberInfo]:
+        fp, info = self._open_member(key)
+        if info.fortran_order and len(info.shape) > 1:
+            fp.close()
+            raise DataFileError(self.path, key, "a C-ordered array to stream rows from", "a Fortran-ordered array")
+        return fp, info
+
+    def _check_range(self, key: str, idx: npt.NDArray[np.int64], n: int) -> None:
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            bad = int(idx[(idx < 0) | (idx >= n)][0])
+            raise IndexError(f"{self.path}: {key}: row {bad} out of range for {n} rows")
+
+    def _stream_rows(self, fp: IO[bytes], info: MemberInfo, key: str, wanted: npt.NDArray[np.int64]
+                     ) -> Iterator[tuple[int, int, npt.NDArray[Any]]]:
+        """One forward pass over a member for ascending ``wanted`` rows (repeats allowed), one decompressed block
+        in memory at a time: yields ``(k, j, rows wanted[k:j])``; nothing past the last wanted row is read."""
+        n = info.shape[0] if info.shape else 0
+        row_bytes = max(info.row_bytes, 1)
+        read_rows = max(1, self.block_bytes // row_bytes)
+        pos = 0  # next row the stream will yield
+        k = 0
+        while k < wanted.size:
+            first = int(wanted[k])
+            if first > pos:
+                self._skip(fp, (first - pos) * row_bytes, key)
+                pos = first
+            stop = min(n, pos + read_rows, int(wanted[-1]) + 1)
+            buf = self._read_exact(fp, (stop - pos) * row_bytes, key, f"rows {pos}..{stop - 1}")
+            block = np.frombuffer(buf, dtype=info.dtype).reshape(stop - pos, *info.shape[1:])
+            j = int(np.searchsorted(wanted, stop, side="left"))
+            yield k, j, block[wanted[k:j] - pos]
+            k = j
+            pos = stop
 
     def _skip(self, fp: IO[bytes], nbytes: int, key: str) -> None:
         step = max(self.block_bytes, 1)
@@ -338,30 +350,19 @@ class NpzReader:
         if wanted.size > 1 and not (np.diff(wanted) > 0).all():
             raise ValueError(f"{self.path}: {key}: rows must be strictly ascending")
         # One forward pass: reading each block with load_rows would decompress the member's front once per block.
-        fp, info = self._open_member(key)
+        fp, info = self._open_rows(key)
         with fp:
+            self._check_range(key, wanted, info.shape[0] if info.shape else 0)
             step = block_rows or max(1, self.block_bytes // max(info.row_bytes, 1))
-            n = info.shape[0] if info.shape else 0
-            if wanted.size and (wanted[0] < 0 or wanted[-1] >= n):
-                bad = int(wanted[(wanted < 0) | (wanted >= n)][0])
-                raise IndexError(f"{self.path}: {key}: row {bad} out of range for {n} rows")
-            row_bytes = max(info.row_bytes, 1)
-            read_rows = max(1, self.block_bytes // row_bytes)
-            pos = 0
-            for start in range(0, wanted.size, step):
-                chunk = wanted[start:start + step]
-                out = np.empty((chunk.size, *info.shape[1:]), dtype=info.dtype)
-                k = 0
-                while k < chunk.size:
-                    first = int(chunk[k])
-                    if first > pos:
-                        self._skip(fp, (first - pos) * row_bytes, key)
-                        pos = first
-                    stop = min(n, pos + read_rows, int(chunk[-1]) + 1)
-                    buf = self._read_exact(fp, (stop - pos) * row_bytes, key, f"rows {pos}..{stop - 1}")
-                    block = np.frombuffer(buf, dtype=info.dtype).reshape(stop - pos, *info.shape[1:])
-                    j = int(np.searchsorted(chunk, stop, side="left"))
-                    out[k:j] = block[chunk[k:j] - pos]
-                    k = j
-                    pos = stop
-                yield start, out
+            out = np.empty((min(step, wanted.size), *info.shape[1:]), dtype=info.dtype)
+            filled = start = 0
+            for _, _, values in self._stream_rows(fp, info, key, wanted):
+                while values.shape[0]:
+                    take = min(values.shape[0], out.shape[0] - filled)
+                    out[filled:filled + take] = values[:take]
+                    values, filled = values[take:], filled + take
+                    if filled == out.shape[0]:
+                        yield start, out
+                        start += filled
+                        out = np.empty((min(step, wanted.size - start), *info.shape[1:]), dtype=info.dtype)
+                        filled = 0
