@@ -101,7 +101,7 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
 
 
 def part_model(world: str, collection: str, model: str, cache: str, work: str, gnn_epochs: int,
-               threads: int) -> dict:
+               threads: int, device: str = "cpu") -> dict:
     from competition.collections import Collection, Split
     from competition.pipeline import _ids, split_rows
     from competition.protocol import DEFAULT_PROTOCOL
@@ -113,7 +113,8 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
     root, c = _root(world), Collection(collection)
     params: dict = {}
     if model.startswith("gnn"):
-        params = {"epochs": gnn_epochs, "patience": gnn_epochs, "cache_dir": cache, "runs_dir": None}
+        params = {"epochs": gnn_epochs, "patience": gnn_epochs, "cache_dir": cache, "runs_dir": None,
+                  "device": device}
     out: dict = {}
     t0 = time.perf_counter()
     fitted = make_model(model, **params).fit(root, c, progress=False)
@@ -201,6 +202,14 @@ def project(results: dict) -> list[dict]:
             rows.append(_row(f"{model} predict valid", c, mres["predict_valid"], counts[1], mres["peak_mib"]))
             rows.append(_row(f"{model} predict test", c, mres["predict_test"], counts[2], mres["peak_mib"]))
             rows.append(_row(f"{model} score valid", c, mres["score"], counts[1], mres["peak_mib"]))
+            gres = res.get("gpu", {}).get(model)
+            if gres is not None:  # the same stages on the GPU, in a column of their own
+                gfit = dict(gres["fit"])
+                if gfit.get("epochs_run"):
+                    gfit["seconds"] *= gfit["default_epochs"] / gfit["epochs_run"]
+                for r, g, n in ((rows[-4], gfit, counts[0]), (rows[-3], gres["predict_valid"], counts[1]),
+                                (rows[-2], gres["predict_test"], counts[2])):
+                    r["gpu_projected"] = g["seconds"] / max(g["graphs"], 1) * n
         if "ensemble" in res:
             rows.append(_row("ensemble", c, res["ensemble"]["ensemble"], counts[1], res["ensemble"]["peak_mib"]))
     return rows
@@ -221,13 +230,15 @@ def _fmt_h(seconds: float) -> str:
 
 
 def format_projection(rows: list[dict]) -> str:
+    gpu = any("gpu_projected" in r for r in rows)
     lines = [f"{'stage':26s} {'collection':20s} {'graphs':>6s} {'measured':>9s} {'s/graph':>8s} {'configs/s':>10s} "
-             f"{'real':>5s} {'projected':>9s} {'peak MiB':>9s}"]
+             f"{'real':>5s} {'projected':>9s} {'peak MiB':>9s}" + (f" {'GPU proj.':>9s}" if gpu else "")]
     for r in rows:
         cps = f"{r['configs_per_s']:10.0f}" if "configs_per_s" in r else f"{'':>10s}"
+        on_gpu = (f" {_fmt_h(r['gpu_projected']):>9s}" if "gpu_projected" in r else f" {'':>9s}") if gpu else ""
         lines.append(f"{r['stage']:26s} {r['collection']:20s} {r['graphs']:6d} {r['seconds']:8.1f}s "
                      f"{r['per_graph']:8.2f} {cps} {r['real_graphs']:5d} {_fmt_h(r['projected']):>9s} "
-                     f"{r['peak_mib']:9.0f}")
+                     f"{r['peak_mib']:9.0f}{on_gpu}")
     by_stage: dict[str, float] = {}
     for r in rows:
         key = r["stage"].split(" ")[0] if not r["stage"].startswith("read") else "read (one pass)"
@@ -265,7 +276,7 @@ def main() -> None:
     if args.part:
         name, *rest = args.part
         fns = {"read": part_read, "cache": part_cache, "ensemble": part_ensemble,
-               "model": lambda w, c, m, ca, wo, e, t: part_model(w, c, m, ca, wo, int(e), int(t))}
+               "model": lambda w, c, m, ca, wo, e, t, d="cpu": part_model(w, c, m, ca, wo, int(e), int(t), d)}
         print(json.dumps(fns[name](*rest)))
         return
 
@@ -282,6 +293,9 @@ def main() -> None:
     work = Path("bench-out") / "scale-work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    import torch
+
+    gpu = torch.cuda.is_available()
     results: dict = {}
     for c in collections:
         cache = str(work / "cache")
@@ -293,7 +307,11 @@ def main() -> None:
         for m in args.models:
             print(f"{c.value}: {m}", flush=True)
             res["models"][m] = run_part("benchmarks.scale", "model", str(world), c.value, m, cache, str(work),
-                                        str(args.gnn_epochs), str(args.threads))
+                                        str(args.gnn_epochs), str(args.threads), "cpu")
+            if gpu and m.startswith("gnn"):
+                print(f"{c.value}: {m} on the GPU", flush=True)
+                res.setdefault("gpu", {})[m] = run_part("benchmarks.scale", "model", str(world), c.value, m, cache,
+                                                        str(work), str(args.gnn_epochs), str(args.threads), "cuda")
         if len(args.models) >= 2:
             res["ensemble"] = run_part("benchmarks.scale", "ensemble", str(world), c.value, str(work),
                                        ",".join(args.models))

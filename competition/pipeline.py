@@ -196,11 +196,13 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
         left = sum(weights[x] for x in collections[k:])
         slot = max(0.0, end - time.monotonic()) * (weights[c] / left if left > 0 else 1.0)
         deadline = None if math.isinf(slot) else time.monotonic() + FIT_FRACTION * slot
-        if deadline is not None:
+        if deadline is not None and slot > 0:
             print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until {format_seconds(FIT_FRACTION * slot)})",
                   flush=True)
+        started = time.monotonic()
         model = make_model(model_name, **params).fit(root, c, split=Split.TRAIN, progress=progress,
                                                      valid=protocol, deadline=deadline)
+        fitted = time.monotonic()
         for split in (Split.VALID, Split.TEST):
             paths = list_graphs(root, c, split)
             for path, gid in tqdm(list(zip(paths, _ids(c, paths), strict=True)), disable=not progress,
@@ -208,6 +210,8 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
                 g = load_graph(path, c)
                 out[split.value][gid] = model.predict(g.select_configs(protocol.configs(c, g.stem, g.num_configs,
                                                                                       split)))
+        print(f"{model_name} {c.value}: fit {fitted - started:.1f} s, predict valid and test "
+              f"{time.monotonic() - fitted:.1f} s", flush=True)
     return out
 
 
