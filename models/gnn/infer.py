@@ -64,12 +64,14 @@ def config_codes(config_feat: npt.NDArray[np.float32] | torch.Tensor) -> torch.T
     Two slots get the same code exactly when the network sees the same config values at them.
 
     Args:
-        config_feat: float ``[C, NC, 18]`` (numpy, possibly read-only, or torch on the CPU).
+        config_feat: float or int8 ``[C, NC, 18]`` (numpy, possibly read-only, or torch on the CPU).
 
     Returns:
         int64 ``[C, NC]`` on the CPU.
     """
     a = config_feat.numpy() if isinstance(config_feat, torch.Tensor) else np.asarray(config_feat)
+    if a.dtype.kind != "f":  # int8 from the cache
+        a = a.astype(np.float32)
     c, nc = a.shape[0], a.shape[1]
     out = np.empty((c, nc), dtype=np.int64)
     scale = np.array([1, CONFIG_VALUES ** _GROUP, CONFIG_VALUES ** (2 * _GROUP)], dtype=np.int64)

@@ -239,6 +239,8 @@ def training_step(net: RankNet, item: Item, cfg: TrainConfig, opt: torch.optim.O
     k = min(cfg.configs_per_graph, item.num_configs)
     pos = torch.randperm(item.num_configs, generator=gen)[:k]
     cf = item.config_feat[pos].to(device)
+    if not cf.is_floating_point():  # layout configs kept as int8 (the cache's compact form)
+        cf = cf.float()
     y = item.y[pos].to(device)
     if cfg.uses_gst and len(item.segments) > 1:
         scores, _ = gst_scores(net, item.segments, cf, pos, key=item.key, table=table, rng=np_rng,

@@ -161,3 +161,21 @@ def test_tile_graphs(world: DataRoot, tmp_path: Path) -> None:
     # Tile graphs keep every config, and pruning leaves them unchanged (they have no configurable nodes).
     assert_same(ds[0], pipeline()(graph_to_data(graph)))
     assert ds[0].y.shape[0] == graph.num_configs > 1
+
+
+def test_layout_configs_are_cached_as_int8_without_loss(world: DataRoot, tmp_path: Path):
+    from features.cache import compact_config_feat
+
+    layout = torch.tensor([[[-1.0, 0.0, 5.0], [2.0, -1.0, 1.0]]]).repeat(4, 1, 1)
+    compact = compact_config_feat(layout)
+    assert compact.dtype == torch.int8 and torch.equal(compact.float(), layout)
+    assert compact_config_feat(layout + 0.5).dtype == torch.float32  # not integral: kept as it is
+    tile = torch.arange(48, dtype=torch.float32).reshape(2, 24)
+    assert compact_config_feat(tile) is tile
+    ds = make(world, tmp_path, pre_transform=pipeline(), max_configs=7, workers=1, progress=False)
+    ds.build()
+    data = ds[0]
+    graph = load_graph(ds.sources[0].path, LAYOUT)
+    rows = np.linspace(0, graph.num_configs - 1, 7).round().astype(np.int64)
+    assert data.config_feat.dtype == torch.int8
+    assert torch.equal(data.config_feat.float(), torch.from_numpy(graph.config_features(rows)))
