@@ -373,7 +373,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             loss = training_step(net, usable[i], cfg, opt, loss_fn, table, gen=gen, np_rng=np_rng, device=device)
             sched.step()
             losses.append(loss)
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)  # drawn at the bar's own pace
             if max_seconds is not None and time.perf_counter() - started > max_seconds:
                 stopped = "time budget"
                 break
