@@ -129,8 +129,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
         configs = 0
         preds[split.value] = {}
         for path, gid in zip(paths, _ids(c, paths), strict=True):
-            g = load_graph(path, c)
-            g = g.select_configs(DEFAULT_PROTOCOL.configs(c, g.stem, g.num_configs, split))
+            g = DEFAULT_PROTOCOL.select(load_graph(path, c), c, split)
             preds[split.value][gid] = fitted.predict(g)
             configs += g.num_configs
         out[f"predict_{split.value}"] = {"seconds": time.perf_counter() - t0, "graphs": len(paths),

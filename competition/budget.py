@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 RESERVE_FRACTION = 0.05
@@ -99,11 +98,3 @@ class TimeBudget:
         if self.seconds is None:
             return "no time budget"
         return f"{format_seconds(self.remaining())} of {format_seconds(self.seconds)} left"
-
-
-def split_shares(total: float, weights: Mapping[str, float]) -> dict[str, float]:
-    """``total`` split in proportion to ``weights`` (equal shares when every weight is zero)."""
-    s = sum(weights.values())
-    if s <= 0:
-        return {k: total / max(1, len(weights)) for k in weights}
-    return {k: total * w / s for k, w in weights.items()}

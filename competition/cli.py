@@ -355,8 +355,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         labels = split_labels(root, [c], Split.VALID, protocol) if paths else {}
         values = []
         for p in paths:
-            g = load_graph(p, c)
-            g = g.select_configs(protocol.configs(c, g.stem, g.num_configs))
+            g = protocol.select(load_graph(p, c), c)
             values.append(graph_metric("tile" if c.is_tile else "layout", model.predict(g),
                                        labels[submission_id(c, p.stem)]))
         valid = f"{np.mean(values):8.4f}" if values else f"{'-':>8s}"

@@ -130,7 +130,7 @@ def split_labels(root: DataRoot, collections: Sequence[Collection], split: Split
             g = load_graph(path, c)
             if g.is_test:
                 raise ValueError(f"{gid}: the {Split(split).value} split has no runtimes in {path}")
-            g = g.select_configs(protocol.configs(c, g.stem, g.num_configs, split))
+            g = protocol.select(g, c, split)
             out[gid] = g.normalized_runtime() if c.is_tile else g.config_runtime.astype(np.float64)
     return out
 
@@ -207,9 +207,7 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
             paths = list_graphs(root, c, split)
             for path, gid in tqdm(list(zip(paths, _ids(c, paths), strict=True)), disable=not progress,
                                   desc=f"{model_name} {c.value} {split.value}", unit="graph", leave=False):
-                g = load_graph(path, c)
-                out[split.value][gid] = model.predict(g.select_configs(protocol.configs(c, g.stem, g.num_configs,
-                                                                                      split)))
+                out[split.value][gid] = model.predict(protocol.select(load_graph(path, c), c, split))
         print(f"{model_name} {c.value}: fit {fitted - started:.1f} s, predict valid and test "
               f"{time.monotonic() - fitted:.1f} s", flush=True)
     return out
@@ -217,7 +215,8 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
 
 @dataclass
 class _Scoring:
-    """The valid labels and rows of a run, loaded once and shared by every model's scoring."""
+    """How a run scores valid predictions: the protocol's rows of every valid graph (read once from the npz
+    headers), the oracles, and where files and leaderboard rows go; shared by every model and the ensemble."""
 
     root: DataRoot
     collections: list[Collection]
@@ -226,7 +225,7 @@ class _Scoring:
     board: Path
     synthetic: bool
     oracles: dict[Collection, float] | None
-    rows: dict[str, np.ndarray | None] = field(default_factory=dict)
+    rows: dict[str, np.ndarray | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.rows = split_rows(self.root, self.collections, Split.VALID, self.protocol)
@@ -241,7 +240,7 @@ class _Scoring:
         return report
 
 
-def _write_best(out_dir: Path, root: DataRoot, best: str, predictions: dict[str, np.ndarray]) -> Path:
+def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray]) -> Path:
     """Write ``submission.csv`` from ``predictions`` and check it against the test split."""
     submission = write_submission(out_dir / "submission.csv", predictions)
     problems = validate_submission(submission, root, Split.TEST)
@@ -322,7 +321,7 @@ def run_pipeline(
               f"{report.format_table(scoring.oracles)}")
         if best is None or report.combined > valid_reports[best].combined:
             best = name
-            submission = _write_best(out_dir, root, best, test_predictions[best])
+            submission = _write_best(out_dir, root, test_predictions[best])
             print(f"submission.csv: now from {best} (the best on valid so far)")
     if best is None:
         raise RuntimeError("no model ran")
@@ -338,7 +337,7 @@ def run_pipeline(
             print(f"\nthe ensemble (valid combined {ens_combined:.4f}, cross-validated) is at least as good as the "
                   f"best model {best} ({valid_reports[best].combined:.4f}): it makes the submission")
             best = ENSEMBLE
-            submission = _write_best(out_dir, root, best, test_predictions[best])
+            submission = _write_best(out_dir, root, test_predictions[best])
         else:
             print(f"\nthe ensemble (valid combined {ens_combined:.4f}, cross-validated) is below the best model "
                   f"{best} ({valid_reports[best].combined:.4f}): {best} makes the submission")

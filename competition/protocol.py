@@ -19,11 +19,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+
+if TYPE_CHECKING:
+    from competition.reader import LayoutGraph, TileGraph
+
+    GraphT = TypeVar("GraphT", LayoutGraph, TileGraph)
 
 DEFAULT_VALID_CONFIGS = 1000
 """Configs scored per valid layout graph by default (as in the official evaluation files)."""
@@ -78,6 +84,10 @@ class ValidProtocol:
         words = np.frombuffer(hashlib.sha256(key).digest()[:16], dtype=np.uint32).tolist()
         rng = np.random.default_rng(np.random.SeedSequence(words))
         return np.sort(rng.choice(num_configs, self.max_configs, replace=False)).astype(np.int64)
+
+    def select(self, graph: GraphT, collection: Collection, split: Split = Split.VALID) -> GraphT:
+        """``graph`` restricted to the configs this protocol scores (itself when that is every config)."""
+        return graph.select_configs(self.configs(collection, graph.stem, graph.num_configs, split))
 
     def describe(self) -> str:
         """One line naming the protocol, printed above every valid table and stored in the leaderboard."""
