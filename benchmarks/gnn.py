@@ -328,7 +328,8 @@ def _initialised_model(graph, attention: bool):
     return model, int(data.num_nodes)
 
 
-def part_predict_scale(path: Path, attention: bool, configs: int, save: str, profile: bool) -> dict:
+def part_predict_scale(path: Path, attention: bool, configs: int, save: str, profile: bool,
+                       context: str = "batches", tta: int | None = None) -> dict:
     """Time ``model.predict`` on the first ``configs`` configs of the big graph with the default settings
     (whichever ``models`` package is first on the path: this tree's, or an older one for the "before" figure).
     Writes the scores to ``save`` (``.npy``) unless it is ``-``."""
@@ -345,6 +346,10 @@ def part_predict_scale(path: Path, attention: bool, configs: int, save: str, pro
 
     graph = load_graph(path, Collection.LAYOUT_NLP_RANDOM)
     model, pruned = _initialised_model(graph, attention)
+    if hasattr(model, "predict_context"):  # absent from an older tree's model ("before")
+        model.predict_context = context
+    if tta is not None:
+        model.tta = tta
     sub = graph.select_configs(np.arange(min(configs, graph.num_configs)))
     gc.collect()
     rss_before = _rss_mib()
@@ -366,18 +371,28 @@ def part_predict_scale(path: Path, attention: bool, configs: int, save: str, pro
     return {"configs": sub.num_configs, "seconds": seconds, "cpu_s": cpu, "cps": sub.num_configs / seconds,
             "nodes": graph.num_nodes, "config_nodes": graph.num_config_nodes, "pruned_nodes": pruned,
             "rss_before": rss_before, "peak_mib": peak_mib(), "tta": model.tta, "batch": model.predict_batch,
-            "device": str(resolve_device(model.device)), "threads": torch.get_num_threads(), "profile": top}
+            "device": str(resolve_device(model.device)), "threads": torch.get_num_threads(), "profile": top,
+            "context": getattr(model, "predict_context", "batches")}
 
 
 # -- part 5: prediction settings and quality ----------------------------------------------------------------------
 
-PREDICT_GRID = [(128, 1), (128, 4), (128, 8), (512, 1), (4096, 1)]
-"""(predict_batch, tta) pairs scored by part 5; (128, 4) is the default."""
+PREDICT_GRID = [("batches", 128, 1, None), ("batches", 128, 4, None), ("batches", 128, 8, None),
+                ("reference", 128, 1, None), ("reference", 128, 4, None), ("reference", 128, 1, 508),
+                ("reference", 128, 1, 1016)]
+"""(predict_context, predict_batch, tta, reference_configs) scored by part 5, labelled ``b128x4`` (batches) or
+``r128x1`` (reference), ``r128x1/508`` with 508 reference configs; :data:`PREDICT_BASELINE` is what the others are
+compared with."""
+PREDICT_BASELINE = "b128x4"
+
+
+def _grid_label(context: str, batch: int, tta: int, reference: int | None) -> str:
+    return f"{context[0]}{batch}x{tta}" + (f"/{reference}" if reference else "")
 
 
 def part_predict_quality(data: Path, collection: str, seed: int) -> dict:
     """Fit ``GNNAttentionModel`` (defaults) on ``collection``, then score every config of each valid and test graph
-    (test runtimes from the world's ``secret/`` tree) with each (predict_batch, tta) of :data:`PREDICT_GRID`."""
+    (test runtimes from the world's ``secret/`` tree) with each setting of :data:`PREDICT_GRID`."""
     from competition.collections import Collection, Split
     from competition.metrics import kendall_tau
     from competition.reader import find_data_root, list_graphs, load_graph, load_secret_runtime
@@ -394,11 +409,13 @@ def part_predict_quality(data: Path, collection: str, seed: int) -> dict:
             graph = load_graph(path, c)
             y = graph.config_runtime if split == Split.VALID else load_secret_runtime(root, c, path).config_runtime
             row: dict[str, object] = {"graph": path.stem, "split": split.value, "configs": graph.num_configs}
-            for batch, tta in PREDICT_GRID:
-                model.predict_batch, model.tta = batch, tta
+            for context, batch, tta, reference in PREDICT_GRID:
+                model.predict_context, model.predict_batch, model.tta = context, batch, tta
+                model.reference_configs = reference
+                label = _grid_label(context, batch, tta, reference)
                 cpu = time.process_time()
-                row[f"tau {batch}x{tta}"] = kendall_tau(model.predict(graph), y)
-                row[f"cpu {batch}x{tta}"] = time.process_time() - cpu
+                row[f"tau {label}"] = kendall_tau(model.predict(graph), y)
+                row[f"cpu {label}"] = time.process_time() - cpu
             rows.append(row)
     return {"fit_s": time.perf_counter() - t0, "rows": rows}
 
@@ -430,7 +447,8 @@ def _dispatch(part: list[str]) -> dict:
     if name == "predict_quality":
         return part_predict_quality(Path(a[0]), a[1], int(a[2]))
     if name == "predict_scale":
-        return part_predict_scale(Path(a[0]), a[1] == "1", int(a[2]), a[3], a[4] == "1")
+        return part_predict_scale(Path(a[0]), a[1] == "1", int(a[2]), a[3], a[4] == "1", *a[5:6],
+                                  *(int(t) for t in a[6:7]))
     raise SystemExit(f"unknown part {name!r}")
 
 
@@ -510,6 +528,11 @@ def _run_part_in(tree: Path, *args: object) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+PREDICT_SCALE_VARIANTS = [("gnn-attn", True, "batches", None), ("gnn-attn", True, "reference", 1),
+                          ("gnn-attn", True, "reference", None), ("gnn", False, "batches", None)]
+"""Part 4's runs: (model, attention, predict_context, tta or ``None`` for the model's default)."""
+
+
 def bench_predict_scale(work: Path, configs: int, before: Path | None, before_configs: int, profile: bool) -> None:
     import numpy as np
 
@@ -521,29 +544,31 @@ def bench_predict_scale(work: Path, configs: int, before: Path | None, before_co
           f"{d['hidden']}, {d['layers']} layers, hops {d['hops']}; initialised with seed 0, not trained) scoring the "
           f"first configs of {g['path']}, model.predict from the file (reading included). Peak = process peak RSS; "
           f"+predict = peak minus RSS before predict.", flush=True)
-    print(f"{'model':10s} {'code':7s} {'configs':>7s} {'tta':>3s} {'batch':>5s} {'seconds':>8s} {'cpu s':>7s} "
-          f"{'configs/s':>9s} {'peak':>8s} {'+predict':>8s}")
+    print(f"{'model':10s} {'context':9s} {'code':7s} {'configs':>7s} {'tta':>3s} {'batch':>5s} {'seconds':>8s} "
+          f"{'cpu s':>7s} {'configs/s':>9s} {'peak':>8s} {'+predict':>8s}")
     device = graph = ""
-    for attention in (True, False):
-        label = "gnn-attn" if attention else "gnn"
+    for label, attention, context, tta in PREDICT_SCALE_VARIANTS:
         runs = [("after", work, configs, _run_part)]
-        if before is not None:
+        compare = before is not None and context == "batches"
+        if compare:
             runs = [("before", before, before_configs, lambda *a: _run_part_in(before, *a)),
                     ("after", work, before_configs, _run_part), *runs]
         saved = {}
         for code, _, n, run in runs:
-            out = work / f"{code}_{label}_{n}.npy"
-            r = run("predict_scale", g["path"], int(attention), n, out, int(profile and code == "after"))
+            out = work / f"{code}_{label}_{context}_{n}.npy"
+            r = run("predict_scale", g["path"], int(attention), n, out, int(profile and code == "after"), context,
+                    *([] if tta is None else [tta]))
             saved[(code, n)] = out
             device = f"{r['device']} ({r['threads']} torch threads)"
             graph = (f"{r['nodes']:,} nodes, {r['config_nodes']:,} configurable, {r['pruned_nodes']:,} after "
                      f"pruning")
-            print(f"{label:10s} {code:7s} {r['configs']:7d} {r['tta']:3d} {r['batch']:5d} {r['seconds']:8.1f} "
-                  f"{r['cpu_s']:7.1f} {r['cps']:9.1f} {r['peak_mib']:6.0f}Mi {r['peak_mib'] - r['rss_before']:6.0f}Mi",
-                  flush=True)
+            shown = context if attention else "-"
+            print(f"{label:10s} {shown:9s} {code:7s} {r['configs']:7d} {r['tta']:3d} {r['batch']:5d} "
+                  f"{r['seconds']:8.1f} {r['cpu_s']:7.1f} {r['cps']:9.1f} {r['peak_mib']:6.0f}Mi "
+                  f"{r['peak_mib'] - r['rss_before']:6.0f}Mi", flush=True)
             if r["profile"]:
                 print(r["profile"])
-        if before is not None:
+        if compare:
             a, b = np.load(saved[("before", before_configs)]), np.load(saved[("after", before_configs)])
             print(f"{'':10s} before/after scores on the same {before_configs} configs: max |difference| "
                   f"{np.abs(a - b).max():.2e} (scores up to {np.abs(a).max():.2f})", flush=True)
@@ -554,11 +579,12 @@ def bench_predict_quality(data: Path, seed: int) -> None:
     import numpy as np
 
     layouts = ["layout:nlp:random", "layout:xla:random", "layout:nlp:default", "layout:xla:default"]
-    grid = [f"{b}x{t}" for b, t in PREDICT_GRID]
-    print(f"\n5. Prediction settings (predict_batch x tta) and quality: GNNAttentionModel (defaults, seed {seed}) fitted "
+    grid = [_grid_label(*g) for g in PREDICT_GRID]
+    print(f"\n5. Prediction settings (b = random batches, r = one reference set per draw; predict_batch x tta) and "
+          f"quality: GNNAttentionModel (defaults, seed {seed}) fitted "
           f"on each layout collection of {data}, then every config of each valid and test graph scored with each "
           f"setting; mean Kendall tau (test runtimes from secret/).", flush=True)
-    print(f"{'collection':20s} {'graphs':>6s} " + " ".join(f"{g:>9s}" for g in grid))
+    print(f"{'collection':20s} {'graphs':>6s} " + " ".join(f"{g:>10s}" for g in grid))
     taus: dict[str, list[float]] = {g: [] for g in grid}
     cpu: dict[str, float] = dict.fromkeys(grid, 0.0)
     configs = 0
@@ -569,12 +595,12 @@ def bench_predict_quality(data: Path, seed: int) -> None:
             cpu[g] += sum(row[f"cpu {g}"] for row in r["rows"])
         configs += sum(row["configs"] for row in r["rows"])
         print(f"{collection:20s} {len(r['rows']):6d} "
-              + " ".join(f"{np.mean([row[f'tau {g}'] for row in r['rows']]):9.4f}" for g in grid), flush=True)
-    print(f"{'all':20s} {len(taus[grid[0]]):6d} " + " ".join(f"{np.mean(taus[g]):9.4f}" for g in grid))
-    ref = np.array(taus["128x4"])
+              + " ".join(f"{np.mean([row[f'tau {g}'] for row in r['rows']]):10.4f}" for g in grid), flush=True)
+    print(f"{'all':20s} {len(taus[grid[0]]):6d} " + " ".join(f"{np.mean(taus[g]):10.4f}" for g in grid))
+    ref = np.array(taus[PREDICT_BASELINE])
     for g in grid:
         d = np.array(taus[g]) - ref
-        print(f"  {g:>8s} - 128x4: {d.mean():+.4f} (standard error {d.std(ddof=1) / np.sqrt(len(d)):.4f}), higher "
+        print(f"  {g:>10s} - {PREDICT_BASELINE}: {d.mean():+.4f} (standard error {d.std(ddof=1) / np.sqrt(len(d)):.4f}), higher "
               f"on {(d > 0).sum()} of {len(d)} graphs; {configs / max(cpu[g], 1e-9):7.0f} configs per CPU second")
 
 

@@ -5,7 +5,7 @@ Layout on disk::
     cache_dir/<collection slug>/<split>/<pipeline hash>/
         pipeline.txt                  the pre_transform repr, max_configs and format version (human-readable)
         manifest.json                 per graph: cached file, source identity, node / edge counts, seconds
-        <stem>-<source key>.pt        one torch.save'd {"format", "data", "stats"} per graph
+        <stem>-<source key>.pt        one torch.save'd {"format", "data", "stats"} per graph (plain data only)
 
 The pipeline hash covers the ``pre_transform`` repr, ``max_configs`` and :data:`FORMAT_VERSION`, so a changed
 pipeline builds into a new folder and never reuses files made with other settings (as the official baselines
@@ -16,13 +16,20 @@ clean_stale` removes it. A graph's source key hashes the npz file's path relativ
 Every cached file is written through :func:`competition.npzio.atomic_path`: a build that is interrupted leaves only
 complete files (reused by the next build) and ``.part`` temporary files, which never match a cached name and are
 removed by the next build.
+
+A cached file holds only tensors and plain values (the graph as ``Data.to_dict()``) and is read with
+``torch.load(weights_only=True)``, so a planted file cannot run code. One that cannot be read that way (truncated,
+not a torch file, holding other objects, another format) is renamed to ``<name>.corrupt`` (see :func:`set_aside`),
+named in a warning, and rebuilt from its source.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import pickle
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -45,11 +52,13 @@ from competition.protocol import ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, list_graphs, load_graph
 from features.data import graph_to_data
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the cached file format; part of the pipeline hash, so bumping it rebuilds every cache.
 
 Version 2 stores a layout graph's ``config_feat`` as int8 (layout values are the integers -1..5): a quarter of the
-float32 bytes, on disk and in the memory of whoever loads it."""
+float32 bytes, on disk and in the memory of whoever loads it. Version 3 stores the graph as a dict of tensors and
+plain values instead of a pickled ``Data``, read with ``torch.load(weights_only=True)``; older (pickled) caches sit
+in folders of another pipeline hash and are never loaded."""
 
 DEFAULT_CACHE_DIR = Path(".cache/processed")
 PIPELINE_FILE = "pipeline.txt"
@@ -57,6 +66,69 @@ MANIFEST_FILE = "manifest.json"
 _KEY_CHARS = 12
 
 Transform = Callable[[Data], Data]
+
+log = logging.getLogger(__name__)
+
+
+class UnusableFileError(ValueError):
+    """A file of ours (cached graph, checkpoint) that cannot be used; the message says why."""
+
+
+def load_plain(path: Path) -> Any:
+    """``torch.load`` of a file that may hold only tensors and plain values (``weights_only=True``, on the CPU).
+
+    Raises:
+        UnusableFileError: the file is truncated, not a torch file, or holds other objects (which are not built:
+            an older pickled format or a planted file runs no code).
+        OSError: the file could not be read at all (left to the caller, as it says nothing about the content).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError:
+        raise
+    except pickle.UnpicklingError:
+        raise UnusableFileError("holds objects other than tensors and plain values, which are not loaded (an older "
+                                "format, or planted code)") from None
+    except Exception as exc:  # torch reports a damaged file as RuntimeError, EOFError, KeyError...
+        raise UnusableFileError(f"unreadable (truncated, or not a torch file: {type(exc).__name__})") from None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename an unusable ``path`` to ``<name>.corrupt`` (``<name>.corrupt.1``, ... when taken), for inspection.
+
+    Returns:
+        The new path.
+    """
+    dest = path.with_name(f"{path.name}.corrupt")
+    n = 0
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{path.name}.corrupt.{n}")
+    os.replace(path, dest)
+    return dest
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return value is None or isinstance(value, torch.Tensor | str | bool | int | float)
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A cached graph file as ``{"format", "data": Data, "stats"}``.
+
+    Raises:
+        UnusableFileError: unreadable, or not a record of :data:`FORMAT_VERSION`.
+    """
+    record = load_plain(path)
+    if not (isinstance(record, dict) and isinstance(record.get("data"), dict)
+            and isinstance(record.get("stats"), dict)):
+        raise UnusableFileError("not a cached graph (expected a dict with data and stats)")
+    if record.get("format") != FORMAT_VERSION:
+        raise UnusableFileError(f"cache format {record.get('format')!r}, expected {FORMAT_VERSION}")
+    return {**record, "data": Data.from_dict(record["data"])}
 
 
 def collection_slug(collection: Collection) -> str:
@@ -175,8 +247,13 @@ def _process_one(source: str, collection: str, dest: str, pre_transform: Transfo
     stats.update(pre_transform_seconds=time.perf_counter() - t0, num_nodes=int(data.num_nodes),
                  num_edges=int(data.edge_index.shape[1]))
     data.config_feat = compact_config_feat(data.config_feat)
+    fields = data.to_dict()
+    odd = sorted(k for k, v in fields.items() if not _is_plain(v))
+    if odd:
+        raise TypeError(f"{source}: the pre_transform left attributes {', '.join(odd)} that are not tensors or "
+                        "plain values; the cache stores only those")
     with atomic_path(dest) as tmp:
-        torch.save({"format": FORMAT_VERSION, "data": data, "stats": stats}, tmp)
+        torch.save({"format": FORMAT_VERSION, "data": fields, "stats": stats}, tmp)
     return stats
 
 
@@ -276,13 +353,27 @@ class ProcessedGraphs(Sequence[Data]):
 
         ``data`` is the graph after ``pre_transform`` only; ``stats`` holds ``num_nodes_before``,
         ``num_edges_before``, ``num_nodes``, ``num_edges``, ``num_configs_file`` and ``pre_transform_seconds``.
+        A cached file that cannot be used is set aside (:func:`set_aside`), named in a warning and rebuilt.
         """
         path = self.paths[index]
         if not path.is_file():
             raise FileNotFoundError(f"{path}: graph {self.sources[index].relpath} is not processed for this "
                                     "pipeline; call build() first")
-        # Our own files hold a PyG Data, which the weights-only unpickler refuses.
-        return torch.load(path, weights_only=False)
+        try:
+            return read_record(path)
+        except UnusableFileError as exc:
+            kept = set_aside(path)
+            log.warning("%s: %s; kept as %s, rebuilding it", path, exc, kept.name)
+        _process_one(*self._job(self.sources[index]))
+        try:
+            return read_record(path)
+        except UnusableFileError as exc:
+            raise UnusableFileError(f"{path}: {exc} even after a rebuild") from None
+
+    def _job(self, source: SourceFile) -> tuple[Any, ...]:
+        """The arguments of :func:`_process_one` for ``source``."""
+        return (str(source.path), self.collection.value, str(self.processed_dir / source.cache_name),
+                self.pre_transform, self.max_configs, self.protocol)
 
     def is_built(self) -> bool:
         """Every graph has its current cached file."""
@@ -306,8 +397,7 @@ class ProcessedGraphs(Sequence[Data]):
         removed = self._remove_leftovers()
         todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
         stats: dict[str, dict[str, Any]] = {}
-        jobs = [(str(s.path), self.collection.value, str(out / s.cache_name), self.pre_transform, self.max_configs,
-                 self.protocol) for s in todo]
+        jobs = [self._job(s) for s in todo]
         workers = min(self.workers or os.cpu_count() or 1, len(jobs))
         with tqdm(total=len(jobs), desc=f"process {self.collection.value} {self.split.value}", unit="graph",
                   disable=not self.progress) as bar:

@@ -49,6 +49,7 @@ from models.base import read_json_doc
 METHODS = ("auto", "weighted", "best", "mean")
 NORMALIZATIONS = ("auto", "rank", "minmax")
 FORMAT_VERSION = 1
+_STATE_KEYS = ("models_", "collections_", "cv_score_", "member_scores_", "candidate_scores_", "num_graphs_")
 MAX_GRID_POINTS = 300
 """Upper bound on the simplex grid's size: step 0.1 up to 4 models, the finest step that fits above."""
 GRID_STEPS = 10
@@ -400,8 +401,7 @@ class Ensemble:
         """
         if not hasattr(self, "collections_"):
             raise ValueError("this Ensemble is not fitted: nothing to save")
-        state = {k: getattr(self, k) for k in ("models_", "collections_", "cv_score_", "member_scores_",
-                                               "candidate_scores_", "num_graphs_")}
+        state = {k: getattr(self, k) for k in _STATE_KEYS}
         doc = {"name": "ensemble", "version": FORMAT_VERSION, "params": self.get_params(),
                "describe": self.describe(), "state": state}
         return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
@@ -411,7 +411,8 @@ class Ensemble:
         """Read an ensemble written by :meth:`save`; it predicts exactly as the saved one did.
 
         Raises:
-            ValueError: no such file, invalid JSON, or not a saved ensemble of this format version.
+            ValueError: no such file, invalid JSON, or not a saved ensemble of this format version (with its
+                parameters and exactly its learned attributes).
         """
         path = Path(path)
         doc = read_json_doc(path, "ensemble")
@@ -419,8 +420,15 @@ class Ensemble:
             raise ValueError(f"{path}: expected a saved ensemble (name 'ensemble' with params and state)")
         if doc.get("version") != FORMAT_VERSION:
             raise ValueError(f"{path}: expected ensemble format version {FORMAT_VERSION}; found {doc.get('version')!r}")
-        model = cls(**doc["params"])
-        for key, value in doc["state"].items():
+        params, state = doc["params"], doc["state"]
+        if not isinstance(params, dict) or not set(params) <= set(cls().get_params()):
+            raise ValueError(f"{path}: expected ensemble params among {', '.join(cls().get_params())}; "
+                             f"found {params!r}")
+        if not isinstance(state, dict) or set(state) != set(_STATE_KEYS):
+            raise ValueError(f"{path}: expected ensemble state with keys {', '.join(_STATE_KEYS)}; "
+                             f"found {sorted(state) if isinstance(state, dict) else type(state).__name__}")
+        model = cls(**params)
+        for key, value in state.items():
             setattr(model, key, value)
         return model
 

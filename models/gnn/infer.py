@@ -27,6 +27,7 @@ then contiguous segment reductions.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import warnings
@@ -55,6 +56,19 @@ CUDA_ROW_BUDGET = 1 << 20
 """The same on a GPU, where fewer, larger kernels pay."""
 KEY_BUDGET = 1 << 20
 """Component x config keys worked out at once (8 MiB of int64 per array of the sort)."""
+
+
+PREDICT_CONTEXTS = ("reference", "batches")
+"""How cross-configuration attention sees the other configs at prediction: ``reference``, every config against one
+fixed, seeded set of ``predict_batch - 1`` configs of its graph (:class:`ReferenceContext`; ``tta`` reference sets
+averaged); ``batches``, random batches of exactly ``predict_batch`` configs (``tta`` random orderings averaged)."""
+
+
+def reference_rows(num_configs: int, size: int, seed: int, draw: int = 0) -> npt.NDArray[np.int64]:
+    """The configs of a graph's ``draw``-th reference set: ``min(size, num_configs)`` distinct rows, sorted, drawn
+    from ``(seed, draw, num_configs)`` alone (the same for a graph however its configs are streamed)."""
+    rng = np.random.default_rng([seed, draw, num_configs])
+    return np.sort(rng.choice(num_configs, size=min(size, num_configs), replace=False)).astype(np.int64)
 
 
 def config_codes(config_feat: npt.NDArray[np.float32] | torch.Tensor) -> torch.Tensor:
@@ -205,7 +219,7 @@ class _BlockWeights:
 
 def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of: torch.Tensor | None = None,
            lengths: torch.Tensor | None = None, node_of_row: torch.Tensor | None = None,
-           batch: int = 1) -> torch.Tensor:
+           batch: int = 1, context: _Context | None = None) -> torch.Tensor:
     """``h + act(attention?(conv(norm(h))))``: one :class:`GNNBlock` in eval mode (dropout is the identity), on
     rows ``h`` ``[R, H]`` (float32; ``h`` is updated in place).
 
@@ -215,6 +229,9 @@ def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of
             stands for (rows are node-major). ``None`` when every node has one row standing for all the configs.
         lengths: rows per node; node_of_row: int64 ``[R]``.
         batch: ``B``, the configs of the batch.
+        context: attention against a fixed reference set instead of the batch (see :class:`ReferenceContext`):
+            ``log_sum`` is this layer's ``[nodes, H]`` log-denominators of the rows' nodes, or it is filled from
+            this batch when ``record`` is set.
     """
     rows, channels = h.shape
     z = w.norm(h)
@@ -230,7 +247,14 @@ def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of
         out = torch.sparse.mm(conv_matrix, y.view(-1, channels))
     out += w.bias
     if w.attention:
-        if rows_of is None:
+        if context is not None and not context.record:
+            # Each row against the reference set and itself: B * exp(o / T) / (sum_ref exp(o_j / T) + exp(o / T))
+            # = B * sigmoid(o / T - log sum_ref exp(o_j / T)), with B = reference size + 1.
+            assert node_of_row is not None
+            with torch.autocast(h.device.type, enabled=False):
+                logits = torch.mul(out, w.inv_temperature).sub_(context.take().index_select(0, node_of_row))
+                weighted = logits.sigmoid_().mul_(context.size + 1).mul_(out)
+        elif rows_of is None:
             weighted = out  # one row per node standing for B identical configs: the weights are all 1
         else:
             assert node_of_row is not None
@@ -241,12 +265,16 @@ def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of
             with torch.autocast(h.device.type, enabled=False):
                 low, high = torch.aminmax(out)
                 if float(high - low) * w.inv_temperature < _EXP_RANGE:
+                    shift: torch.Tensor = high
                     e = torch.sub(out, high)
                 else:
-                    peak = torch.segment_reduce(out, "max", lengths=lengths, axis=0, unsafe=True)
-                    e = out - peak.index_select(0, node_of_row)
+                    shift = torch.segment_reduce(out, "max", lengths=lengths, axis=0, unsafe=True)
+                    e = out - shift.index_select(0, node_of_row)
                 e.mul_(w.inv_temperature).exp_()
-                scale = torch.sparse.mm(rows_of, e).reciprocal_().mul_(batch)  # [nodes, H]: B / denominator
+                denominator = torch.sparse.mm(rows_of, e)  # [nodes, H]
+                if context is not None:  # recording the reference: log sum exp(o / T) per node and channel
+                    context.put(denominator.log() + shift * w.inv_temperature)
+                scale = denominator.reciprocal_().mul_(batch)  # B / denominator
             weighted = e.mul_(out).mul_(scale.index_select(0, node_of_row))
         mixed = torch.addmm(w.mix_bias, out, w.mix_self)
         if mixed.dtype == weighted.dtype:
@@ -258,10 +286,73 @@ def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of
 
 def _run_blocks(blocks: list[_BlockWeights], h: torch.Tensor, conv_matrix: torch.Tensor,
                 rows_of: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
-                node_of_row: torch.Tensor | None = None, batch: int = 1) -> torch.Tensor:
+                node_of_row: torch.Tensor | None = None, batch: int = 1,
+                context: _Context | None = None) -> torch.Tensor:
     for w in blocks:
-        h = _block(w, h, conv_matrix, rows_of, lengths, node_of_row, batch)
+        h = _block(w, h, conv_matrix, rows_of, lengths, node_of_row, batch, context)
     return h
+
+
+class _Context:
+    """The reference log-denominators seen by one run of components (nodes ``n0 .. n1`` of the dynamic nodes),
+    handed to the attention layers in order: :meth:`take` gives the next layer's ``[n1 - n0, H]`` slice, or, when
+    ``record``, :meth:`put` stores it."""
+
+    def __init__(self, log_sums: list[torch.Tensor], n0: int, n1: int, size: int, record: bool) -> None:
+        self.log_sums, self.n0, self.n1, self.size, self.record = log_sums, n0, n1, size, record
+        self.layer = 0
+
+    def take(self) -> torch.Tensor:
+        out = self.log_sums[self.layer][self.n0:self.n1]
+        self.layer += 1
+        return out
+
+    def put(self, value: torch.Tensor) -> None:
+        self.log_sums[self.layer][self.n0:self.n1] = value
+        self.layer += 1
+
+
+class ReferenceContext:
+    """Cross-configuration attention against one fixed reference set of configs, so that every config of a graph
+    is scored in the same context and independently of the others.
+
+    With batches, a config's attention weights depend on which configs share its batch, so configs scored in
+    different batches are compared in different contexts (what averaging several random orderings, ``tta``,
+    smooths out at several times the cost). Here the reference set ``R`` (``predict_batch - 1`` configs of the
+    graph, seeded) is run once as one batch; each attention layer's per-node, per-channel
+    ``log sum over R of exp(o_j / T)`` is kept, and any config ``x`` is then scored as the last member of a batch
+    ``R + {x}`` whose other members' states are the reference's: its weight is
+    ``B exp(o_x / T) / (sum_R exp(o_j / T) + exp(o_x / T)) = B sigmoid(o_x / T - log sum_R exp(o_j / T))`` with
+    ``B = |R| + 1``. A config's score then depends on the config and the reference only, so a whole block of configs
+    is deduplicated as without attention (each component once per distinct key of the block), the scores are
+    deterministic, and one pass replaces the orderings. Nodes outside any component with slots get weight 1, as
+    in a batch.
+
+    A reference drawn larger than the batch it stands for (``size`` configs) estimates the same sums with less
+    variance: its sums are scaled by ``size / len(codes)``, so the weights stay those of a batch of ``size + 1``.
+
+    Args:
+        plan: the graph's :class:`LayoutPlan`.
+        codes: int64 ``[R, NC]``, the reference configs' codes (:func:`config_codes`).
+        size: how many configs the reference stands for (default ``R``).
+
+    Attributes:
+        size: the configs the reference stands for, ``B - 1``.
+        log_sums: per attention layer, float32 ``[dynamic nodes, H]``.
+    """
+
+    @torch.inference_mode()
+    def __init__(self, plan: LayoutPlan, codes: torch.Tensor, size: int | None = None) -> None:
+        layers = sum(1 for w in plan.blocks if w.attention)
+        channels = plan.base.shape[1]
+        drawn = int(codes.shape[0])
+        self.size = drawn if size is None else int(size)
+        self.log_sums = [torch.zeros(plan.num_dynamic_nodes, channels, device=plan.device) for _ in range(layers)]
+        if drawn:
+            plan.totals(codes, record=self)
+            if self.size != drawn:
+                for log_sum in self.log_sums:
+                    log_sum += math.log(self.size / drawn)
 
 
 class LayoutPlan:
@@ -366,10 +457,14 @@ class LayoutPlan:
         return ids, distinct
 
     @torch.inference_mode()
-    def totals(self, codes: torch.Tensor) -> torch.Tensor:
+    def totals(self, codes: torch.Tensor, context: ReferenceContext | None = None,
+               record: ReferenceContext | None = None) -> torch.Tensor:
         """The sum of the final node states per config ``[B, H]`` for a batch of configs given by their codes
         (:func:`config_codes`, ``[B, NC]``): what ``sum(net.segment_sum(s, config_feat) for s in segments)``
-        gives for the same batch."""
+        gives for the same batch.
+
+        With ``context``, the attention layers compare each config with the reference set instead of the batch
+        (see :class:`ReferenceContext`); ``record`` fills a reference from this batch."""
         b = codes.shape[0]
         total = self.static_total.expand(b, -1).clone()
         if self.num_components == 0 or b == 0:
@@ -382,11 +477,12 @@ class LayoutPlan:
             c1 = min(self.num_components, c0 + step)
             ids, distinct = self.keys(by_slot, c0, c1)
             for lo, hi in _runs(torch.cumsum(sizes[c0:c1] * distinct, 0), budget):
-                total += self._run(c0 + lo, c0 + hi, ids[lo:hi], distinct[lo:hi], by_slot)
+                total += self._run(c0 + lo, c0 + hi, ids[lo:hi], distinct[lo:hi], by_slot, context or record,
+                                   record is not None)
         return total
 
-    def _run(self, c0: int, c1: int, ids: torch.Tensor, distinct: torch.Tensor, by_slot: torch.Tensor
-             ) -> torch.Tensor:
+    def _run(self, c0: int, c1: int, ids: torch.Tensor, distinct: torch.Tensor, by_slot: torch.Tensor,
+             reference: ReferenceContext | None = None, record: bool = False) -> torch.Tensor:
         """Components ``c0 <= c < c1`` run once per distinct key: their pooled sum per config ``[B, H]``."""
         net, device = self.net, self.device
         b = by_slot.shape[1]
@@ -417,16 +513,18 @@ class LayoutPlan:
         h.index_add_(0, first_row[self.slot_rows[s0:s1][slot_entry] - n0] + key, emb)
 
         conv_matrix = self.stencil.matrix(node_of_row + n0, key_of_row, first_row, n0)
-        rows_of = _csr(_bounds(lengths), torch.arange(rows, device=device), count[group_of_row],
-                       (lengths.shape[0], rows))
-        h = _run_blocks(self.blocks, h, conv_matrix, rows_of, lengths, node_of_row, b)
+        rows_of = None if reference is not None and not record else _csr(
+            _bounds(lengths), torch.arange(rows, device=device), count[group_of_row], (lengths.shape[0], rows))
+        context = None if reference is None else _Context(reference.log_sums, n0, n1, reference.size, record)
+        h = _run_blocks(self.blocks, h, conv_matrix, rows_of, lengths, node_of_row, b, context)
         group_sum = torch.zeros(groups, h.shape[1], dtype=h.dtype, device=device).index_add_(0, group_of_row, h)
         return F.embedding_bag(gid.t().contiguous(), group_sum, mode="sum")
 
     @torch.inference_mode()
-    def scores(self, codes: torch.Tensor) -> torch.Tensor:
-        """Scores ``[B]`` (float32, lower = faster) of a batch of configs given by their codes."""
-        total = self.totals(codes)
+    def scores(self, codes: torch.Tensor, context: ReferenceContext | None = None) -> torch.Tensor:
+        """Scores ``[B]`` (float32, lower = faster) of a batch of configs given by their codes (each against the
+        reference set ``context`` when given, see :class:`ReferenceContext`)."""
+        total = self.totals(codes, context)
         empty = torch.zeros(0, device=self.device)
         return self.net.score(total, self.num_nodes, empty).float()
 

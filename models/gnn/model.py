@@ -40,7 +40,14 @@ from features.transforms import (
     ShapeAlignmentFeatures,
 )
 from models.base import NotFittedError, RankingModel
-from models.gnn.infer import LayoutPlan, config_codes, iter_code_blocks
+from models.gnn.infer import (
+    PREDICT_CONTEXTS,
+    LayoutPlan,
+    ReferenceContext,
+    config_codes,
+    iter_code_blocks,
+    reference_rows,
+)
 from models.gnn.net import RankNet, make_segments
 from models.gnn.train import Item, TrainConfig, predict_scores, resolve_device, train
 
@@ -98,10 +105,21 @@ class GNNModel(RankingModel):
         keep_prob: GST segment-dropout keep probability for stale segments.
         train_configs: configs per training graph kept in the cache (evenly spaced; ``None`` for all).
         predict_batch: configs per batch at prediction (exactly this many when attention is on).
-        tta: random orderings averaged at prediction when attention is on.
+        tta: with attention, random orderings (``predict_context="batches"``) or reference sets
+            (``"reference"``) averaged at prediction.
+        predict_context: with attention, what each layout config is compared with at prediction
+            (:data:`models.gnn.infer.PREDICT_CONTEXTS`): ``"reference"``, one fixed seeded set of
+            ``predict_batch - 1`` configs of the graph, so every config is scored in the same context (one pass,
+            deduplicated like a model without attention); ``"batches"``, random batches of ``predict_batch``.
+        reference_configs: configs drawn per reference set (``None``: ``predict_batch - 1``); more than
+            ``predict_batch - 1`` estimate the same context with less variance (see
+            :class:`models.gnn.infer.ReferenceContext`).
         seed: seeds initialisation and sampling.
         device: ``auto`` (CUDA if available), ``cpu`` or ``cuda``.
-        runs_dir: training runs (checkpoints, curves) go to ``runs_dir/<name>/<collection>``; ``None`` keeps none.
+        runs_dir: training runs (checkpoints, curves) go to ``runs_dir/<name>/<collection>``, which holds the
+            latest run; a run with other settings found there is moved into a subfolder named by its settings hash
+            (:func:`models.gnn.train.settings_hash`) and brought back when those settings train again. ``None``
+            keeps none.
         cache_dir: the processed-graph cache.
         max_seconds: a training time cap per collection (``None``: none).
 
@@ -125,7 +143,8 @@ class GNNModel(RankingModel):
                  dropout: float = 0.0, patience: int | None = None,
                  hops: int | str | None = "default", pad: bool = True, segment_size: int | None = None,
                  backprop_segments: int = 1, keep_prob: float = 0.5, train_configs: int | str | None = "default",
-                 predict_batch: int = 128, tta: int = 4, seed: int = 0,
+                 predict_batch: int = 128, tta: int = 4, predict_context: str = "batches",
+                 reference_configs: int | None = None, seed: int = 0,
                  device: str = "auto", runs_dir: str | None = "runs", cache_dir: str = ".cache/processed",
                  max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -149,6 +168,10 @@ class GNNModel(RankingModel):
         self.train_configs = train_configs
         self.predict_batch = predict_batch
         self.tta = tta
+        if predict_context not in PREDICT_CONTEXTS:
+            raise ValueError(f"predict_context must be one of {', '.join(PREDICT_CONTEXTS)}; got {predict_context!r}")
+        self.predict_context = predict_context
+        self.reference_configs = reference_configs
         self.seed = seed
         self.device = device
         self.runs_dir = runs_dir
@@ -274,11 +297,28 @@ class GNNModel(RankingModel):
         if isinstance(graph, TileGraph):
             return predict_scores(net, segments, data.config_feat, seed=self.seed, **common)
         plan = LayoutPlan(net, segments)
+        reference = self._reference_sets(graph, plan, device)
         out = np.empty(graph.num_configs)
         for start, codes in iter_code_blocks(graph, PREDICT_BLOCK):
             out[start:start + codes.shape[0]] = predict_scores(net, segments, codes, seed=self.seed + start,
-                                                               plan=plan, **common)
+                                                               plan=plan, context=self.predict_context,
+                                                               reference=reference, **common)
         return out
+
+    def _reference_sets(self, graph: LayoutGraph, plan: LayoutPlan, device: torch.device
+                        ) -> list[ReferenceContext] | None:
+        """The ``tta`` reference sets of a layout graph, read in one streamed pass (``None`` unless attention
+        compares configs with a reference and the graph has more configs than one batch)."""
+        attention = any(w.attention for w in plan.blocks)
+        n = graph.num_configs
+        if not attention or self.predict_context != "reference" or n <= self.predict_batch:
+            return None
+        drawn = self.reference_configs or self.predict_batch - 1
+        draws = [reference_rows(n, drawn, self.seed, d) for d in range(max(self.tta, 1))]
+        wanted = np.unique(np.concatenate(draws))
+        codes = torch.cat([c for _, c in iter_code_blocks(graph.select_configs(wanted), len(wanted))])
+        return [ReferenceContext(plan, codes[torch.from_numpy(np.searchsorted(wanted, rows))].to(device),
+                                 self.predict_batch - 1) for rows in draws]
 
 
 class GNNAttentionModel(GNNModel):

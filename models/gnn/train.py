@@ -6,18 +6,29 @@ A run lives in one folder (``run_dir``)::
     checkpoint.pt    everything needed to resume: settings, weights, optimiser, schedule, RNG states, history, best
     curves.csv       epoch, train_loss, valid_metric, lr, seconds (one row per finished epoch)
     curves.png       the same, plotted
+    model.json       the fitted model, where the caller saves it there (``fastslow train`` does)
+    <hash>/          earlier runs with other settings, one folder per settings hash (:func:`settings_hash`)
 
-Re-running with the same settings resumes after the last finished epoch (a finished run returns at once); a run
-with other settings starts over. The valid metric is the collection's: mean Kendall tau (layout) or mean tile
-score (tile) over the valid graphs.
+Re-running with the same settings resumes after the last finished epoch (a finished run returns at once). A run
+with other settings never overwrites one: the files above are first moved into ``run_dir/<hash of their
+settings>/``, and a later run with those settings moves them back and resumes them. So ``run_dir`` itself always
+holds the latest run. The checkpoint holds only tensors and plain values and is read with
+``torch.load(weights_only=True)``; one that cannot be read that way or does not fit the settings it names is
+renamed to ``checkpoint.pt.corrupt``, named in a warning, and training starts afresh.
+
+The valid metric is the collection's: mean Kendall tau (layout) or mean tile score (tile) over the valid graphs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
+import json
+import logging
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -31,15 +42,25 @@ from tqdm.auto import tqdm
 
 from competition.metrics import kendall_tau, predicted_order, tile_score
 from competition.npzio import atomic_path, atomic_write_text
+from features.cache import UnusableFileError, load_plain, set_aside
 from models.gnn.gst import HistoryTable, gst_scores
-from models.gnn.infer import LayoutPlan, config_codes
+from models.gnn.infer import PREDICT_CONTEXTS, LayoutPlan, ReferenceContext, config_codes, reference_rows
 from models.gnn.losses import LossFn, get_loss
 from models.gnn.net import RankNet, Segment
 
 CHECKPOINT = "checkpoint.pt"
 CURVES_CSV = "curves.csv"
 CURVES_PNG = "curves.png"
+MODEL_FILE = "model.json"
+RUN_FILES = (CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
+"""The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
 CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds")
+_CHECKPOINT_TYPES: dict[str, type | tuple[type, ...]] = {
+    "settings": dict, "epoch": int, "model": dict, "optimizer": dict, "scheduler": dict, "rng": dict,
+    "history": list, "best_state": dict, "best_metric": (int, float), "best_epoch": int, "bad_epochs": int,
+    "stopped": str}
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -150,13 +171,19 @@ def inference_autocast(device: torch.device, enabled: bool = True) -> contextlib
 @torch.inference_mode()
 def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor, *, batch: int = 128,
                    orderings: int = 1, seed: int = 0, device: torch.device | None = None,
-                   plan: LayoutPlan | None = None, mixed_precision: bool = True) -> np.ndarray:
+                   plan: LayoutPlan | None = None, mixed_precision: bool = True, context: str = "batches",
+                   reference: list[ReferenceContext] | None = None, reference_configs: int | None = None
+                   ) -> np.ndarray:
     """Scores of every config in ``config_feat`` (first dimension C), in batches, in eval mode.
 
     Without cross-config attention a config's score does not depend on its batch: one pass in file order. With
-    it, configs are scored in batches of exactly ``batch`` and the scores are averaged over ``orderings`` seeded
-    random orderings, so every config is compared with several random sets of others. When one batch holds every
-    config, every ordering gives that same batch: it is scored once.
+    it, ``context`` (:data:`models.gnn.infer.PREDICT_CONTEXTS`) says what each config is compared with:
+    ``batches``: configs are scored in batches of exactly ``batch`` and the scores are averaged over
+    ``orderings`` seeded random orderings, so every config is compared with several random sets of others;
+    ``reference`` (layout): every config against the same reference set of ``reference_configs`` configs of the
+    graph (default ``batch - 1``) standing for ``batch - 1`` others, averaged over ``orderings`` seeded reference
+    sets (:class:`models.gnn.infer.ReferenceContext`; pass ``reference`` to reuse sets built once for the whole
+    graph). When one batch holds every config, it is scored once as that batch.
 
     Layout networks score through a :class:`models.gnn.infer.LayoutPlan` (each connected component run once per
     distinct config of the batch; the same scores as ``net(segments, ...)`` up to float rounding), all configs
@@ -170,6 +197,8 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
     Returns:
         float64 ``[C]``, lower = predicted faster.
     """
+    if context not in PREDICT_CONTEXTS:
+        raise ValueError(f"context must be one of {', '.join(PREDICT_CONTEXTS)}; got {context!r}")
     device = device or next(net.parameters()).device
     was_training = net.training
     net.eval()
@@ -183,6 +212,12 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
                 codes = (config_feat if config_feat.dtype == torch.long else config_codes(config_feat)).to(device)
                 if not attention:
                     return layout_plan.scores(codes).double().cpu().numpy()
+                if context == "reference" and (n > batch or reference is not None):
+                    drawn = reference_configs or batch - 1
+                    sets = reference if reference is not None else [
+                        ReferenceContext(layout_plan, codes[torch.from_numpy(reference_rows(n, drawn, seed, d))
+                                                            .to(device)], batch - 1) for d in range(max(orderings, 1))]
+                    return np.mean([layout_plan.scores(codes, r).double().cpu().numpy() for r in sets], axis=0)
 
                 def score(idx: np.ndarray) -> torch.Tensor:
                     return layout_plan.scores(codes[torch.from_numpy(idx).to(device)])
@@ -294,6 +329,8 @@ def write_curves(run_dir: Path, history: list[dict[str, float]], title: str = ""
 
 
 def _rng_state(gen: torch.Generator, np_rng: np.random.Generator) -> dict[str, Any]:
+    """Every RNG state as plain data (byte tensors, numpy's state dict of ints, Python's tuple of ints), so a
+    checkpoint reads back with ``weights_only=True``."""
     return {"sampler": gen.get_state(), "numpy": np_rng.bit_generator.state, "torch": torch.get_rng_state(),
             "python": random.getstate(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
@@ -308,6 +345,71 @@ def _set_rng_state(state: dict[str, Any], gen: torch.Generator, np_rng: np.rando
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def settings_hash(settings: dict[str, Any]) -> str:
+    """12 hex digits of the SHA-256 of ``settings`` (a :class:`TrainConfig` as a dict) as sorted JSON: the name of
+    the folder a run with these settings is moved to when a run with other settings takes its place."""
+    text = json.dumps(settings, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _discard(path: Path, why: str) -> None:
+    kept = set_aside(path)
+    log.warning("%s: %s; kept as %s, training starts afresh", path, why, kept.name)
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The checkpoint at ``path`` if it is one (``None`` when absent; set aside with a warning when unusable)."""
+    if not path.is_file():
+        return None
+    try:
+        ckpt = load_plain(path)
+        if not isinstance(ckpt, dict):
+            raise UnusableFileError(f"not a checkpoint (a {type(ckpt).__name__}, expected a dict)")
+        wrong = [k for k, t in _CHECKPOINT_TYPES.items() if not isinstance(ckpt.get(k), t)]
+        if "settings" not in wrong and not all(v is None or isinstance(v, str | int | float)
+                                               for v in ckpt["settings"].values()):
+            wrong.insert(0, "settings")
+        if wrong:
+            raise UnusableFileError(f"not a checkpoint (missing or odd {', '.join(wrong)})")
+        if not all(isinstance(r, dict) and set(CURVE_COLUMNS) <= r.keys() for r in ckpt["history"]):
+            raise UnusableFileError(f"not a checkpoint (history rows lack {', '.join(CURVE_COLUMNS)})")
+    except UnusableFileError as exc:
+        _discard(path, str(exc))
+        return None
+    return ckpt
+
+
+def _move_run(src: Path, dest: Path) -> None:
+    """Move the :data:`RUN_FILES` of ``src`` into ``dest`` (replacing any there), the checkpoint last."""
+    for name in RUN_FILES:
+        if (src / name).is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            os.replace(src / name, dest / name)
+
+
+def _open_run(run: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint to resume the run of ``settings`` in ``run`` from, or ``None`` to start afresh.
+
+    A run with other settings found there is moved into ``run/<its settings hash>/``; a run with ``settings`` moved
+    away earlier is moved back.
+    """
+    ckpt = _read_checkpoint(run / CHECKPOINT)
+    if ckpt is not None and ckpt["settings"] != settings:
+        away = run / settings_hash(ckpt["settings"])
+        _move_run(run, away)
+        log.info("%s: the run there has other settings; moved it to %s (training with them again brings it "
+                 "back)", run, away)
+        ckpt = None
+    earlier = run / settings_hash(settings)
+    if ckpt is None and (earlier / CHECKPOINT).is_file():
+        _move_run(earlier, run)
+        with contextlib.suppress(OSError):  # left in place when it holds anything else
+            earlier.rmdir()
+        log.info("%s: brought back the earlier run with these settings from %s", run, earlier)
+        ckpt = _read_checkpoint(run / CHECKPOINT)
+    return ckpt
+
+
 def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
           run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
           max_seconds: float | None = None, title: str = "") -> TrainResult:
@@ -317,7 +419,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         cfg: the settings.
         train_items: graphs to learn from (at least two configs each to contribute).
         valid_items: graphs for early stopping; when empty (or without runtimes) the last epoch is kept.
-        run_dir: where checkpoints and curves go (``None``: kept in memory only, no resume).
+        run_dir: where checkpoints and curves go (``None``: kept in memory only, no resume); a run with other
+            settings found there is moved into a subfolder named by its :func:`settings_hash`, not overwritten.
         device: ``auto``, ``cpu``, ``cuda``...
         progress: progress bars.
         max_seconds: stop after this much training time (checked every step); the run stays resumable.
@@ -329,9 +432,6 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     device = resolve_device(device)
     run = Path(run_dir) if run_dir is not None else None
     settings = asdict(cfg)
-    seed_everything(cfg.seed)
-    net = cfg.make_net().to(device)
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     # Graphs go to the device once (a no-op on the CPU), not at every step.
     usable = [Item(it.key, [s.to(device) for s in it.segments], it.config_feat, it.y)
               for it in train_items if it.num_configs >= 2]
@@ -340,27 +440,40 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         raise ValueError("no training graph has two or more configs with known runtimes")
     steps_per_epoch = len(usable) * cfg.steps_per_graph
     total_steps = cfg.epochs * steps_per_epoch
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(total_steps, max(1, total_steps // 50)))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    np_rng = np.random.default_rng(cfg.seed)
+
+    def fresh() -> tuple[RankNet, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, torch.Generator,
+                         np.random.Generator]:
+        seed_everything(cfg.seed)
+        net = cfg.make_net().to(device)
+        opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(total_steps, max(1, total_steps // 50)))
+        return net, opt, sched, torch.Generator().manual_seed(cfg.seed), np.random.default_rng(cfg.seed)
+
+    net, opt, sched, gen, np_rng = fresh()
     loss_fn = get_loss(cfg.loss)
     table = HistoryTable()
     history: list[dict[str, float]] = []
     best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
     best_metric, best_epoch, bad_epochs, start_epoch, stopped = -math.inf, 0, 0, 1, ""
-    if run is not None and (run / CHECKPOINT).exists():
-        ckpt = torch.load(run / CHECKPOINT, map_location="cpu", weights_only=False)
-        if ckpt.get("settings") == settings:
+    ckpt = _open_run(run, settings) if run is not None else None
+    if run is not None and ckpt is not None:
+        try:
+            net.load_state_dict(ckpt["best_state"])  # only checks that the kept weights fit this network
             net.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])
             sched.load_state_dict(ckpt["scheduler"])
             _set_rng_state(ckpt["rng"], gen, np_rng)
-            history, best_state = ckpt["history"], ckpt["best_state"]
-            best_metric, best_epoch, bad_epochs = ckpt["best_metric"], ckpt["best_epoch"], ckpt["bad_epochs"]
-            start_epoch, stopped = ckpt["epoch"] + 1, ckpt.get("stopped", "")
-            if stopped and stopped != "time budget":
-                return TrainResult(best_state, best_epoch, best_metric, history, stopped)
-            stopped = ""
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
+            _discard(run / CHECKPOINT, f"does not fit the settings it names ({type(exc).__name__})")
+            net, opt, sched, gen, np_rng = fresh()
+            ckpt = None
+    if ckpt is not None:
+        history, best_state = ckpt["history"], ckpt["best_state"]
+        best_metric, best_epoch, bad_epochs = ckpt["best_metric"], ckpt["best_epoch"], ckpt["bad_epochs"]
+        start_epoch, stopped = ckpt["epoch"] + 1, ckpt["stopped"]
+        if stopped and stopped != "time budget":
+            return TrainResult(best_state, best_epoch, best_metric, history, stopped)
+        stopped = ""
     started = time.perf_counter()
     elapsed_before = history[-1]["seconds"] if history else 0.0
     for epoch in range(start_epoch, cfg.epochs + 1):

@@ -4,6 +4,7 @@ components, segments, duplicates and budgets; config codes; streaming; and the C
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,76 @@ def test_attention_softmax_falls_back_to_per_node_shift(monkeypatch: pytest.Monk
     shared = plan.scores(config_codes(cf))
     monkeypatch.setattr(infer, "_EXP_RANGE", 0.0)
     torch.testing.assert_close(plan.scores(config_codes(cf)), shared, rtol=1e-5, atol=1e-6)
+
+
+def _reference_forward(net: RankNet, segments, reference: torch.Tensor, cf: torch.Tensor) -> torch.Tensor:
+    """The plain forward pass, written out: the reference batch is run as one batch, each attention layer's
+    ``log sum exp(o / T)`` over it kept per node and channel (per segment, in call order); then each config
+    alone, its attention weight ``(|R| + 1) sigmoid(o / T - kept)``."""
+    from models.gnn.layers import CrossConfigAttention
+
+    kept: list[torch.Tensor] = []
+    original = CrossConfigAttention.forward
+
+    def record(self, h):
+        # A segment without slots runs once (B = 1) standing for |R| identical configs.
+        same = math.log(reference.shape[0]) if h.shape[0] == 1 else 0.0
+        kept.append(torch.logsumexp(h / self.temperature, dim=0) + same)
+        return original(self, h)
+
+    def against(self, h):
+        weights = (reference.shape[0] + 1) * torch.sigmoid(h / self.temperature - kept[against.layer])
+        against.layer += 1
+        return self.mix(torch.cat([h, weights * h], dim=-1))
+
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CrossConfigAttention, "forward", record)
+        net(segments, reference)
+        mp.setattr(CrossConfigAttention, "forward", against)
+        out = []
+        for row in cf:
+            against.layer = 0
+            out.append(net(segments, row[None]))
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("segment_size", [None, 13])
+def test_reference_context_equals_scoring_each_config_against_the_reference(segment_size: int | None,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    data, cf = _graph()
+    net = _net(True)
+    segments = make_segments(data, segment_size)
+    plan = LayoutPlan(net, segments)
+    reference = cf[[2, 7, 11, 12, 30, 31]]
+    context = infer.ReferenceContext(plan, config_codes(reference))
+    expected = _reference_forward(net, segments, reference, cf)
+    got = plan.scores(config_codes(cf), context)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    # A config's score depends on it and the reference only: the same in any block, alone or with others.
+    torch.testing.assert_close(plan.scores(config_codes(cf[20:23]), context), got[20:23], rtol=1e-6, atol=1e-6)
+    # ... and on no budget.
+    monkeypatch.setattr(infer, "ROW_BUDGET", 7)
+    monkeypatch.setattr(infer, "KEY_BUDGET", 40)
+    torch.testing.assert_close(plan.scores(config_codes(cf), context), got, rtol=1e-5, atol=1e-6)
+    # A reference drawn larger than the batch it stands for is scaled to it: the set twice over, standing for
+    # itself once, is the same context.
+    twice = infer.ReferenceContext(plan, config_codes(torch.cat([reference, reference])), size=reference.shape[0])
+    assert twice.size == context.size == 6
+    torch.testing.assert_close(plan.scores(config_codes(cf), twice), got, rtol=1e-5, atol=1e-6)
+    # Recording with the per-node shift (a spread too wide for one shared shift) gives the same reference.
+    monkeypatch.setattr(infer, "_EXP_RANGE", 0.0)
+    wide = infer.ReferenceContext(plan, config_codes(reference))
+    for a, b in zip(wide.log_sums, context.log_sums, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_reference_context_without_attention_changes_nothing():
+    data, cf = _graph()
+    net = _net(False)
+    plan = LayoutPlan(net, make_segments(data))
+    context = infer.ReferenceContext(plan, config_codes(cf[:5]))
+    assert context.log_sums == []
+    torch.testing.assert_close(plan.scores(config_codes(cf), context), plan.scores(config_codes(cf)))
 
 
 def test_graph_without_slots_scores_every_config_alike():

@@ -277,3 +277,28 @@ def test_attention_model_predicts_deterministically(tiny_world: Path, cache_dir:
     np.testing.assert_array_equal(model.predict(graph), first)
     model._net = None  # rebuilt from the stored weights: still the same scores
     np.testing.assert_array_equal(model.predict(graph), first)
+
+
+def test_reference_context_scores_stream_like_the_whole_graph(tiny_world: Path, cache_dir: str,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """With ``predict_context="reference"`` model.predict draws its reference sets once per graph (seeded, from
+    the config count alone), so streaming the configs 5 at a time gives the scores of one call over all of them;
+    they differ from the batch orderings' and from another seed's references."""
+    root = find_data_root(tiny_world)
+    model = GNNAttentionModel(**{**QUICK, "epochs": 1}, predict_batch=8, tta=2, predict_context="reference",
+                              runs_dir=None, cache_dir=cache_dir).fit(root, LAYOUT, progress=False)
+    graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
+    assert graph.num_configs > 8
+    net = model.network()
+    segments = make_segments(model.prepare(graph))
+    whole = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=8, orderings=2,
+                           seed=model.seed, context="reference")
+    monkeypatch.setattr(importlib.import_module("models.gnn.model"), "PREDICT_BLOCK", 5)
+    np.testing.assert_allclose(model.predict(graph), whole, rtol=1e-6, atol=1e-7)
+    batches = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=8, orderings=2,
+                             seed=model.seed, context="batches")
+    assert not np.allclose(batches, whole)
+    assert not np.allclose(predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=8,
+                                          orderings=2, seed=model.seed + 1, context="reference"), whole)
+    with pytest.raises(ValueError, match="predict_context must be one of reference, batches"):
+        GNNAttentionModel(predict_context="ordered")
