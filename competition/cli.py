@@ -1,26 +1,64 @@
-"""The ``fastslow`` command line (also ``python -m competition``)."""
+"""The ``fastslow`` command line (also ``python -m competition``).
+
+:func:`main` is the one error boundary: every failure a user can meet (a bad argument, missing or unreadable
+data, an unwritable output, a full disk, Ctrl-C, a closed output pipe) ends in one line on standard error that
+names the file or argument and says what to do, with the exit codes of :data:`EXIT_CODES`; ``--verbose`` adds
+the traceback. A bug (any other exception) prints its traceback: a long run should not have to be repeated to
+report it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import csv
+import errno
 import logging
+import os
 import sys
 import time
+import traceback
+import types
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 
 from competition.collections import Collection, Split
-from competition.errors import DataFileError, DataRootNotFound
-from competition.leaderboard import DEFAULT_PATH as DEFAULT_LEADERBOARD
-from competition.progress import line_progress_when_logged
-from competition.protocol import add_valid_configs_arg, protocol_from_args
+
+if typing.TYPE_CHECKING:
+    from competition.protocol import ValidProtocol
+    from competition.reader import DataRoot
 
 log = logging.getLogger("fastslow")
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_ERROR = 2
+EXIT_BUG = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process stopped by Ctrl-C
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, as shells report a writer whose reader went away
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}    done
+  {EXIT_PROBLEMS}    problems found: the submission or data checked is invalid (every problem is listed)
+  {EXIT_ERROR}    cannot run as asked: a bad argument, or a file or folder that cannot be used (missing or corrupt
+       data, permission denied, disk full, ...); one line names it and says what to do
+  {EXIT_BUG}    internal error, a bug in fastslow: its traceback is printed, please report it
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C): re-run the same command to resume
+  {EXIT_PIPE_CLOSED}  the output was closed early (e.g. piped into `head`): nothing more is printed
+-v/--verbose also prints the traceback of an error."""
+
+INTERRUPTED = ("interrupted; re-run the same command to resume (data synth and GNN training go on where they "
+               "stopped; finished files are kept, half-written ones never replace them)")
 
 _COLLECTIONS_HELP = (
     "collections to include, by submission prefix (tile:xla, layout:xla:default, layout:xla:random, "
     "layout:nlp:default, layout:nlp:random); default: all five"
 )
+
+
+def _protocol(args: argparse.Namespace) -> ValidProtocol:
+    from competition.protocol import protocol_from_args
+
+    return protocol_from_args(args)
 
 
 def _collections(values: Sequence[str] | None) -> list[Collection]:
@@ -36,12 +74,19 @@ def _add_data_arg(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here, not at the top: until main() runs, a Ctrl-C would end in Python's own traceback.
+    from competition.leaderboard import DEFAULT_PATH as DEFAULT_LEADERBOARD
+    from competition.protocol import add_valid_configs_arg
+
     parser = argparse.ArgumentParser(
         prog="fastslow",
-        description="Toolkit for the TpuGraphs 'Fast or Slow?' competition: read the real data or generate a "
+        description="Toolkit for the TpuGraphs 'Fast or Slow?' competition: read the real data or generate a\n"
                     "synthetic world in the same format, inspect and validate it.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the exit code table's lines
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log debug messages, and print the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     data = sub.add_parser("data", help="generate, inspect and validate data",
@@ -71,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="regenerate when DIR holds a world made with other settings (default: refuse); a "
                             "world with the same settings is resumed, never regenerated")
     synth.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    synth.set_defaults(func=_cmd_synth)
+    synth.set_defaults(func=_cmd_synth, outputs={"out": "folder"})
 
     stats = dsub.add_parser(
         "stats", help="print counts, opcode histogram, runtime spread, duplicates, oracle score",
@@ -90,14 +135,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     val = dsub.add_parser(
         "validate", help="check every file of a data root and list the problems",
-        description="Check keys, dtypes, shapes and consistency of every npz file; exits 1 if any is bad.",
+        description="Check what train and submit need: keys, dtypes, shapes and consistency of every npz file, "
+                    "finite values everywhere the models read (node_config_feat streamed block by block, never "
+                    "whole), positive runtimes in train and valid files, every split of each collection present, "
+                    "file names usable in submission IDs, sample_submission.csv against the test files, and the "
+                    "secret/ runtimes of a synthetic world. Hidden files (names starting with '.', such as macOS "
+                    "._x.npz) are skipped everywhere, with a note. Exits 1 if anything is wrong.",
     )
     _add_data_arg(val)
     val.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
     val.add_argument("--splits", nargs="+", choices=[s.value for s in Split], default=None,
                      help="splits to check (default: all)")
     val.add_argument("--deep", action="store_true",
-                     help="also stream through node_config_feat (NaN/inf, values outside -1..5): slower")
+                     help="also check that node_config_feat holds integer layout values in -1..5 (the models take "
+                          "other values without failing)")
+    val.add_argument("--quick", action="store_true",
+                     help="do not stream node_config_feat (the longest part on real data: it decompresses every "
+                          "layout config once); NaN/inf there are then found only when train or submit read them")
     val.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     val.set_defaults(func=_cmd_validate)
 
@@ -134,8 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--leaderboard", default=str(DEFAULT_LEADERBOARD), metavar="CSV",
                        help="leaderboard file to append to (default: %(default)s)")
     score.add_argument("--per-graph", action="store_true", help="also list every graph's score, worst first")
+    score.add_argument("--partial", action="store_true",
+                       help="score a file that `fastslow validate` rejects because whole collections are missing: "
+                            "the collections it holds are scored (each must be complete and valid) and the "
+                            "leaderboard row says complete=false. Default: refuse it (exit 1)")
     add_valid_configs_arg(score)
-    score.set_defaults(func=_cmd_score)
+    score.set_defaults(func=_cmd_score, outputs={"leaderboard": "file"})
 
     board = sub.add_parser("leaderboard", help="show the offline leaderboard, best first, and plot it",
                            description="Print the leaderboard history best first and write a PNG plot of the scores "
@@ -145,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--plot", default=None, metavar="PNG",
                        help="where to write the plot (default: beside the leaderboard, leaderboard.png)")
     board.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default: %(default)s)")
-    board.set_defaults(func=_cmd_leaderboard)
+    board.set_defaults(func=_cmd_leaderboard, outputs={"plot": "file"})
 
     evaluate = sub.add_parser(
         "evaluate", help="compare models side by side per collection, with the oracle ceiling",
@@ -160,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="where the per-model prediction files go (default: %(default)s)")
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(evaluate)
-    evaluate.set_defaults(func=_cmd_evaluate)
+    evaluate.set_defaults(func=_cmd_evaluate, outputs={"out_dir": "folder"})
 
     feats = sub.add_parser("features", help="inspect feature pipelines",
                            description="Inspect what the feature pipelines do to the graphs.")
@@ -203,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "attention=True --param segment_size=2000); values are Python literals")
     trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(trainp)
-    trainp.set_defaults(func=_cmd_train)
+    trainp.set_defaults(func=_cmd_train, outputs={"runs_dir": "folder"})
 
     submit = sub.add_parser(
         "submit", help="run the whole pipeline: data, models, submission, validation, offline score",
@@ -228,14 +286,27 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: no limit)")
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(submit)
-    submit.set_defaults(func=_cmd_submit)
+    submit.set_defaults(func=_cmd_submit, outputs={"out_dir": "folder"})
 
     from competition.kaggle import add_parser as add_kaggle_parser
     from competition.report import add_parser as add_report_parser
 
     add_kaggle_parser(sub)
     add_report_parser(sub)
+    _verbose_everywhere(parser)
     return parser
+
+
+def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Accept ``-v/--verbose`` after the command too (``fastslow score FILE -v``), not only before it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if not any("--verbose" in a.option_strings for a in sub._actions):
+                    # SUPPRESS: left out, the value given before the command (or its default) stands.
+                    sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                                     help="log debug messages, and print the traceback of an error")
+                _verbose_everywhere(sub)
 
 
 def _cmd_validate_submission(args: argparse.Namespace) -> int:
@@ -243,23 +314,31 @@ def _cmd_validate_submission(args: argparse.Namespace) -> int:
     from competition.submission import validate_submission
 
     root = find_data_root(args.data)
-    problems = validate_submission(args.file, root, Split(args.split), protocol=protocol_from_args(args))
+    problems = validate_submission(args.file, root, Split(args.split), protocol=_protocol(args))
     for p in problems:
-        print(p)
+        print(f"{args.file}: {p}")
     print(f"{args.file}: {'valid' if not problems else f'{len(problems)} problem(s)'}")
-    return 1 if problems else 0
+    return EXIT_PROBLEMS if problems else EXIT_OK
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
     from competition.leaderboard import append_row
     from competition.pipeline import is_synthetic, split_oracles
     from competition.reader import find_data_root
-    from competition.submission import score_submission
+    from competition.submission import SubmissionError, score_submission, validate_submission
 
     root = find_data_root(args.data)
     split = Split(args.split)
-    protocol = protocol_from_args(args)
+    protocol = _protocol(args)
+    problems = validate_submission(args.file, root, split, protocol=protocol)
+    if problems and not args.partial:
+        print(f"error: {SubmissionError(args.file, problems)}\nnot scored: `fastslow validate {args.file}` lists "
+              "every problem; --partial scores the collections it holds in full", file=sys.stderr)
+        return EXIT_PROBLEMS
     report = score_submission(args.file, root, split, protocol=protocol)
+    if not report.collections:
+        print(f"error: {args.file}: nothing to score (no rows)", file=sys.stderr)
+        return EXIT_PROBLEMS
     synthetic = is_synthetic(root)
     print(report.format_table(split_oracles(root, list(report.collections), split, protocol) if synthetic else None))
     if args.per_graph:
@@ -268,9 +347,13 @@ def _cmd_score(args: argparse.Namespace) -> int:
                 print(f"  {c.value:20s} {g.stem:40s} {g.score:8.4f}")
     if synthetic:
         print("(synthetic data: this score says nothing about the Kaggle leaderboard)")
+    if problems:
+        print(f"partial: {', '.join(c.value for c in report.collections)} scored; {len(problems)} problem(s) "
+              "elsewhere (see `fastslow validate`); the leaderboard row says complete=false")
     append_row(report.scores(), file=args.file, producer=args.producer, split=split.value, data=root.root,
-               synthetic=synthetic, path=args.leaderboard, protocol=protocol.tag if split == Split.VALID else "")
-    return 0
+               synthetic=synthetic, path=args.leaderboard, protocol=protocol.tag if split == Split.VALID else "",
+               partial=bool(problems))
+    return EXIT_OK
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -280,8 +363,9 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     if not rows:
         print(f"{args.leaderboard}: no scorings yet (run `fastslow score FILE` or `make submit`)")
         return 0
-    print(format_leaderboard(rows, args.top))
     plot = args.plot or str(Path(args.leaderboard).with_name("leaderboard.png"))
+    _check_output("--plot", plot, "file")
+    print(format_leaderboard(rows, args.top))
     print(f"plot: {save_plot(rows, plot)}")
     return 0
 
@@ -290,7 +374,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from competition.pipeline import evaluate_models
 
     evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress,
-                    protocol=protocol_from_args(args))
+                    protocol=_protocol(args))
     return 0
 
 
@@ -310,19 +394,72 @@ def _cmd_prune_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_params(items: Sequence[str]) -> dict[str, object]:
+class UsageError(SystemExit):
+    """A bad argument found after parsing: :func:`main` prints it as one line and exits with :data:`EXIT_ERROR`,
+    as argparse does for the errors it finds."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = EXIT_ERROR
+
+
+def _parse_params(items: Sequence[str]) -> tuple[dict[str, object], dict[str, str]]:
+    """``KEY=VALUE`` items as hyper-parameters (Python literals, else text), and each key's text as given."""
     import ast
 
     out: dict[str, object] = {}
+    given: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"fastslow train: --param expects KEY=VALUE, got {item!r}")
+            raise UsageError(f"fastslow train: --param expects KEY=VALUE, got {item!r}")
         try:
             out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             out[key] = value
-    return out
+        given[key] = item
+    return out, given
+
+
+def _accepts(kind: object, value: object) -> bool:
+    """Whether ``value`` fits the annotation ``kind`` (int for float; not bool for int); others are not checked."""
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    if typing.get_origin(kind) is typing.Literal:
+        return value in typing.get_args(kind)
+    return True
+
+
+def _check_param_types(model: str, params: dict[str, object], given: dict[str, str]) -> None:
+    """Refuse a hyper-parameter whose value does not fit the model's annotation (``epochs=abc``), before any
+    fitting; unknown names are left to the model, whose error names them."""
+    from models.registry import MODELS
+
+    cls = MODELS.get(model)
+    if cls is None:
+        return
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except (NameError, TypeError):  # an annotation that cannot be resolved here: the model checks its own values
+        return
+    for key, value in params.items():
+        if key not in hints or key not in given:
+            continue
+        hint = hints[key]
+        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if not any(_accepts(k, value) for k in kinds):
+            expected = " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds)
+            found = f"the text {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+            raise UsageError(f"fastslow train: --param {given[key]}: {cls.__name__} takes {expected} for {key}, "
+                             f"not {found} (values are Python literals: --param epochs=20, --param device='cpu')")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -336,14 +473,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from models.registry import make_model
 
     root = find_data_root(args.data)
-    protocol = protocol_from_args(args)
-    params = _parse_params(args.param)
+    protocol = _protocol(args)
+    params, given = _parse_params(args.param)
+    _check_param_types(args.model, params, given)
     if args.model.startswith("gnn"):
         params.setdefault("runs_dir", args.runs_dir)
     try:
         make_model(args.model, **params)  # unknown hyper-parameters fail here, before any fitting
     except TypeError as exc:
-        raise SystemExit(f"fastslow train: {exc}") from None
+        raise UsageError(f"fastslow train: {exc}") from None
     collections = [c for c in _collections(args.collections) if list_graphs(root, c, Split.TRAIN)]
     print(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved")
     for c in collections:
@@ -370,7 +508,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
     budget = None if args.time_budget is None else parse_duration(args.time_budget)
     run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
-                 synth_scale=args.synth_scale, progress=not args.no_progress, protocol=protocol_from_args(args),
+                 synth_scale=args.synth_scale, progress=not args.no_progress, protocol=_protocol(args),
                  time_budget=budget)
     return 0
 
@@ -396,6 +534,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
     root = find_data_root(args.dir)
     print(f"data root: {root.root} ({root.source})")
+    _note_hidden(root, _collections(args.collections), list(Split))
     for c in _collections(args.collections):
         st = collection_stats(root, c, progress=not args.no_progress, skip_bad=args.skip_bad)
         print(format_stats(st, args.top_opcodes))
@@ -403,23 +542,52 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _note_hidden(root: DataRoot, collections: Sequence[Collection], splits: Sequence[Split]) -> None:
+    from competition.reader import hidden_files
+
+    hidden = hidden_files(root, collections, splits)
+    if hidden:
+        more = f" and {len(hidden) - 1} more" if len(hidden) > 1 else ""
+        print(f"note: skipped {len(hidden)} hidden file(s) (names starting with '.', such as macOS ._x.npz "
+              f"resource forks): {hidden[0]}{more}")
+
+
+def _listed_or_none(root: DataRoot, c: Collection, s: Split) -> list[Path]:
+    from competition.reader import list_graphs
+
+    try:
+        return list_graphs(root, c, s)
+    except OSError:  # validate_root reports the folder
+        return []
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from competition.reader import find_data_root, list_graphs, validate_file
+    from competition.pipeline import is_synthetic
+    from competition.reader import find_data_root, validate_file, validate_root
+    from competition.submission import sample_problems
 
     root = find_data_root(args.data)
+    collections = _collections(args.collections)
     splits = [Split(s) for s in args.splits] if args.splits else list(Split)
-    jobs = [(c, p) for c in _collections(args.collections) for s in splits for p in list_graphs(root, c, s)]
+    _note_hidden(root, collections, splits)
+    whole = validate_root(root, collections, splits, synthetic=is_synthetic(root))
+    if Split.TEST in splits:
+        whole += sample_problems(root, collections)
+    for p in whole:
+        print(p)
+    jobs = [(c, p) for c in collections for s in splits for p in _listed_or_none(root, c, s)]
     bad = 0
     for c, path in tqdm(jobs, desc="validate", unit="file", disable=args.no_progress):
-        problems = validate_file(path, c, deep=args.deep)
+        problems = validate_file(path, c, deep=args.deep, finite_configs=not args.quick)
         if problems:
             bad += 1
             for p in problems:
                 tqdm.write(f"{c.value}: {p}")
-    print(f"{len(jobs)} files checked, {bad} with problems")
-    return 1 if bad else 0
+    print(f"{len(jobs)} files checked, {bad} with problems"
+          + (f"; {len(whole)} problem(s) of the data root as a whole (listed first)" if whole else ""))
+    return EXIT_PROBLEMS if bad or whole else EXIT_OK
 
 
 def _cmd_where(args: argparse.Namespace) -> int:
@@ -433,16 +601,142 @@ def _cmd_where(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    line_progress_when_logged()
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+# --------------------------------------------------------------------------------------------------------------
+# The error boundary
+# --------------------------------------------------------------------------------------------------------------
+
+_OS_ERRORS = {  # what an OSError means to the user, and what to do
+    errno.EACCES: "permission denied: change its permissions, or choose another path",
+    errno.EPERM: "operation not permitted: change its permissions, or choose another path",
+    errno.EROFS: "read-only file system: choose a path on a writable disk",
+    errno.ENOSPC: "no space left on the device: free some space and re-run the same command",
+    errno.EDQUOT: "disk quota exceeded: free some space and re-run the same command",
+    errno.ENOENT: "no such file or folder",
+    errno.EISDIR: "expected a file; found a folder",
+    errno.ENOTDIR: "expected a folder; found a file (in this path)",
+    errno.EEXIST: "already exists",
+    errno.ELOOP: "a symbolic link loop",
+    errno.EIO: "input/output error: check the disk (or network share) and re-run the same command",
+    errno.EMFILE: "too many open files: raise the limit (ulimit -n) and re-run the same command",
+    errno.ENAMETOOLONG: "file name too long: choose a shorter path",
+}
+
+
+def _outputs(args: argparse.Namespace) -> str:
+    """The command's output arguments as given, e.g. ``--out-dir submissions``, for an error that names no file."""
+    given = [(dest, getattr(args, dest, None)) for dest in getattr(args, "outputs", {})]
+    return ", ".join(f"--{dest.replace('_', '-')} {value}" for dest, value in given if value)
+
+
+def _os_message(exc: OSError, args: argparse.Namespace) -> str:
+    what = _OS_ERRORS.get(exc.errno, exc.strerror or str(exc)) if exc.errno is not None else str(exc)
+    if exc.filename is not None:
+        where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+    else:  # a failed write or flush: the file is one of the command's outputs
+        where = _outputs(args) or f"fastslow {args.command}"
+    return f"{where}: {what}"
+
+
+def _check_output(flag: str, value: str | os.PathLike[str], kind: str) -> None:
+    """Refuse an output ``kind`` (``file`` or ``folder``) that cannot be written, before any work is done.
+
+    The folder that would receive it (the output folder, or a file's folder) or its nearest existing ancestor must
+    be a writable folder; an existing output must be of its kind. Writes can still fail later (a full disk): the
+    error boundary says so then.
+    """
+    path = Path(value)
+    if path.exists() and path.is_dir() != (kind == "folder"):
+        raise UsageError(f"{flag} {value}: expected a {kind}; found a {'folder' if path.is_dir() else 'file'}")
+    into = path if kind == "folder" else path.parent
+    existing = next(p for p in (into.absolute(), *into.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{flag} {value}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {value}: cannot write into {existing} (permission denied): change its "
+                         "permissions, or choose another path")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    for dest, kind in getattr(args, "outputs", {}).items():
+        value = getattr(args, dest, None)
+        if value:
+            _check_output(f"--{dest.replace('_', '-')}", value, kind)
+
+
+def _close_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null, so that the flush at exit has nowhere to fail (the Python
+    documentation's recipe for SIGPIPE)."""
     try:
-        return args.func(args)
-    except (DataRootNotFound, DataFileError, ValueError) as exc:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (a captured one): nothing will be flushed to the pipe
+        pass
+
+
+def _expected(exc: BaseException) -> bool:
+    """Failures of the input, the arguments or the machine, not of fastslow's code: one line, no traceback."""
+    from competition.kaggle import KaggleError
+
+    return isinstance(exc, (OSError, ValueError, csv.Error, OverflowError, MemoryError, KaggleError))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``fastslow`` command; returns its exit code (see :data:`EXIT_CODES`).
+
+    Raises:
+        SystemExit: a usage error (argparse's, or :class:`UsageError`), after printing it.
+    """
+    args: argparse.Namespace | None = None
+    try:
+        args = build_parser().parse_args(argv)
+        from competition.progress import line_progress_when_logged
+
+        line_progress_when_logged()
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                            format="%(levelname)s %(message)s")
+        _check_outputs(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not in the flush at exit
+        return code
+    except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise
+    except KeyboardInterrupt:
+        if args is not None and args.verbose:
+            traceback.print_exc()
+        print(INTERRUPTED, file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _close_stdout()
+        return EXIT_PIPE_CLOSED
+    except Exception as exc:
+        from competition.submission import SubmissionError
+
+        if args is None or not _expected(exc):
+            traceback.print_exc()
+            print(f"internal error (a bug in fastslow, not a problem of the input): {type(exc).__name__}: {exc}; "
+                  "please report it with the traceback above", file=sys.stderr)
+            return EXIT_BUG
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {_message(exc, args)}", file=sys.stderr)
+        return EXIT_PROBLEMS if isinstance(exc, SubmissionError) else EXIT_ERROR
+
+
+def _message(exc: BaseException, args: argparse.Namespace) -> str:
+    from competition.errors import DataRootNotFound
+
+    if isinstance(exc, OSError) and not isinstance(exc, DataRootNotFound) and exc.errno is not None:
+        return _os_message(exc, args)
+    if isinstance(exc, UnicodeDecodeError):  # a reader that did not name its file: the traceback (-v) does
+        return (f"a file read by `fastslow {args.command}` is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                "--verbose shows which")
+    if isinstance(exc, csv.Error):
+        return f"a file read by `fastslow {args.command}` is malformed CSV ({exc}); --verbose shows which"
+    if isinstance(exc, MemoryError):
+        return (f"out of memory in `fastslow {args.command}`: free memory (or choose smaller settings) and re-run "
+                "the same command")
+    return str(exc)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Mapping
@@ -35,7 +34,7 @@ from typing import Any, TypeVar
 
 from competition.collections import Split
 from competition.errors import DataFileError, DataRootNotFound
-from competition.npzio import atomic_write_text
+from competition.npzio import atomic_write_text, temp_sibling
 
 COMPETITION = "predict-ai-model-runtime"
 COMPETITION_URL = f"https://www.kaggle.com/competitions/{COMPETITION}"
@@ -126,6 +125,48 @@ def kaggle_username(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+_KAGGLE_JSON_FIX = ('it should hold {"username": "...", "key": "..."}: fix it, or save a new API token from '
+                    "https://www.kaggle.com/settings/api over it")
+
+
+def kaggle_json_problem(env: Mapping[str, str] | None = None) -> str | None:
+    """What is wrong with the ``kaggle.json`` the kaggle package would read, in one line naming the file.
+
+    The package skips a file it cannot use without a word and then reports no credentials at all; this says which
+    file and why: not a file, unreadable, not UTF-8, invalid JSON (with line and column), not an object, or missing
+    ``username`` / ``key``. (The package only warns about a file readable by others, so that is no problem here.)
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+
+    Returns:
+        The problem of the first ``kaggle.json`` found; ``None`` when it is usable or there is none.
+    """
+    env = os.environ if env is None else env
+    path = next((d / "kaggle.json" for d in _config_dirs(env) if os.path.lexists(d / "kaggle.json")), None)
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"{path} is a folder, not a file; {_KAGGLE_JSON_FIX}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{path}: not UTF-8 text (byte {exc.start} undecodable); {_KAGGLE_JSON_FIX}"
+    except OSError as exc:
+        return f"{path}: cannot be read ({exc.strerror or exc}); check its owner and permissions (chmod 600)"
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); {_KAGGLE_JSON_FIX}"
+    if not isinstance(doc, dict):
+        return f"{path}: a JSON {_JSON_TYPES.get(type(doc), 'null')}, not an object; {_KAGGLE_JSON_FIX}"
+    missing = [k for k in ("username", "key") if k not in doc]
+    if missing:
+        return f"{path}: no {' and no '.join(repr(k) for k in missing)} field; {_KAGGLE_JSON_FIX}"
+    return None
+
+
 def _api() -> Any:
     """An authenticated ``KaggleApi``; the one place this module touches the kaggle package.
 
@@ -136,7 +177,7 @@ def _api() -> Any:
         KaggleError: no credentials, the kaggle package cannot be imported, or authentication failed.
     """
     if credential_source() is None:
-        raise KaggleError(CREDENTIALS_MESSAGE)
+        raise KaggleError(kaggle_json_problem() or CREDENTIALS_MESSAGE)
     noise = io.StringIO()  # the package prints its own help on failure; the KaggleError says what to do
     try:
         with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
@@ -151,10 +192,12 @@ def _api() -> Any:
         else:
             fix = "install it in this environment with `pip install 'kaggle>=1.6'`"
         raise KaggleError(f"cannot import the kaggle package ({exc}); {fix}") from None
-    except SystemExit:
-        raise KaggleError(CREDENTIALS_MESSAGE) from None
+    except SystemExit:  # the package found no usable credentials; a broken kaggle.json is the likely cause
+        raise KaggleError(kaggle_json_problem() or CREDENTIALS_MESSAGE) from None
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party login becomes one clear message
-        raise _explain(exc, "authenticating with Kaggle") from None
+        # The package trips over a kaggle.json that is JSON but not an object (AttributeError, TypeError).
+        problem = None if _status(exc) is not None or _is_network_error(exc) else kaggle_json_problem()
+        raise (KaggleError(problem) if problem else _explain(exc, "authenticating with Kaggle")) from None
     return api
 
 
@@ -230,14 +273,11 @@ def _is_complete(target: Path) -> bool:
     return True
 
 
-def _remove_leftovers(target: Path) -> list[Path]:
-    """Delete the temporary folders of interrupted earlier runs (``.<name>.*.part``, ``.<name>.*.old``)."""
-    removed = []
-    for pattern in (f".{target.name}.*.part", f".{target.name}.*.old"):
-        for p in target.parent.glob(pattern):
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-    return removed
+def _remove_old(target: Path) -> None:
+    """Delete the previous downloads that interrupted earlier runs had set aside (``.<name>.<pid>.old``); their
+    unpacking folders (``.<name>.*.part``) are removed by :func:`~competition.npzio.temp_sibling`."""
+    for p in target.parent.glob(f".{target.name}.*.old"):
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def _safe_members(zf: zipfile.ZipFile, zip_path: Path) -> list[zipfile.ZipInfo]:
@@ -254,9 +294,10 @@ def _safe_members(zf: zipfile.ZipFile, zip_path: Path) -> list[zipfile.ZipInfo]:
 def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Unpack a competition zip into ``target`` atomically.
 
-    The archive goes into a temporary sibling folder (``.<name>.<random>.part``), is checked to hold the TpuGraphs
-    tree, gets a marker file, and only then is renamed to ``target``. An interrupted run leaves only the temporary
-    folder, which the next run deletes before starting over.
+    The archive goes into a temporary sibling folder (``.<name>.<random>.part``, see
+    :func:`~competition.npzio.temp_sibling`), is checked to hold the TpuGraphs tree, gets a marker file, and only
+    then is renamed to ``target``. A killed run leaves only the temporary folder, which the next run deletes before
+    starting over (a concurrent run's, still being written, is left alone).
 
     Args:
         zip_path: the downloaded archive.
@@ -274,10 +315,8 @@ def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str],
     zip_path, target = Path(zip_path), Path(target).absolute()
     if target.exists() and not force and (not target.is_dir() or any(target.iterdir())):
         raise KaggleError(f"{target} already exists and is not empty; use --force to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
-    try:
+    _remove_old(target)
+    with temp_sibling(target, directory=True) as tmp:
         try:
             with zipfile.ZipFile(zip_path) as zf:
                 zf.extractall(tmp, members=_safe_members(zf, zip_path))
@@ -300,9 +339,6 @@ def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str],
         os.replace(tmp, target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

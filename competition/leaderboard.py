@@ -1,10 +1,16 @@
 """The offline leaderboard: every scoring of a submission appends a row to ``submissions/leaderboard.csv``.
 
-A row records when, which file (and its SHA-256), the git commit of the code, what produced the file, which split and
-data root it was scored on, the score of each collection, the combined score, and whether all five collections were
-present, for an ensemble what it combined (``components``), and for a valid scoring the valid protocol it was
-scored under (``protocol``: ``1000@0`` or ``all``); the last two columns were added later, and older files without
-them still read. ``fastslow leaderboard`` prints the history best first and plots scores per collection over time.
+A row records when, which file (and its SHA-256), the git commit of the code, what produced the file, which
+split and data root it was scored on, the score of each collection, the combined score, and whether all five
+collections were present, for an ensemble what it combined (``components``), and for a valid scoring the valid
+protocol it was scored under (``protocol``: ``1000@0`` or ``all``); the last two columns were added later, and
+older files without them still read. ``complete`` is ``false`` for a partial scoring (``fastslow score
+--partial``, or a data root with fewer than five collections): its combined score is not comparable with
+complete ones. ``fastslow leaderboard`` prints the history best first and plots scores per collection over
+time.
+
+Appends from concurrent runs never lose a row: each holds an exclusive lock (``flock`` on a hidden sibling file,
+``.leaderboard.csv.lock``) around read, append and the atomic rewrite.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import logging
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,6 +30,13 @@ import numpy as np
 
 from competition.collections import Collection
 from competition.npzio import atomic_path, atomic_write_text
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: appends there are not serialised
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PATH = Path("submissions") / "leaderboard.csv"
 COLUMNS: tuple[str, ...] = (
@@ -64,8 +79,12 @@ def append_row(
     now: datetime | None = None,
     components: str = "",
     protocol: str = "",
+    partial: bool = False,
 ) -> dict[str, str]:
     """Append one scoring to the leaderboard (rewritten atomically, so an interrupted append loses nothing).
+
+    Concurrent appends to one leaderboard, from threads or processes, are serialised by an exclusive lock: every row
+    is kept.
 
     Args:
         scores: score per collection present in the submission.
@@ -78,6 +97,8 @@ def append_row(
         now: the time to record (default: now, UTC).
         components: what an ensemble combined (its ``describe()`` text); empty for a single model.
         protocol: for a valid-split scoring, the valid protocol's tag (``1000@0`` or ``all``).
+        partial: the file was scored on part of what its split expects (``fastslow score --partial``): recorded
+            as ``complete=false`` whatever collections it holds.
 
     Returns:
         The row written, as strings.
@@ -95,32 +116,93 @@ def append_row(
         "synthetic": str(bool(synthetic)).lower(),
         **{c.value: (f"{scores[c]:.6f}" if c in scores else "") for c in Collection},
         "combined": f"{float(np.mean([scores[c] for c in present])):.6f}" if present else "",
-        "complete": str(len(present) == len(Collection)).lower(),
+        "complete": str(len(present) == len(Collection) and not partial).lower(),
         "components": components,
         "protocol": protocol,
     }
-    rows = read_rows(path)
-    rows.append(row)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path):
+        rows = read_rows(path)
+        rows.append(row)
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(path, buf.getvalue())
     return row
 
 
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the leaderboard ``path`` (a ``flock`` on ``.<name>.lock`` beside it).
+
+    The lock file is removed on release, so none is left behind. A waiter may then hold a lock on the removed file:
+    it checks, once it has the lock, that the name still leads to the file it locked, and tries again if not.
+    """
+    lock = path.with_name(f".{path.name}.lock")
+    fd = _lock(lock) if fcntl is not None else None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            lock.unlink(missing_ok=True)
+            os.close(fd)  # releases the lock
+
+
+def _lock(lock: Path) -> int | None:
+    """An open descriptor of ``lock``, exclusively locked; ``None`` on a file system without ``flock``."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:  # ENOLCK, EOPNOTSUPP: a file system without flock
+            os.close(fd)
+            log.warning("%s: cannot lock (%s); appending without a lock", lock, exc.strerror or exc)
+            return None
+        except BaseException:  # interrupted while waiting
+            os.close(fd)
+            raise
+        if _names(lock, fd):
+            return fd
+        os.close(fd)
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still leads to the file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
 def read_rows(path: str | os.PathLike[str] = DEFAULT_PATH) -> list[dict[str, str]]:
-    """All rows, oldest first; an absent file is an empty leaderboard."""
+    """All rows, oldest first; an absent file is an empty leaderboard.
+
+    Raises:
+        ValueError: not a leaderboard (other columns, not UTF-8 text, malformed CSV), naming the file.
+    """
     path = Path(path)
     if not path.exists():
         return []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = set(COLUMNS) - OPTIONAL_COLUMNS - set(reader.fieldnames or ())
-        if missing:
-            raise ValueError(f"{path}: expected leaderboard columns {', '.join(COLUMNS)}; "
-                             f"found {', '.join(reader.fieldnames or ())} (missing {', '.join(sorted(missing))})")
-        return [{k: r.get(k) or "" for k in COLUMNS} for r in reader]
+    from competition.submission import CSV_FIELD_LIMIT  # not at the top: that module brings scipy
+
+    csv.field_size_limit(CSV_FIELD_LIMIT)  # an ensemble's components or a long path may pass the default 128 kB
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = set(COLUMNS) - OPTIONAL_COLUMNS - set(reader.fieldnames or ())
+            if missing:
+                raise ValueError(f"{path}: expected leaderboard columns {', '.join(COLUMNS)}; found "
+                                 f"{', '.join(reader.fieldnames or ())} (missing {', '.join(sorted(missing))})")
+            return [{k: r.get(k) or "" for k in COLUMNS} for r in reader]
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: expected a leaderboard CSV in UTF-8; found byte {exc.start} undecodable "
+                         f"({exc.reason}); pass another --leaderboard or move this file aside") from None
+    except csv.Error as exc:
+        raise ValueError(f"{path}: expected a leaderboard CSV; found malformed CSV ({exc}); pass another "
+                         "--leaderboard or move this file aside") from None
 
 
 def _combined(row: Mapping[str, str]) -> float:

@@ -9,15 +9,25 @@ A real layout file's ``node_config_feat`` decompresses to gigabytes, so neither 
   decompressing the member block by block and keeping only the rows asked for.
 
 The files are ordinary ``.npz`` archives: ``numpy.load`` reads them, and these functions read numpy's.
+
+Every file the toolkit writes goes through :func:`atomic_path` (or :func:`temp_sibling` for folders): a temporary
+``.<name>.<random>.part`` beside the target, created with the mode the user's umask gives (not ``mkstemp``'s 0600),
+locked while its writer lives, renamed into place when complete. What a killed writer leaves behind is removed by
+the next writer of the same target (:func:`remove_stale_temps`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
+import stat
 import tempfile
+import time
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +38,18 @@ import numpy.typing as npt
 
 from competition.errors import DataFileError
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: stale temporary files are then told by age alone
+    fcntl = None  # type: ignore[assignment]
+
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 # Bytes decompressed per step when streaming rows: bounds the reader's working memory.
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
+TEMP_SUFFIX = ".part"
+STALE_UNLOCKED_SECONDS = 24 * 3600
+"""Where files cannot be locked (no ``fcntl``, or a file system without ``flock``), the age (since the last
+modification) after which a temporary file or folder is taken for one whose writer died."""
 
 
 @dataclass(frozen=True)
@@ -114,28 +133,226 @@ def write_npz(
     return Path(path)
 
 
-@contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it is renamed to ``path``, on failure removed.
+def _proc_umask() -> int | None:
+    """The umask as Linux shows it in ``/proc/self/status`` (kernel 4.7 on); ``None`` where it does not."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
-    Readers therefore see either the old file or the complete new one, never a partial write.
+
+def _umask_by_setting() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK_AT_IMPORT = _proc_umask()
+if _UMASK_AT_IMPORT is None:
+    _UMASK_AT_IMPORT = _umask_by_setting()
+
+
+def umask() -> int:
+    """The process's umask, read without changing it.
+
+    Linux shows it in ``/proc/self/status``, read afresh on each call (a umask set later is honoured). Elsewhere it is
+    the value read once at import, by setting and restoring it: ``os.umask`` has no read-only form, and changing it
+    while other threads create files would give them the wrong mode.
+    """
+    mask = _proc_umask()
+    return _UMASK_AT_IMPORT if mask is None else mask
+
+
+def _try_lock(fd: int, *, wait: bool) -> bool | None:
+    """Take an exclusive ``flock`` on ``fd``: ``True`` taken, ``False`` held by another open file (only when not
+    ``wait``), ``None`` locks unsupported here."""
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    except OSError:  # ENOLCK, EOPNOTSUPP: a file system without flock
+        return None
+    return True
+
+
+def _names_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file or folder open as ``fd``."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _remove_if_stale(path: Path) -> bool:
+    """Remove ``path``, a temporary file or folder of ours, if no writer holds it; ``True`` if removed.
+
+    The lock is held while removing, so a writer that created the file but has not locked it yet finds it gone and
+    makes another (see :func:`temp_sibling`).
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        return False  # symlinks and devices are never ours
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        taken = _try_lock(fd, wait=False)
+        if taken is False or (taken is None and time.time() - st.st_mtime < STALE_UNLOCKED_SECONDS):
+            return False
+        if not _names_file(path, fd):
+            return False
+        _remove(path)
+        return not os.path.lexists(path)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(folder: str | os.PathLike[str], target: str | None = None) -> list[Path]:
+    """Remove the temporary files and folders that killed writers left in ``folder``; live ones are kept.
+
+    Only entries named as :func:`temp_sibling` names them, ``.<target>.<random>.part``, are considered, and of those
+    only the ones no process holds: a live writer keeps an exclusive ``flock`` on its temporary for as long as it
+    exists, and the kernel drops a process's locks however it ends (SIGKILL included), so a concurrent run's
+    temporary, being written, is never removed. Where locks are unavailable, a temporary counts as stale after
+    :data:`STALE_UNLOCKED_SECONDS` without modification.
+
+    Args:
+        folder: the folder to clean.
+        target: the name of the file whose temporaries to remove; ``None``: those of any target.
+
+    Returns:
+        The paths removed.
+    """
+    folder = Path(folder)
+    named = re.compile((re.escape(f".{target}.") if target is not None else r"\..+\.") + r".+" + re.escape(TEMP_SUFFIX),
+                       re.DOTALL)
+    try:
+        with os.scandir(folder) as it:
+            names = [e.name for e in it if named.fullmatch(e.name)]
+    except OSError:
+        return []
+    return [folder / n for n in sorted(names) if _remove_if_stale(folder / n)]
+
+
+@contextmanager
+def temp_sibling(path: str | os.PathLike[str], *, directory: bool = False) -> Iterator[Path]:
+    """A new temporary file (or folder) ``.<name>.<random>.part`` beside ``path``, held for the ``with`` block.
+
+    The temporaries that killed writers of ``path`` left are removed first (:func:`remove_stale_temps`). The new one
+    gets the mode the umask gives an ordinary file (folder), and an exclusive lock that marks it as live until the
+    block ends. Write into it in place (open the path; do not put another file under its name): the lock is on this
+    file. Whatever is still under its name when the block ends is removed: rename it to keep it.
+
+    Args:
+        path: the file or folder the temporary stands in for; its folder is created if missing.
+        directory: make a folder instead of a file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    remove_stale_temps(path.parent, path.name)
+    mode = (0o777 if directory else 0o666) & ~umask()
+    for _ in range(8):
+        if directory:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent))
+            try:
+                os.chmod(tmp, mode)
+                fd = os.open(tmp, os.O_RDONLY)
+            except FileNotFoundError:  # removed as stale before we could lock it
+                continue
+        else:
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+            tmp = Path(name)
+            os.fchmod(fd, mode)
+        # A sweeper that locked the new file before us has removed it: start over with another.
+        if _try_lock(fd, wait=True) is not False and _names_file(tmp, fd):
+            break
+        os.close(fd)
+    else:
+        raise OSError(f"{path.parent}: could not create a temporary file for {path.name}")
     try:
         yield tmp
+    finally:
+        try:
+            if _names_file(tmp, fd):
+                _remove(tmp)
+        finally:
+            os.close(fd)
+
+
+class RejectedOutput(ValueError):
+    """A new file failed its own checks: it was not put in place, the previous file (if any) is unchanged, and the
+    new one is kept beside it for inspection.
+
+    Attributes:
+        path: the file that was to be written.
+        rejected: where the new file was kept (``<path>.rejected``).
+        reason: what its checks found.
+        previous: whether ``path`` existed (and was kept unchanged).
+    """
+
+    def __init__(self, path: Path, rejected: Path, reason: str, previous: bool) -> None:
+        self.path, self.rejected, self.reason, self.previous = Path(path), Path(rejected), reason, previous
+        kept = "the previous one is unchanged" if previous else "there was no previous one"
+        super().__init__(f"{self.path} was not replaced ({kept}): the new file failed its checks: "
+                         f"{' '.join(reason.split())}; it is kept as {self.rejected}")
+
+    def __reduce__(self):  # keeps the error picklable across process pools
+        return (type(self), (self.path, self.rejected, self.reason, self.previous))
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], *, check: Callable[[Path], str | None] | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is renamed to ``path``, on failure removed.
+
+    Readers therefore see either the old file or the complete new one, never a partial write. The temporary file is
+    made by :func:`temp_sibling` (mode from the umask; stale temporaries of ``path`` removed first): write into it in
+    place.
+
+    Args:
+        path: the destination; its folder is created if missing.
+        check: called with the complete temporary file before the rename; a returned reason (``None``: fine) keeps
+            the file from replacing ``path``: it is moved to ``<path>.rejected`` instead and :class:`RejectedOutput`
+            is raised.
+
+    Raises:
+        RejectedOutput: ``check`` found a problem.
+    """
+    path = Path(path)
+    with temp_sibling(path) as tmp:
+        yield tmp
+        reason = check(tmp) if check is not None else None
+        if reason is not None:
+            rejected = path.with_name(path.name + ".rejected")
+            previous = path.exists()
+            os.replace(tmp, rejected)
+            raise RejectedOutput(path, rejected, reason, previous)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write a text file atomically (temporary file in the same folder, then rename)."""
-    with atomic_path(path) as tmp:
+def atomic_write_text(path: str | os.PathLike[str], text: str, *,
+                      check: Callable[[Path], str | None] | None = None) -> Path:
+    """Write a text file atomically (temporary file in the same folder, then rename); see :func:`atomic_path` for
+    ``check``."""
+    with atomic_path(path, check=check) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
@@ -191,8 +408,18 @@ class NpzReader:
         try:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError:
-            raise DataFileError(self.path, None, "an npz file", "no such file") from None
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            found = "a broken symbolic link" if self.path.is_symlink() else "no such file"
+            raise DataFileError(self.path, None, "an npz file", found) from None
+        except IsADirectoryError:
+            raise DataFileError(self.path, None, "an npz file", "a folder") from None
+        except PermissionError:
+            raise DataFileError(self.path, None, "an npz file that can be read", "permission denied") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise DataFileError(self.path, None, "an npz file", "a symbolic link loop") from None
+            raise DataFileError(self.path, None, "a complete npz (zip) archive",
+                                f"unreadable archive ({exc}); truncated or corrupt?") from None
+        except (zipfile.BadZipFile, EOFError) as exc:
             raise DataFileError(
                 self.path, None, "a complete npz (zip) archive", f"unreadable archive ({exc}); truncated or corrupt?"
             ) from None

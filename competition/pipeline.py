@@ -29,14 +29,17 @@ from competition.budget import FIT_FRACTION, TimeBudget, format_seconds
 from competition.collections import Collection, Split
 from competition.errors import DataRootNotFound
 from competition.leaderboard import DEFAULT_PATH, append_row
-from competition.npzio import NpzReader
+from competition.npzio import NpzReader, atomic_write_text
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
 from competition.stats import oracle_score
 from competition.submission import (
     ScoreReport,
+    SubmissionError,
+    SubmissionProblem,
     score_submission,
     submission_id,
+    submission_text,
     validate_submission,
     write_submission,
 )
@@ -231,22 +234,46 @@ class _Scoring:
         self.rows = split_rows(self.root, self.collections, Split.VALID, self.protocol)
 
     def valid(self, producer: str, predictions: dict[str, np.ndarray], components: str = "") -> ScoreReport:
-        """Write ``valid-<producer>.csv``, score it under the protocol, record it in the leaderboard."""
-        valid_file = write_submission(self.out_dir / f"valid-{producer}.csv", predictions, self.rows)
-        report = score_submission(valid_file, self.root, Split.VALID, protocol=self.protocol)
+        """Write ``valid-<producer>.csv`` once it scores under the protocol, record it in the leaderboard.
+
+        Raises:
+            RejectedOutput: the new file is invalid; it is kept as ``valid-<producer>.csv.rejected``.
+        """
+        reports: list[ScoreReport] = []
+
+        def score(tmp: Path) -> str | None:
+            try:
+                reports.append(score_submission(tmp, self.root, Split.VALID, protocol=self.protocol))
+            except SubmissionError as exc:
+                return _problems(exc.problems, Split.VALID, self.root)
+            return None
+
+        valid_file = atomic_write_text(self.out_dir / f"valid-{producer}.csv",
+                                       submission_text(predictions, self.rows), check=score)
+        report = reports[0]
         append_row(report.scores(), file=valid_file, producer=producer, split=Split.VALID.value,
                    data=self.root.root, synthetic=self.synthetic, path=self.board, components=components,
                    protocol=self.protocol.tag)
         return report
 
 
+def _problems(problems: Sequence[SubmissionProblem], split: Split, root: DataRoot) -> str:
+    """One line on a rejected file's problems: how many, and the first."""
+    return f"{len(problems)} problem(s) against the {split.value} split of {root.root}, the first: {problems[0]}"
+
+
 def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray]) -> Path:
-    """Write ``submission.csv`` from ``predictions`` and check it against the test split."""
-    submission = write_submission(out_dir / "submission.csv", predictions)
-    problems = validate_submission(submission, root, Split.TEST)
-    if problems:
-        raise RuntimeError(f"{submission} failed validation:\n" + "\n".join(map(str, problems)))
-    return submission
+    """Write ``submission.csv`` from ``predictions`` once it passes validation against the test split.
+
+    The new file is checked under its temporary name: one with problems never replaces the previous
+    ``submission.csv``; it is kept as ``submission.csv.rejected`` and :class:`~competition.npzio.RejectedOutput`
+    (a ``ValueError``: one ``error:`` line on the command line) says so.
+    """
+    def validate(tmp: Path) -> str | None:
+        problems = validate_submission(tmp, root, Split.TEST)
+        return _problems(problems, Split.TEST, root) if problems else None
+
+    return atomic_write_text(out_dir / "submission.csv", submission_text(predictions), check=validate)
 
 
 def run_pipeline(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -237,15 +238,137 @@ def find_data_root(
     )
 
 
+def _hidden(name: str) -> bool:
+    """Names starting with ``.``: macOS resource forks (``._x.npz``), editors' and our own temporary files."""
+    return name.startswith(".")
+
+
 def list_graphs(root: DataRoot, collection: Collection, split: Split) -> list[Path]:
     """The npz files of one collection and split, sorted by stem; empty if the folder is missing.
 
-    Temporary files of an interrupted write (``.name.npz.XXXX.part``) are not listed.
+    Every entry named ``*.npz`` is listed, whatever it is: a folder, a broken link or a link loop so named is then
+    refused by :func:`load_graph` with a message, never skipped without a word. Hidden entries (names starting with
+    ``.``, see :func:`hidden_files`) are not listed, nor temporary files of an interrupted write
+    (``.name.npz.XXXX.part``).
+
+    Raises:
+        OSError: the folder exists but cannot be listed.
     """
     d = root.collection_dir(collection, split)
     if not d.is_dir():
         return []
-    return sorted((p for p in d.glob("*.npz") if p.is_file()), key=lambda p: p.stem)
+    return sorted((p for p in d.iterdir() if p.suffix == ".npz" and not _hidden(p.name)), key=lambda p: p.stem)
+
+
+def hidden_files(root: DataRoot, collections: Sequence[Collection] | None = None,
+                 splits: Sequence[Split] | None = None) -> list[Path]:
+    """Hidden ``*.npz`` entries that :func:`list_graphs` leaves out (e.g. macOS ``._x.npz`` resource forks).
+
+    Folders that cannot be listed are passed over (:func:`validate_root` reports them).
+    """
+    out: list[Path] = []
+    for c in list(Collection) if collections is None else collections:
+        for s in list(Split) if splits is None else splits:
+            d = root.collection_dir(c, s)
+            try:
+                out.extend(sorted(p for p in d.iterdir() if p.suffix == ".npz" and _hidden(p.name)))
+            except OSError:
+                continue
+    return out
+
+
+_SPLIT_USE = {
+    Split.TRAIN: "models are fitted on them",
+    Split.VALID: "models are chosen and ensembled on them",
+    Split.TEST: "the submission ranks them",
+}
+# Characters a submission ID cannot hold as written unquoted in CSV (``:`` separates the collection prefix).
+_ID_UNSAFE = re.compile(r'[,":\x00-\x1f\x7f]')
+
+
+def _stem_problem(path: Path) -> DataFileError | None:
+    stem = path.stem
+    unsafe = _ID_UNSAFE.search(stem)
+    if stem == stem.strip() and unsafe is None:
+        return None
+    found = f"{unsafe.group()!r} in {stem!r}" if unsafe else f"leading or trailing spaces in {stem!r}"
+    return DataFileError(path, None, "a file name usable in a submission ID <collection>:<stem> (no ',', '\"', "
+                         "':', control characters or surrounding spaces)", f"{found}: rename the file")
+
+
+def validate_root(
+    root: DataRoot,
+    collections: Sequence[Collection] | None = None,
+    splits: Sequence[Split] | None = None,
+    *,
+    synthetic: bool = False,
+) -> list[DataFileError]:
+    """Problems of a data root that no single file shows, each naming the folder or file concerned.
+
+    Checked, for each collection holding any graph: every split asked for is there with at least one graph (fitting
+    needs train, choosing models needs valid, the submission ranks test), every folder can be listed, valid and
+    test file names make usable submission IDs, and in a synthetic world every test graph has its ``secret/``
+    runtimes (the offline score of the test split reads them). A root without any graph is a problem too.
+
+    Args:
+        root: the data root.
+        collections: the collections to check (default: all five).
+        splits: the splits to check (default: all three).
+        synthetic: the root is a synthetic world (``world.json``): test graphs need their secret files.
+
+    Returns:
+        The problems, in collection and split order.
+    """
+    collections = list(Collection) if collections is None else [Collection(c) for c in collections]
+    splits = list(Split) if splits is None else [Split(s) for s in splits]
+    out: list[DataFileError] = []
+    held = False
+    for c in collections:
+        graphs: dict[Split, list[Path]] = {}
+        unlisted: list[DataFileError] = []
+        for s in Split:
+            try:
+                graphs[s] = list_graphs(root, c, s)
+            except OSError as exc:
+                graphs[s] = []
+                if s in splits:
+                    unlisted.append(DataFileError(root.collection_dir(c, s), None, "a folder that can be listed",
+                                                  f"it cannot be ({exc.strerror or exc})"))
+        out.extend(unlisted)
+        if not any(graphs.values()) and not unlisted:
+            continue
+        held = True
+        for s in splits:
+            d = root.collection_dir(c, s)
+            if not graphs[s] and not any(p.path == d for p in unlisted):
+                found = "no .npz files" if d.is_dir() else "no such folder"
+                out.append(DataFileError(d, None, f"{c.value} {s.value} graphs ({_SPLIT_USE[s]})", found))
+        for s in (Split.VALID, Split.TEST):
+            if s in splits:
+                out.extend(p for p in map(_stem_problem, graphs[s]) if p is not None)
+        if synthetic and Split.TEST in splits and graphs[Split.TEST]:
+            out.extend(_secret_problems(root, c, graphs[Split.TEST]))
+    if not held:
+        out.append(DataFileError(root.npz_dir, None, "graph files (.npz) in at least one collection",
+                                 f"none in {', '.join(c.value for c in collections)}"))
+    return out
+
+
+def _is_file(path: Path | None) -> bool:
+    return path is not None and path.is_file()
+
+
+def _secret_problems(root: DataRoot, collection: Collection, paths: Sequence[Path]) -> list[DataFileError]:
+    if root.secret_dir is None:
+        return [DataFileError(root.root / "secret", None, "the secret/ folder of a synthetic world (the test "
+                              "split is scored with its runtimes)", "no such folder")]
+    missing = [p.stem for p in paths if not _is_file(root.secret_file(collection, Split.TEST, p.stem))]
+    if not missing:
+        return []
+    folder = root.secret_dir / collection.relpath / Split.TEST.value
+    shown = ", ".join(missing[:5]) + (f", ... ({len(missing)} in all)" if len(missing) > 5 else "")
+    return [DataFileError(folder, None, f"a secret file for every {collection.value} test graph",
+                          f"{len(missing)} missing: {shown}")]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -355,11 +478,14 @@ class LayoutGraph(_Graph):
         node_config_ids: int64 ``[NC]``, ascending node indices of the configurable nodes.
         node_splits: int64 ``[1, S]``, ``[[0, ..., N]]``: computation ``i`` spans nodes ``[s_i, s_{i+1})``.
         block_bytes: decompressed bytes handled per step when streaming configs.
+        check_finite: refuse non-finite ``node_config_feat`` values as configs are read (each block is checked as
+            it comes: no pass of its own); :func:`load_graph` sets it from ``validate``.
     """
 
     node_config_ids: npt.NDArray[np.int64]
     node_splits: npt.NDArray[np.int64]
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    check_finite: bool = True
 
     @property
     def num_config_nodes(self) -> int:
@@ -377,7 +503,8 @@ class LayoutGraph(_Graph):
 
         Raises:
             IndexError: an index is outside ``[0, C)``.
-            DataFileError: the member is unreadable (truncated or corrupt file).
+            DataFileError: the member is unreadable (truncated or corrupt file), or holds a non-finite value in the
+                rows read (with ``check_finite``).
         """
         sel = slice(None) if rows is None else rows
         if isinstance(sel, np.ndarray) and sel.dtype == np.bool_:
@@ -388,7 +515,11 @@ class LayoutGraph(_Graph):
         if self.config_rows is not None:
             sel = self.config_rows[sel]
         with _open(self.path, self.block_bytes) as r:
-            return _guard(self.path, "node_config_feat", lambda: r.load_rows("node_config_feat", sel))
+            out = _guard(self.path, "node_config_feat", lambda: r.load_rows("node_config_feat", sel))
+        if self.check_finite:
+            _refuse_nonfinite(self.path, out, lambda: np.arange(self.num_configs)[sel] if isinstance(sel, slice)
+                              else np.asarray(sel).reshape(-1))
+        return out
 
     def iter_config_blocks(self, block_rows: int | None = None) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
         """Walk ``node_config_feat`` front to back, one block in memory at a time.
@@ -402,7 +533,23 @@ class LayoutGraph(_Graph):
         with _open(self.path, self.block_bytes) as r:
             blocks = (r.iter_blocks("node_config_feat", block_rows) if self.config_rows is None
                       else r.iter_rows("node_config_feat", self.config_rows, block_rows))
-            yield from _guard_iter(self.path, "node_config_feat", blocks)
+            for first, block in _guard_iter(self.path, "node_config_feat", blocks):
+                if self.check_finite:
+                    _refuse_nonfinite(self.path, block, lambda f=first, n=block.shape[0]: np.arange(f, f + n)
+                                      if self.config_rows is None else self.config_rows[f:f + n])
+                yield first, block
+
+
+def _refuse_nonfinite(path: Path, block: npt.NDArray[np.float32],
+                      configs: Callable[[], npt.NDArray[np.integer]]) -> None:
+    """Raise on the first non-finite value of a block of ``node_config_feat`` rows (``[rows, NC, 18]``);
+    ``configs()`` gives the file's config index of each row, asked for only then."""
+    bad = ~np.isfinite(block)
+    if not bad.any():
+        return
+    i, k, j = (int(x) for x in np.argwhere(bad)[0])
+    raise DataFileError(path, "node_config_feat", "finite values (`fastslow data validate` lists every such file)",
+                        f"{float(block[i, k, j])} at config {int(configs()[i])}, configurable node {k}, column {j}")
 
 
 @dataclass(frozen=True)
@@ -608,12 +755,17 @@ def _finite_problem(path: Path, key: str, a: npt.NDArray[np.floating], axes: Seq
     return DataFileError(path, key, "finite values", f"{value} at {at} ({count} non-finite in all)")
 
 
-def _runtime_problems(path: Path, a: npt.NDArray[np.int64], key: str) -> Iterator[DataFileError]:
+def _runtime_problems(path: Path, a: npt.NDArray[np.int64], key: str, split: Split | None
+                      ) -> Iterator[DataFileError]:
     neg = np.flatnonzero(a < 0)
     if neg.size:
         yield DataFileError(path, key, "runtimes >= 0 ns", f"{int(a[neg[0]])} at config {int(neg[0])} "
                                                            f"({neg.size} negative)")
     zero = np.flatnonzero(a == 0)
+    if a.size and zero.size == a.size and split in (Split.TRAIN, Split.VALID):
+        # All zero is how test files hide their labels; a train or valid file so written has nothing to learn from.
+        yield DataFileError(path, key, f"runtimes > 0 ns in a {split.value} file (only test files hide them as "
+                                       "all zeros)", f"all {a.size} runtimes are 0")
     if 0 < zero.size < a.size:
         yield DataFileError(
             path, key, "all runtimes > 0 ns (or all 0 in a test file)",
@@ -621,7 +773,8 @@ def _runtime_problems(path: Path, a: npt.NDArray[np.int64], key: str) -> Iterato
         )
 
 
-def _value_problems(path: Path, arrays: Mapping[str, npt.NDArray[Any]], kind: Kind) -> Iterator[DataFileError]:
+def _value_problems(path: Path, arrays: Mapping[str, npt.NDArray[Any]], kind: Kind, split: Split | None
+                    ) -> Iterator[DataFileError]:
     n = arrays["node_feat"].shape[0]
     p = _finite_problem(path, "node_feat", arrays["node_feat"], ("node", "column"))
     if p is not None:
@@ -646,7 +799,7 @@ def _value_problems(path: Path, arrays: Mapping[str, npt.NDArray[Any]], kind: Ki
         yield DataFileError(path, "edge_index", "no self loops (the featurizer never writes one)",
                             f"self loop at row {i} = {e[i].tolist()} ({loops.size} in all)")
     runtime = arrays["config_runtime"]
-    yield from _runtime_problems(path, runtime, "config_runtime")
+    yield from _runtime_problems(path, runtime, "config_runtime", split)
     is_test = runtime.size > 0 and not runtime.any()
     if kind == "tile":
         p = _finite_problem(path, "config_feat", arrays["config_feat"], ("config", "column"))
@@ -685,16 +838,19 @@ def _value_problems(path: Path, arrays: Mapping[str, npt.NDArray[Any]], kind: Ki
                             f"last value {int(splits[-1])}")
 
 
-def _deep_problems(path: Path, r: NpzReader) -> Iterator[DataFileError]:
+def _config_problems(path: Path, r: NpzReader, *, ranges: bool) -> Iterator[DataFileError]:
+    """Problems of ``node_config_feat``'s values, streamed: non-finite values, and with ``ranges`` values outside
+    the layout range."""
     lo, hi = LAYOUT_VALUE_RANGE
     # One message per kind of problem, with the first place and a total: a broken member must not flood.
     first: dict[str, tuple[int, int, int, float]] = {}
     counts = {"nonfinite": 0, "off": 0}
     for start, block in _guard_iter(path, "node_config_feat", r.iter_blocks("node_config_feat")):
-        bad = ~np.isfinite(block)
-        with np.errstate(invalid="ignore"):
-            off = ~bad & ((block != np.round(block)) | (block < lo) | (block > hi))
-        for name, mask in (("nonfinite", bad), ("off", off)):
+        masks = {"nonfinite": ~np.isfinite(block)}
+        if ranges:
+            with np.errstate(invalid="ignore"):
+                masks["off"] = ~masks["nonfinite"] & ((block != np.round(block)) | (block < lo) | (block > hi))
+        for name, mask in masks.items():
             if mask.any():
                 counts[name] += int(mask.sum())
                 if name not in first:
@@ -710,7 +866,8 @@ def _deep_problems(path: Path, r: NpzReader) -> Iterator[DataFileError]:
 
 
 def _problems(
-    path: Path, collection: Collection | None, *, validate: bool, deep: bool, sink: dict[str, Any]
+    path: Path, collection: Collection | None, *, validate: bool, deep: bool, sink: dict[str, Any],
+    finite_configs: bool = False,
 ) -> Iterator[DataFileError]:
     """All problems of one file, in order; on success ``sink`` receives what a record needs."""
     with _open(path) as r:
@@ -733,10 +890,10 @@ def _problems(
             yield exc
             return
         if validate:
-            yield from _value_problems(path, arrays, kind)
-            if deep and kind == "layout":
+            yield from _value_problems(path, arrays, kind, split)
+            if (deep or finite_configs) and kind == "layout":
                 try:
-                    yield from _deep_problems(path, r)
+                    yield from _config_problems(path, r, ranges=deep)
                 except DataFileError as exc:
                     yield exc
         sink.update(arrays=arrays, kind=kind, collection=collection, split=split)
@@ -768,8 +925,10 @@ def load_graph(
 
     Keys, dtypes and shapes are always checked (from the member headers, without reading data). With ``validate``
     the values are checked too (finite features, opcodes in the table, edges and configurable nodes in range,
-    ``node_splits`` from 0 to N, runtimes all positive or all zero); with ``deep`` also every value of a layout
-    file's ``node_config_feat`` (streamed, one block in memory at a time).
+    ``node_splits`` from 0 to N, runtimes all positive, or all zero in a file not known to be of the train or valid
+    split), and a layout record refuses any non-finite ``node_config_feat`` value when its configs are read; with
+    ``deep`` also every value of a layout file's ``node_config_feat`` up front (streamed, one block in memory at a
+    time).
 
     Args:
         path: the npz file.
@@ -802,11 +961,13 @@ def load_graph(
     if sink["kind"] == "tile":
         return TileGraph(**common, config_feat=a["config_feat"],
                          config_runtime_normalizers=a["config_runtime_normalizers"])
-    return LayoutGraph(**common, node_config_ids=a["node_config_ids"], node_splits=a["node_splits"])
+    return LayoutGraph(**common, node_config_ids=a["node_config_ids"], node_splits=a["node_splits"],
+                       check_finite=validate)
 
 
 def validate_file(
-    path: str | os.PathLike[str], collection: Collection | None = None, deep: bool = False
+    path: str | os.PathLike[str], collection: Collection | None = None, deep: bool = False, *,
+    finite_configs: bool = False,
 ) -> list[DataFileError]:
     """Every problem of one file (empty list: the file is good).
 
@@ -816,7 +977,9 @@ def validate_file(
     Args:
         path: the npz file.
         collection: as for :func:`load_graph`.
-        deep: also stream through ``node_config_feat`` checking every value.
+        deep: also stream through ``node_config_feat`` checking every value (finite, integer, in -1..5).
+        finite_configs: also stream through ``node_config_feat`` checking only that it is finite, as reading the
+            record's configs would (the cost is decompressing the member once; the check itself is cheap).
 
     Returns:
         The problems, each a :class:`DataFileError`, in the order found.
@@ -824,7 +987,8 @@ def validate_file(
     path = Path(path)
     problems: list[DataFileError] = []
     try:
-        problems.extend(_problems(path, collection, validate=True, deep=deep, sink={}))
+        problems.extend(_problems(path, collection, validate=True, deep=deep, sink={},
+                                  finite_configs=finite_configs))
     except DataFileError as exc:
         problems.append(exc)
     return problems

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from competition.collections import Collection, Split
 from competition.leaderboard import DEFAULT_PATH, read_rows
+from competition.npzio import temp_sibling
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
 from competition.reader import DataRoot, find_data_root, list_graphs
 
@@ -711,10 +712,8 @@ def build_report(
     else:
         why = how[0].upper() + how[1:] + "."
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
-    try:
-        os.chmod(tmp, 0o755)
+    # A temporary folder with the umask's mode, removed on failure (and by the next run if this one is killed).
+    with temp_sibling(out_dir, directory=True) as tmp:
         builders: list[Callable[[], Section]] = [
             lambda: _scores_section(tmp, rows, matched, root, split, oracle, leaderboard, problem),
             lambda: _tau_section(tmp, report, why),
@@ -734,9 +733,6 @@ def build_report(
             meta.append(("note", "synthetic data: these scores say nothing about the Kaggle leaderboard"))
         (tmp / "index.html").write_text(_page(sections, meta), encoding="utf-8")
         _replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir / "index.html"
 
 

@@ -10,6 +10,7 @@ Row numbers in problems count data rows from 1; row 0 is the header (so row N is
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.errors import DataFileError
 from competition.metrics import CollectionResult, GraphResult, ScoreReport, predicted_order, score_graph
 from competition.npzio import NpzReader, atomic_write_text
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
@@ -30,6 +32,7 @@ TILE_TOP_K = 5
 MAX_LISTED = 5  # indices named per problem message
 MAX_PROBLEMS_IN_MESSAGE = 20
 CSV_FIELD_LIMIT = 2**31 - 1  # the largest the csv module takes on every platform
+MAX_INDEX = np.iinfo(np.int64).max
 _INTEGER = re.compile(r"\s*-?[0-9]+\s*")  # ASCII digits only: int() would take other scripts' digits
 
 
@@ -146,9 +149,33 @@ def _items(mapping: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayL
     return sorted(items, key=lambda kv: kv[0])
 
 
-def _write(path: str | os.PathLike[str], rows: list[tuple[str, str]]) -> Path:
-    lines = [",".join(HEADER)] + [f"{sid},{top}" for sid, top in rows]
-    return atomic_write_text(path, "\n".join(lines) + "\n")
+def _csv_text(rows: list[tuple[str, str]]) -> str:
+    """The file's text; the csv module quotes a field that needs it (an ID holding a comma, quote or newline)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(HEADER)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def submission_text(
+    predictions: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]],
+    rows: Mapping[str, npt.ArrayLike | None] | None = None,
+) -> str:
+    """The text of a submission from per-graph scores (lower = faster), rows sorted by ID: what
+    :func:`write_submission` writes.
+
+    Args:
+        predictions: submission ID -> ``[C]`` scores (a mapping or ``(id, scores)`` pairs).
+        rows: submission ID -> the config index of each score, for graphs predicted on a subset of their configs
+            (the valid protocol); IDs not in it (or mapped to ``None``) cover every config.
+
+    Raises:
+        ValueError: an ID with no known collection prefix, or an ID given twice.
+    """
+    items = _items(predictions)
+    rows = rows or {}
+    return _csv_text([(sid, format_top_configs(parse_submission_id(sid)[0], s, rows.get(sid))) for sid, s in items])
 
 
 def write_submission(
@@ -170,10 +197,7 @@ def write_submission(
     Raises:
         ValueError: an ID with no known collection prefix, or an ID given twice.
     """
-    items = _items(predictions)
-    rows = rows or {}
-    return _write(path, [(sid, format_top_configs(parse_submission_id(sid)[0], s, rows.get(sid)))
-                         for sid, s in items])
+    return atomic_write_text(path, submission_text(predictions, rows))
 
 
 def write_submission_orders(
@@ -189,7 +213,7 @@ def write_submission_orders(
     Returns:
         The path written.
     """
-    return _write(path, [(sid, format_order(o)) for sid, o in _items(orders)])
+    return atomic_write_text(path, _csv_text([(sid, format_order(o)) for sid, o in _items(orders)]))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -211,11 +235,14 @@ def _parse_indices(text: str) -> tuple[npt.NDArray[np.int64] | None, str | None]
     bad = [t for t in tokens if _INTEGER.fullmatch(t) is None]
     if bad:
         return None, f"non-integer token(s) {', '.join(repr(t) for t in bad[:MAX_LISTED])} in TopConfigs"
-    values = np.array([int(t) for t in tokens], dtype=np.int64)
-    negative = values[values < 0]
-    if negative.size:
+    ints = [int(t) for t in tokens]
+    negative = [v for v in ints if v < 0]
+    if negative:
         return None, f"negative index(es) {', '.join(map(str, negative[:MAX_LISTED]))} in TopConfigs"
-    return values, None
+    huge = [v for v in ints if v > MAX_INDEX]
+    if huge:  # no graph has that many configs, and int64 cannot hold it
+        return None, f"index(es) too large for any graph: {', '.join(map(str, huge[:MAX_LISTED]))} in TopConfigs"
+    return np.array(ints, dtype=np.int64), None
 
 
 def _parse(path: str | os.PathLike[str]) -> tuple[list[_Row], list[SubmissionProblem], set[str]]:
@@ -230,14 +257,37 @@ def _parse(path: str | os.PathLike[str]) -> tuple[list[_Row], list[SubmissionPro
                 _parse_rows(reader, rows, problems, seen)
             except csv.Error as exc:
                 problems.append(SubmissionProblem(None, None, f"malformed CSV: {exc}", f"line {reader.line_num}"))
-    except UnicodeDecodeError as exc:
-        problems.append(SubmissionProblem(None, None, f"expected UTF-8 text; found byte {exc.start} undecodable "
-                                                      f"({exc.reason})", "file"))
+    except UnicodeDecodeError:
+        found = _not_utf8(Path(path))
+        problems.append(SubmissionProblem(None, None, f"expected UTF-8 text; found {found}", "file"))
     except IsADirectoryError:
         problems.append(SubmissionProblem(None, None, "expected a CSV file; found a folder", "file"))
     except OSError as exc:
         problems.append(SubmissionProblem(None, None, f"cannot be read ({exc.strerror or exc})", "file"))
     return rows, problems, set(seen)
+
+
+def _not_utf8(path: Path) -> str:
+    """What a file that does not decode as UTF-8 holds instead, and what to do."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "text that is not UTF-8"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return f"UTF-16 text (byte-order mark {data[:2].hex(' ').upper()} at the start): save it as UTF-8"
+    nul = data.find(b"\0", 0, 1 << 16)
+    if nul >= 0:
+        return (f"NUL bytes (the first at byte {nul}): binary data, or UTF-16/32 text without a byte-order mark; "
+                "save it as UTF-8 CSV")
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        data[bom:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = bom + exc.start
+        line = data.count(b"\n", 0, at) + 1
+        return (f"byte 0x{data[at]:02X} at line {line} (byte {at}) that is not UTF-8 ({exc.reason}; latin-1 or "
+                "another 8-bit encoding?): save it as UTF-8")
+    return "text that is not UTF-8"  # changed since it was read
 
 
 def _csv_reader(f: Iterable[str]) -> Iterator[list[str]]:
@@ -324,15 +374,96 @@ def _expected_ids(root: DataRoot, split: Split, sample_submission: Path | None,
         sample_submission = root.sample_submission
     out: dict[str, Path] = {}
     if sample_submission is not None and Path(sample_submission).is_file():
-        with open(sample_submission, newline="", encoding="utf-8-sig") as f:
-            for rec in csv.DictReader(f):
-                c, stem = parse_submission_id(rec["ID"].strip())
-                if c in wanted:
-                    out[rec["ID"].strip()] = root.collection_dir(c, split) / f"{stem}.npz"
+        for sid in read_sample_ids(sample_submission):
+            c, stem = parse_submission_id(sid)
+            if c in wanted:
+                out[sid] = root.collection_dir(c, split) / f"{stem}.npz"
         return out
     for c in Collection:
         if c in wanted:
             out.update({submission_id(c, p.stem): p for p in list_graphs(root, c, split)})
+    return out
+
+
+def read_sample_ids(path: str | os.PathLike[str]) -> list[str]:
+    """The IDs a sample submission (``sample_submission.csv``) lists, in file order; its ``TopConfigs`` are not read.
+
+    Args:
+        path: the CSV; it needs an ``ID`` column.
+
+    Returns:
+        Every ID, each once.
+
+    Raises:
+        DataFileError: the file cannot be read, is not UTF-8 CSV, has no ``ID`` column, or holds a malformed or
+            repeated ID; the message names the file (and the line).
+    """
+    path = Path(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = _csv_reader(f)
+            header = [h.strip() for h in next(reader, [])]
+            if "ID" not in header:
+                raise DataFileError(path, None, f"a header with the column 'ID' ({','.join(HEADER)})",
+                                    f"the header {','.join(header) or '(empty file)'}: no column 'ID'")
+            col = header.index("ID")
+            seen: dict[str, int] = {}
+            for fields in reader:
+                if not fields:
+                    continue
+                sid = fields[col].strip() if col < len(fields) else ""
+                try:
+                    parse_submission_id(sid)
+                except ValueError as exc:
+                    raise DataFileError(path, None, "an ID <collection>:<stem> on every row",
+                                        f"line {reader.line_num}: {exc}") from None
+                if sid in seen:
+                    raise DataFileError(path, None, "each ID once",
+                                        f"{sid} on lines {seen[sid]} and {reader.line_num}")
+                seen[sid] = reader.line_num
+    except UnicodeDecodeError:
+        raise DataFileError(path, None, "UTF-8 text", _not_utf8(path)) from None
+    except csv.Error as exc:
+        raise DataFileError(path, None, "a well-formed CSV file", f"malformed CSV ({exc})") from None
+    except IsADirectoryError:
+        raise DataFileError(path, None, "a CSV file", "a folder") from None
+    except OSError as exc:
+        raise DataFileError(path, None, "a readable file", f"it cannot be read ({exc.strerror or exc})") from None
+    return list(seen)
+
+
+def sample_problems(root: DataRoot, collections: Iterable[Collection] | None = None) -> list[DataFileError]:
+    """What is wrong between ``sample_submission.csv`` and the test split (empty: nothing, or no sample file).
+
+    The sample lists the IDs a submission must have: each needs its test file, and a test file it does not list
+    would make every submission written from the test split hold an unknown ID.
+
+    Args:
+        root: the data root.
+        collections: the collections to compare (default: all five).
+    """
+    if root.sample_submission is None:
+        return []
+    try:
+        ids = read_sample_ids(root.sample_submission)
+    except DataFileError as exc:
+        return [exc]
+    listed: dict[Collection, set[str]] = {}
+    for sid in ids:
+        c, stem = parse_submission_id(sid)
+        listed.setdefault(c, set()).add(stem)
+    out: list[DataFileError] = []
+    for c in Collection if collections is None else [Collection(x) for x in collections]:
+        folder = root.collection_dir(c, Split.TEST)
+        files = {p.stem for p in list_graphs(root, c, Split.TEST)}
+        missing = sorted(listed.get(c, set()) - files)
+        if missing:
+            out.append(DataFileError(root.sample_submission, None, f"a test file for every {c.value} ID listed",
+                                     f"{len(missing)} ID(s) without one in {folder}: {_listed(missing)}"))
+        unlisted = sorted(files - listed.get(c, set()))
+        if unlisted:
+            out.append(DataFileError(folder, None, f"only test graphs that {root.sample_submission.name} lists",
+                                     f"{len(unlisted)} it does not list: {_listed(unlisted)}"))
     return out
 
 
@@ -405,7 +536,8 @@ def _check(path: str | os.PathLike[str], root: DataRoot, split: Split, sample_su
                                                                    f"{Split(split).value} split"))
             continue
         if not npz.is_file():
-            problems.append(SubmissionProblem(row.row, row.id, f"data file {npz} not found"))
+            found = "is not a file" if os.path.lexists(npz) else "not found"
+            problems.append(SubmissionProblem(row.row, row.id, f"data file {npz} {found}"))
             continue
         collection, stem = parse_submission_id(row.id)
         c = _num_configs(npz)

@@ -37,10 +37,14 @@ def propagate(adjacency: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 
 def propagate_many(adjacencies: list[torch.Tensor], h: torch.Tensor) -> list[torch.Tensor]:
-    """``[A @ h for A in adjacencies]`` along the node axis, laying ``h`` out as ``(N, B * H)`` only once."""
+    """``[A @ h for A in adjacencies]`` along the node axis, laying ``h`` out as ``(N, B * H)`` only once.
+
+    The sparse products are taken in float32 whatever ``h``'s dtype (CUDA has no bfloat16 sparse product, and
+    neighbour means are sums best kept in full precision under autocast); the results are float32."""
     b, n, c = h.shape
-    flat = h.permute(1, 0, 2).reshape(n, b * c)
-    return [torch.sparse.mm(a, flat).reshape(n, b, c).permute(1, 0, 2) for a in adjacencies]
+    with torch.autocast(h.device.type, enabled=False):
+        flat = h.permute(1, 0, 2).reshape(n, b * c).float()
+        return [torch.sparse.mm(a.float(), flat).reshape(n, b, c).permute(1, 0, 2) for a in adjacencies]
 
 
 class BiSAGEConv(nn.Module):

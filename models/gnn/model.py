@@ -41,7 +41,11 @@ from features.transforms import (
 )
 from models.base import NotFittedError, RankingModel
 from models.gnn.infer import (
+    DEFAULT_PREDICT_CONTEXT,
+    DEFAULT_REFERENCE_CONFIGS,
+    DEFAULT_TTA,
     PREDICT_CONTEXTS,
+    REFERENCE_WINDOW,
     LayoutPlan,
     ReferenceContext,
     config_codes,
@@ -59,8 +63,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 """Per-kind defaults of the hyper-parameters left at ``None``."""
 
-PREDICT_BLOCK = 4096
-"""Layout configs read from disk and scored per block."""
+PREDICT_BLOCK = REFERENCE_WINDOW
+"""Layout configs read from disk and scored per block (the first block holds the configs reference sets are drawn
+from)."""
 
 
 def feature_pipeline(kind: str, hops: int | None, pad: bool) -> BaseTransform:
@@ -143,8 +148,9 @@ class GNNModel(RankingModel):
                  dropout: float = 0.0, patience: int | None = None,
                  hops: int | str | None = "default", pad: bool = True, segment_size: int | None = None,
                  backprop_segments: int = 1, keep_prob: float = 0.5, train_configs: int | str | None = "default",
-                 predict_batch: int = 128, tta: int = 4, predict_context: str = "batches",
-                 reference_configs: int | None = None, seed: int = 0,
+                 predict_batch: int = 128, tta: int = DEFAULT_TTA,
+                 predict_context: str = DEFAULT_PREDICT_CONTEXT,
+                 reference_configs: int | None = DEFAULT_REFERENCE_CONFIGS, seed: int = 0,
                  device: str = "auto", runs_dir: str | None = "runs", cache_dir: str = ".cache/processed",
                  max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -237,7 +243,8 @@ class GNNModel(RankingModel):
                           steps_per_graph=r["steps_per_graph"], lr=r["lr"], weight_decay=self.weight_decay,
                           patience=r["patience"], segment_size=self.segment_size,
                           backprop_segments=self.backprop_segments, keep_prob=self.keep_prob,
-                          predict_batch=self.predict_batch, seed=self.seed, data_key=data_key)
+                          predict_batch=self.predict_batch, predict_context=self.predict_context,
+                          reference_configs=self.reference_configs, seed=self.seed, data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection_slug(collection)
         max_seconds = self.max_seconds
         if deadline is not None:
@@ -297,28 +304,27 @@ class GNNModel(RankingModel):
         if isinstance(graph, TileGraph):
             return predict_scores(net, segments, data.config_feat, seed=self.seed, **common)
         plan = LayoutPlan(net, segments)
-        reference = self._reference_sets(graph, plan, device)
+        reference: list[ReferenceContext] | None = None
         out = np.empty(graph.num_configs)
         for start, codes in iter_code_blocks(graph, PREDICT_BLOCK):
+            if start == 0:
+                reference = self._reference_sets(graph.num_configs, codes, plan, device)
             out[start:start + codes.shape[0]] = predict_scores(net, segments, codes, seed=self.seed + start,
                                                                plan=plan, context=self.predict_context,
                                                                reference=reference, **common)
         return out
 
-    def _reference_sets(self, graph: LayoutGraph, plan: LayoutPlan, device: torch.device
+    def _reference_sets(self, num_configs: int, first: torch.Tensor, plan: LayoutPlan, device: torch.device
                         ) -> list[ReferenceContext] | None:
-        """The ``tta`` reference sets of a layout graph, read in one streamed pass (``None`` unless attention
-        compares configs with a reference and the graph has more configs than one batch)."""
+        """The ``tta`` reference sets of a layout graph of ``num_configs`` configs, taken from the codes of its first
+        block ``first`` (:data:`models.gnn.infer.REFERENCE_WINDOW`); ``None`` unless attention compares configs
+        with a reference and the graph has more configs than one batch."""
         attention = any(w.attention for w in plan.blocks)
-        n = graph.num_configs
-        if not attention or self.predict_context != "reference" or n <= self.predict_batch:
+        if not attention or self.predict_context != "reference" or num_configs <= self.predict_batch:
             return None
         drawn = self.reference_configs or self.predict_batch - 1
-        draws = [reference_rows(n, drawn, self.seed, d) for d in range(max(self.tta, 1))]
-        wanted = np.unique(np.concatenate(draws))
-        codes = torch.cat([c for _, c in iter_code_blocks(graph.select_configs(wanted), len(wanted))])
-        return [ReferenceContext(plan, codes[torch.from_numpy(np.searchsorted(wanted, rows))].to(device),
-                                 self.predict_batch - 1) for rows in draws]
+        return [ReferenceContext(plan, first[torch.from_numpy(reference_rows(num_configs, drawn, self.seed, d))]
+                                 .to(device), self.predict_batch - 1) for d in range(max(self.tta, 1))]
 
 
 class GNNAttentionModel(GNNModel):

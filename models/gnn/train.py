@@ -44,7 +44,15 @@ from competition.metrics import kendall_tau, predicted_order, tile_score
 from competition.npzio import atomic_path, atomic_write_text
 from features.cache import UnusableFileError, load_plain, set_aside
 from models.gnn.gst import HistoryTable, gst_scores
-from models.gnn.infer import PREDICT_CONTEXTS, LayoutPlan, ReferenceContext, config_codes, reference_rows
+from models.gnn.infer import (
+    DEFAULT_PREDICT_CONTEXT,
+    DEFAULT_REFERENCE_CONFIGS,
+    PREDICT_CONTEXTS,
+    LayoutPlan,
+    ReferenceContext,
+    config_codes,
+    reference_rows,
+)
 from models.gnn.losses import LossFn, get_loss
 from models.gnn.net import RankNet, Segment
 
@@ -87,6 +95,8 @@ class TrainConfig:
     backprop_segments: int = 1
     keep_prob: float = 0.5
     predict_batch: int = 128
+    predict_context: str = DEFAULT_PREDICT_CONTEXT
+    reference_configs: int | None = DEFAULT_REFERENCE_CONFIGS
     seed: int = 0
     data_key: str = ""  # identifies the training data (pipeline hash and graphs), so other data starts over
 
@@ -171,9 +181,9 @@ def inference_autocast(device: torch.device, enabled: bool = True) -> contextlib
 @torch.inference_mode()
 def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor, *, batch: int = 128,
                    orderings: int = 1, seed: int = 0, device: torch.device | None = None,
-                   plan: LayoutPlan | None = None, mixed_precision: bool = True, context: str = "batches",
-                   reference: list[ReferenceContext] | None = None, reference_configs: int | None = None
-                   ) -> np.ndarray:
+                   plan: LayoutPlan | None = None, mixed_precision: bool = True,
+                   context: str = DEFAULT_PREDICT_CONTEXT, reference: list[ReferenceContext] | None = None,
+                   reference_configs: int | None = DEFAULT_REFERENCE_CONFIGS) -> np.ndarray:
     """Scores of every config in ``config_feat`` (first dimension C), in batches, in eval mode.
 
     Without cross-config attention a config's score does not depend on its batch: one pass in file order. With
@@ -181,7 +191,7 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
     ``batches``: configs are scored in batches of exactly ``batch`` and the scores are averaged over
     ``orderings`` seeded random orderings, so every config is compared with several random sets of others;
     ``reference`` (layout): every config against the same reference set of ``reference_configs`` configs of the
-    graph (default ``batch - 1``) standing for ``batch - 1`` others, averaged over ``orderings`` seeded reference
+    graph (``None``: ``batch - 1``) standing for ``batch - 1`` others, averaged over ``orderings`` seeded reference
     sets (:class:`models.gnn.infer.ReferenceContext`; pass ``reference`` to reuse sets built once for the whole
     graph). When one batch holds every config, it is scored once as that batch.
 
@@ -258,7 +268,8 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
         segs = [s.to(device) for s in item.segments]
         # float32 even on CUDA: the metric picks the kept epoch, so it is not left to reduced-precision rounding.
         scores = predict_scores(net, segs, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
-                                seed=cfg.seed, device=device, mixed_precision=False)
+                                seed=cfg.seed, device=device, mixed_precision=False, context=cfg.predict_context,
+                                reference_configs=cfg.reference_configs)
         values.append(graph_metric(cfg.kind, scores, y))
     return float(np.mean(values)) if values else float("nan")
 

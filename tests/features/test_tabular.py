@@ -164,7 +164,7 @@ def _write_layout(path: Path, feat: np.ndarray, opcode: np.ndarray, edges: list[
         "config_runtime": np.arange(1, configs.shape[0] + 1, dtype=np.int64),
     }
     graph = load_graph(write_npz(path / "npz_all" / "npz" / Path(LAYOUT.relpath) / "train" / "g.npz", arrays),
-                       LAYOUT)
+                       LAYOUT, validate=False)
     assert isinstance(graph, LayoutGraph)
     return graph
 

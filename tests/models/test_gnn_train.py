@@ -242,11 +242,11 @@ def test_predict_scores_with_attention_is_seeded():
     torch.manual_seed(0)
     net = RankNet("layout", 5, hidden=8, layers=2, attention=True).train()
     segs, cf = _layout_graph(10)
-    a = predict_scores(net, segs, cf, batch=4, orderings=3, seed=0)
-    b = predict_scores(net, segs, cf, batch=4, orderings=3, seed=0)
+    a = predict_scores(net, segs, cf, batch=4, orderings=3, seed=0, context="batches")
+    b = predict_scores(net, segs, cf, batch=4, orderings=3, seed=0, context="batches")
     assert a.dtype == np.float64 and a.shape == (10,)
     np.testing.assert_array_equal(a, b)  # same seed, same orderings, same scores
-    assert not np.allclose(a, predict_scores(net, segs, cf, batch=4, orderings=3, seed=1))
+    assert not np.allclose(a, predict_scores(net, segs, cf, batch=4, orderings=3, seed=1, context="batches"))
     assert net.training  # the mode is restored
     # One batch holding every config, one ordering: exactly the net's eval-mode scores.
     whole = predict_scores(net, segs, cf, batch=128, orderings=1)
@@ -282,23 +282,27 @@ def test_attention_model_predicts_deterministically(tiny_world: Path, cache_dir:
 def test_reference_context_scores_stream_like_the_whole_graph(tiny_world: Path, cache_dir: str,
                                                               monkeypatch: pytest.MonkeyPatch):
     """With ``predict_context="reference"`` model.predict draws its reference sets once per graph (seeded, from
-    the config count alone), so streaming the configs 5 at a time gives the scores of one call over all of them;
-    they differ from the batch orderings' and from another seed's references."""
+    the config count alone, among the first REFERENCE_WINDOW configs: its first block), so streaming the configs
+    5 at a time gives the scores of one call over all of them; they differ from the batch orderings' and from
+    another seed's references."""
+    monkeypatch.setattr(importlib.import_module("models.gnn.infer"), "REFERENCE_WINDOW", 5)
     root = find_data_root(tiny_world)
-    model = GNNAttentionModel(**{**QUICK, "epochs": 1}, predict_batch=8, tta=2, predict_context="reference",
-                              runs_dir=None, cache_dir=cache_dir).fit(root, LAYOUT, progress=False)
+    model = GNNAttentionModel(**{**QUICK, "epochs": 1}, predict_batch=4, tta=2, predict_context="reference",
+                              reference_configs=None, runs_dir=None, cache_dir=cache_dir).fit(root, LAYOUT,
+                                                                                              progress=False)
     graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
-    assert graph.num_configs > 8
+    assert graph.num_configs > 8  # several blocks of 5
     net = model.network()
     segments = make_segments(model.prepare(graph))
-    whole = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=8, orderings=2,
-                           seed=model.seed, context="reference")
+    whole = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=4, orderings=2,
+                           seed=model.seed, context="reference", reference_configs=None)
     monkeypatch.setattr(importlib.import_module("models.gnn.model"), "PREDICT_BLOCK", 5)
     np.testing.assert_allclose(model.predict(graph), whole, rtol=1e-6, atol=1e-7)
-    batches = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=8, orderings=2,
+    batches = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=4, orderings=2,
                              seed=model.seed, context="batches")
     assert not np.allclose(batches, whole)
-    assert not np.allclose(predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=8,
-                                          orderings=2, seed=model.seed + 1, context="reference"), whole)
+    assert not np.allclose(predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=4,
+                                          orderings=2, seed=model.seed + 1, context="reference",
+                                          reference_configs=None), whole)
     with pytest.raises(ValueError, match="predict_context must be one of reference, batches"):
         GNNAttentionModel(predict_context="ordered")
