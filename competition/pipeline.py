@@ -276,6 +276,24 @@ def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray
     return atomic_write_text(out_dir / "submission.csv", submission_text(predictions), check=validate)
 
 
+def preflight(root: DataRoot, synthetic: bool) -> None:
+    """Refuse, before any fitting, a data root whose submission would fail at the end: a missing or empty split of
+    a collection, a folder that cannot be listed, file names unusable in submission IDs, a sample submission that
+    does not match the test files, missing secret runtimes (:func:`competition.reader.validate_root`,
+    :func:`competition.submission.sample_problems`). Files are not opened: ``fastslow data validate`` checks them.
+
+    Raises:
+        ValueError: naming the first problem and how many there are.
+    """
+    from competition.reader import validate_root
+    from competition.submission import sample_problems
+
+    problems = validate_root(root, synthetic=synthetic) + sample_problems(root)
+    if problems:
+        raise ValueError(f"{len(problems)} problem(s) of the data root {root.root}, found before any fitting "
+                         f"(`fastslow data validate {root.root}` lists them all); the first: {problems[0]}")
+
+
 def run_pipeline(
     data: str | Path | None = None,
     *,
@@ -318,6 +336,7 @@ def run_pipeline(
     out_dir = Path(out_dir)
     board = Path(leaderboard) if leaderboard else out_dir / DEFAULT_PATH.name
     root, synthetic = resolve_data(data, synth_dir, scale=synth_scale, progress=progress)
+    preflight(root, synthetic)
     collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
     print(f"data: {root.root} ({'synthetic world' if synthetic else 'real data'}; {root.source})")
     print(f"valid protocol: {protocol.describe()}; {budget.describe()}")

@@ -20,7 +20,6 @@ import dataclasses
 import html
 import math
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -274,6 +273,13 @@ def read_curves(path: Path) -> dict[str, npt.NDArray[np.float64]]:
     Raises:
         ValueError: a required column is missing, a cell is not a number, or the file has no rows.
     """
+    try:
+        return _read_curves(path)
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable curves CSV ({type(exc).__name__}: {exc})") from None
+
+
+def _read_curves(path: Path) -> dict[str, npt.NDArray[np.float64]]:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         names = [n.strip() for n in reader.fieldnames or ()]
@@ -614,19 +620,19 @@ def _check_out_dir(out_dir: Path) -> None:
 
 
 def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Put the finished folder ``tmp`` in place of ``out_dir`` (two renames; the old report is removed after)."""
-    old = None
-    if out_dir.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-        os.replace(out_dir, old / "report")
-    try:
+    """Put the finished folder ``tmp`` in place of ``out_dir`` (two renames). The old report waits in a locked
+    temporary folder and is removed after; one a killed run left behind is removed by the next build
+    (:func:`competition.npzio.temp_sibling`)."""
+    if not out_dir.exists():
         os.replace(tmp, out_dir)
-    except BaseException:
-        if old is not None:
+        return
+    with temp_sibling(out_dir, directory=True) as old:
+        os.replace(out_dir, old / "report")
+        try:
+            os.replace(tmp, out_dir)
+        except BaseException:
             os.replace(old / "report", out_dir)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+            raise
 
 
 def _page(sections: Sequence[Section], meta: Sequence[tuple[str, str]]) -> str:

@@ -35,8 +35,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_all_start_methods, get_context
-from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +45,10 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
-from competition.npzio import atomic_path, atomic_write_text
+from competition.npzio import atomic_path, atomic_write_text, remove_stale_temps
 from competition.protocol import ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, list_graphs, load_graph
+from competition.workers import end_with_parent, pool_context
 from features.data import graph_to_data
 
 FORMAT_VERSION = 3
@@ -257,18 +256,10 @@ def _process_one(source: str, collection: str, dest: str, pre_transform: Transfo
     return stats
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int) -> None:
+    end_with_parent(parent)  # a killed build leaves no worker writing into the cache
     # Graphs are processed one per worker: torch's own threads would only oversubscribe the cores.
     torch.set_num_threads(1)
-
-
-def _mp_context() -> BaseContext:
-    """``fork`` where the platform has it, else ``spawn``.
-
-    Forked workers inherit the imported torch and PyG, where each spawned one spends seconds importing them again;
-    torch resets its thread pools in a forked child (as its ``DataLoader`` workers rely on), so forking is safe.
-    """
-    return get_context("fork" if "fork" in get_all_start_methods() else "spawn")
 
 
 class ProcessedGraphs(Sequence[Data]):
@@ -406,7 +397,8 @@ class ProcessedGraphs(Sequence[Data]):
                     stats[source.stem] = _process_one(*job)
                     bar.update()
             else:
-                with ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=_worker_init) as pool:
+                with ProcessPoolExecutor(workers, mp_context=pool_context(), initializer=_worker_init,
+                                         initargs=(os.getpid(),)) as pool:
                     futures = {pool.submit(_process_one, *job): source for source, job in zip(todo, jobs, strict=True)}
                     for future in as_completed(futures):
                         stats[futures[future].stem] = future.result()
@@ -416,11 +408,13 @@ class ProcessedGraphs(Sequence[Data]):
                            seconds=time.perf_counter() - t0)
 
     def _remove_leftovers(self) -> int:
-        """Delete ``.part`` files and cached files that no current source maps to; returns how many."""
+        """Delete cached files that no current source maps to, and the ``.part`` files of killed builds (those of a
+        concurrent build, still being written, are kept: :func:`competition.npzio.remove_stale_temps`); returns
+        how many."""
         wanted = {s.cache_name for s in self.sources}
-        count = 0
+        count = len(remove_stale_temps(self.processed_dir))
         for p in self.processed_dir.iterdir():
-            if (p.name.endswith(".part") or p.suffix == ".pt") and p.name not in wanted:
+            if p.suffix == ".pt" and p.name not in wanted:
                 p.unlink(missing_ok=True)
                 count += 1
         return count

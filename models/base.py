@@ -129,11 +129,15 @@ class RankingModel(abc.ABC):
         elif doc["name"] != cls.name:
             raise ValueError(f"{path}: expected a saved {cls.__name__} (name {cls.name!r}); "
                              f"found name {doc['name']!r}")
-        model = cls(**doc["params"])
-        for key, value in doc["state"].items():
-            setattr(model, key, _decode(value))
-        if "collection_" in doc["state"] and model.collection_ is not None:  # type: ignore[attr-defined]
-            model.collection_ = Collection(model.collection_)  # type: ignore[attr-defined]
+        try:
+            model = cls(**doc["params"])
+            for key, value in doc["state"].items():
+                setattr(model, key, _decode(value))
+            if "collection_" in doc["state"] and model.collection_ is not None:  # type: ignore[attr-defined]
+                model.collection_ = Collection(model.collection_)  # type: ignore[attr-defined]
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{path}: expected a saved {cls.__name__}; found parameters or state it cannot take "
+                             f"({type(exc).__name__}: {exc})") from exc
         return model
 
 

@@ -157,6 +157,8 @@ def test_a_report_replaces_the_old_one_and_refuses_other_folders(built: tuple[Pa
                          graphs=0, progress=False)
     assert not (out / "stale.png").exists() and "valid-random.csv" in index.read_text(encoding="utf-8")
     assert "--graphs 0" in _parse(index).sections["ranks"]
+    # The old report waited in a temporary sibling, removed after: only the report is left beside it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep", encoding="utf-8")
@@ -169,6 +171,9 @@ def test_bad_curves_file_is_reported(tmp_path: Path):
     bad = tmp_path / "curves.csv"
     bad.write_text("epoch,loss\n1,2\n", encoding="utf-8")
     with pytest.raises(ValueError, match="missing column"):
+        read_curves(bad)
+    bad.write_bytes("epoch,train_loss\n1,\u00e9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=f"^{bad}: not a readable curves CSV \\(UnicodeDecodeError"):
         read_curves(bad)
 
 

@@ -16,15 +16,9 @@ left. Worker processes end with the process that started them, even when it is k
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
-import multiprocessing
 import os
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -41,6 +35,7 @@ from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.physics import measure
 from competition.synthetic.programs import build_program, tile_kernels
 from competition.synthetic.tile_physics import TileProblem
+from competition.workers import end_with_parent, pool_context
 
 KAGGLE_SUBDIR = Path("npz_all") / "npz"
 SECRET_SUBDIR = Path("secret")
@@ -487,44 +482,6 @@ def _write_tile_program(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -
     return written
 
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _parent_death_signal() -> bool:
-    """Ask Linux to SIGKILL this process when its parent ends; ``False`` where that cannot be asked."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)
-
-
-def _end_with_parent(parent: int) -> None:
-    """Pool initializer: end this worker when ``parent``, the process generating the world, ends, however it ends.
-
-    A killed parent runs no clean-up, so its workers would otherwise go on writing the world. On Linux the kernel
-    sends them SIGKILL (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon thread polls ``os.getppid()``. A parent that
-    died before this ran is seen by its pid: the worker has already been handed to another parent.
-    """
-    if not _parent_death_signal():
-        threading.Thread(target=_watch_parent, args=(parent,), name="end-with-parent", daemon=True).start()
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def _pool_context() -> multiprocessing.context.BaseContext:
-    """Fork on Linux, spawn elsewhere: both make the generating process the workers' parent (a fork server would
-    be their parent instead, and :func:`_end_with_parent` watches the parent)."""
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-
-
 def _remove_stale_temps(out: Path) -> None:
     """Remove the temporary files (``.<name>.<random>.part``) that killed runs left anywhere in the world; those of
     a concurrent run, still being written, are kept (see :func:`competition.npzio.remove_stale_temps`)."""
@@ -646,8 +603,8 @@ def generate_world(
             for job, paths in zip(jobs, results, strict=True):
                 _report(bar, job, paths, on_written)
         else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(),
-                                     initializer=_end_with_parent, initargs=(os.getpid(),)) as pool:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=pool_context(),
+                                     initializer=end_with_parent, initargs=(os.getpid(),)) as pool:
                 for job, paths in zip(jobs, pool.map(_run_job, [(out, cfg, j) for j in jobs]), strict=True):
                     _report(bar, job, paths, on_written)
     finally:

@@ -229,6 +229,10 @@ def test_saved_models_are_json_and_a_damaged_one_is_named(tiny_world: Path, cach
         find_data_root(tiny_world), LAYOUT, progress=False).save(tmp_path / "model.json")
     text = path.read_text()
     json.loads(text)  # plain JSON: nothing to unpickle
+    doc = json.loads(text)
+    path.write_text(json.dumps({**doc, "params": {**doc["params"], "bogus": 1}}))
+    with pytest.raises(ValueError, match=f"^{path}: expected a saved GNNModel; .*bogus"):
+        load_model(path)
     path.write_text(text[:500])
     with pytest.raises(ValueError, match=f"^{path}: .*invalid JSON"):
         load_model(path)

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from competition import kaggle as kg
+from competition import pipeline
 from competition.cli import main
 from competition.collections import Collection, Split
 from competition.npzio import remove_stale_temps
@@ -90,6 +91,11 @@ def _tile_test_ids(world: Path) -> list[str]:
     return sorted(submission_id(TILE, p.stem) for p in list_graphs(find_data_root(world), TILE, Split.TEST))
 
 
+def _no_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let submit go past its check of the data root, to reach the check of the file it writes."""
+    monkeypatch.setattr(pipeline, "preflight", lambda root, synthetic: None)
+
+
 def _damaged_run(damage: Callable[[Path], Path | None], tiny_world: Path, good: bytes, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path | None, str]:
     """Copy the world, damage it, run ``submit`` over a good ``submission.csv``: ``(out dir, damaged file, stderr)``
@@ -117,11 +123,28 @@ def _rejected(out: Path, found: str) -> str:
             f"its checks: {found}; it is kept as {out / 'submission.csv.rejected'}\n")
 
 
+@pytest.mark.parametrize("damage, split", [(_remove_test_split, "test"), (_remove_train_split, "train")],
+                         ids=["test-split", "train-split"])
+def test_a_missing_split_folder_is_refused_before_any_fitting(damage: Callable[[Path], None], split: str,
+                                                              tiny_world: Path, good: bytes, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]):
+    out, _, err = _damaged_run(damage, tiny_world, good, tmp_path, monkeypatch, capsys)
+    world = find_data_root(tmp_path / "world")
+    count = {"test": 2, "train": 1}[split]  # a missing test split also leaves the sample's tile IDs unmatched
+    assert err.startswith(f"error: {count} problem(s) of the data root {world.root}, found before any fitting "
+                          f"(`fastslow data validate {world.root}` lists them all); the first: "
+                          f"{world.collection_dir(TILE, Split(split))}: expected tile:xla {split} graphs")
+    assert not (out / "submission.csv.rejected").exists() and not (out / "valid-random.csv").exists()
+
+
 @pytest.mark.parametrize("damage", [_remove_test_split, _remove_train_split], ids=["test-split", "train-split"])
 def test_a_missing_split_folder_never_replaces_the_good_submission(damage: Callable[[Path], None], tiny_world: Path,
                                                                    good: bytes, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]):
+    """Past the check of the data root, the written file's own check still keeps the good one."""
+    _no_preflight(monkeypatch)
     tile_ids = _tile_test_ids(tiny_world)
     out, _, err = _damaged_run(damage, tiny_world, good, tmp_path, monkeypatch, capsys)
     assert err == _rejected(out, f"{len(tile_ids)} problem(s) against the test split of {tmp_path / 'world'}, the "
@@ -134,6 +157,11 @@ def test_a_name_holding_a_comma_is_written_quoted_and_rejected_as_unknown(tiny_w
                                                                           tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch,
                                                                           capsys: pytest.CaptureFixture[str]):
+    out, _, err = _damaged_run(_comma_in_name, tiny_world, good, tmp_path, monkeypatch, capsys)
+    assert "found before any fitting" in err and "a,b.npz" in err  # refused up front, naming the file
+    _no_preflight(monkeypatch)
+    shutil.rmtree(tmp_path / "world")
+    shutil.rmtree(tmp_path / "subs")
     out, _, err = _damaged_run(_comma_in_name, tiny_world, good, tmp_path, monkeypatch, capsys)
     rejected = out / "submission.csv.rejected"
     ids = list(read_submission(rejected))
@@ -167,8 +195,9 @@ def test_without_a_previous_file_the_rejected_one_is_all_there_is(tiny_world: Pa
     shutil.copytree(tiny_world, world)
     _remove_test_split(world)
     out = tmp_path / "subs"
-
-    assert _submit(world, out) == 2
+    with pytest.MonkeyPatch.context() as mp:
+        _no_preflight(mp)
+        assert _submit(world, out) == 2
 
     err = capsys.readouterr().err
     assert err.startswith(f"error: {out / 'submission.csv'} was not replaced (there was no previous one): ")
