@@ -29,12 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from competition.collections import Collection
-from competition.npzio import atomic_path, atomic_write_text
-
-try:
-    import fcntl
-except ImportError:  # not on Windows: appends there are not serialised
-    fcntl = None  # type: ignore[assignment]
+from competition.npzio import atomic_path, atomic_write_text, exclusive_lock
 
 log = logging.getLogger(__name__)
 
@@ -134,47 +129,13 @@ def append_row(
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the leaderboard ``path`` (a ``flock`` on ``.<name>.lock`` beside it).
-
-    The lock file is removed on release, so none is left behind. A waiter may then hold a lock on the removed file:
-    it checks, once it has the lock, that the name still leads to the file it locked, and tries again if not.
-    """
+    """Hold an exclusive lock on the leaderboard ``path`` (:func:`competition.npzio.exclusive_lock` on
+    ``.<name>.lock`` beside it); where the file system cannot lock, append without one, with a warning."""
     lock = path.with_name(f".{path.name}.lock")
-    fd = _lock(lock) if fcntl is not None else None
-    try:
+    with exclusive_lock(lock) as held:
+        if not held:
+            log.warning("%s: cannot lock here; appending without a lock", lock)
         yield
-    finally:
-        if fd is not None:
-            lock.unlink(missing_ok=True)
-            os.close(fd)  # releases the lock
-
-
-def _lock(lock: Path) -> int | None:
-    """An open descriptor of ``lock``, exclusively locked; ``None`` on a file system without ``flock``."""
-    while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:  # ENOLCK, EOPNOTSUPP: a file system without flock
-            os.close(fd)
-            log.warning("%s: cannot lock (%s); appending without a lock", lock, exc.strerror or exc)
-            return None
-        except BaseException:  # interrupted while waiting
-            os.close(fd)
-            raise
-        if _names(lock, fd):
-            return fd
-        os.close(fd)
-
-
-def _names(path: Path, fd: int) -> bool:
-    """Whether ``path`` still leads to the file open as ``fd``."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    own = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 def read_rows(path: str | os.PathLike[str] = DEFAULT_PATH) -> list[dict[str, str]]:

@@ -191,6 +191,35 @@ def _names_file(path: Path, fd: int) -> bool:
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
+@contextmanager
+def exclusive_lock(lock: Path) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on the file ``lock`` (created if missing) for the ``with`` block; yields ``False``
+    where the file system has no ``flock`` (then nothing is held).
+
+    The lock file is removed on release, so none is left behind. A waiter may then hold a lock on the removed file:
+    it checks, once it has the lock, that the name still leads to the file it locked, and tries again if not.
+    """
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            taken = _try_lock(fd, wait=True)
+        except BaseException:  # interrupted while waiting
+            os.close(fd)
+            raise
+        if taken is None:
+            os.close(fd)
+            yield False
+            return
+        if _names_file(lock, fd):
+            break
+        os.close(fd)
+    try:
+        yield True
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)  # releases the lock
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)

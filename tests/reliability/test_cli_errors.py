@@ -28,8 +28,8 @@ from competition.cli import (
 from competition.collections import Collection, Split
 from competition.errors import DataFileError
 from competition.leaderboard import COLUMNS, read_rows
-from competition.reader import find_data_root, list_graphs, load_secret_runtime
-from competition.submission import submission_id, write_submission
+from competition.reader import find_data_root, list_graphs
+from competition.submission import submission_id
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -46,14 +46,6 @@ def one_line(err: str) -> str:
     assert "Traceback" not in err
     assert err.endswith("\n") and err.count("\n") == 1, err
     return err.rstrip("\n")
-
-
-@pytest.fixture(scope="module")
-def perfect(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = find_data_root(tiny_world)
-    runtimes = {submission_id(c, p.stem): load_secret_runtime(root, c, p.stem).ranking_runtime()
-                for c in Collection for p in list_graphs(root, c, Split.TEST)}
-    return write_submission(tmp_path_factory.mktemp("sub") / "perfect.csv", runtimes)
 
 
 @pytest.fixture()

@@ -11,20 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from competition.collections import Collection, Split
+from competition.collections import Collection
 from competition.leaderboard import COLUMNS, OPTIONAL_COLUMNS, append_row, read_rows
-from competition.reader import find_data_root, list_graphs, load_secret_runtime
-from competition.submission import submission_id, write_submission
 
 RUNS = 16
-
-
-@pytest.fixture(scope="module")
-def perfect(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = find_data_root(tiny_world)
-    runtimes = {submission_id(c, p.stem): load_secret_runtime(root, c, p.stem).ranking_runtime()
-                for c in Collection for p in list_graphs(root, c, Split.TEST)}
-    return write_submission(tmp_path_factory.mktemp("sub") / "perfect.csv", runtimes)
 
 
 def test_sixteen_concurrent_score_runs_keep_sixteen_rows(tiny_world: Path, perfect: Path, tmp_path: Path):
