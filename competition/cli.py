@@ -466,7 +466,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import numpy as np
 
     from competition.pipeline import split_labels
-    from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.reader import find_data_root, list_graphs, load_graph, validate_root
     from competition.submission import submission_id
     from features.cache import collection_slug
     from models.gnn.train import graph_metric
@@ -482,7 +482,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         make_model(args.model, **params)  # unknown hyper-parameters fail here, before any fitting
     except TypeError as exc:
         raise UsageError(f"fastslow train: {exc}") from None
-    collections = [c for c in _collections(args.collections) if list_graphs(root, c, Split.TRAIN)]
+    asked = _collections(args.collections)
+    # A collection whose train split is missing would otherwise be passed over without a word (exit 0).
+    missing = validate_root(root, asked, [Split.TRAIN])
+    if missing:
+        raise missing[0]
+    collections = [c for c in asked if list_graphs(root, c, Split.TRAIN)]
+    absent = [c.value for c in asked if c not in collections]
+    if args.collections and absent:  # named on the command line, but the data has none of them
+        raise UsageError(f"--collections: {root.root} holds no graphs of {', '.join(absent)}")
     print(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved")
     for c in collections:
         t0 = time.perf_counter()

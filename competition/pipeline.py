@@ -279,8 +279,9 @@ def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray
 def preflight(root: DataRoot, synthetic: bool) -> None:
     """Refuse, before any fitting, a data root whose submission would fail at the end: a missing or empty split of
     a collection, a folder that cannot be listed, file names unusable in submission IDs, a sample submission that
-    does not match the test files, missing secret runtimes (:func:`competition.reader.validate_root`,
-    :func:`competition.submission.sample_problems`). Files are not opened: ``fastslow data validate`` checks them.
+    does not match the test files, missing or unreadable secret runtimes (:func:`competition.reader.validate_root`,
+    :func:`competition.submission.sample_problems`). The npz files are not opened: ``fastslow data validate`` checks
+    them.
 
     Raises:
         ValueError: naming the first problem and how many there are.

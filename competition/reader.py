@@ -308,7 +308,7 @@ def validate_root(
     Checked, for each collection holding any graph: every split asked for is there with at least one graph (fitting
     needs train, choosing models needs valid, the submission ranks test), every folder can be listed, valid and
     test file names make usable submission IDs, and in a synthetic world every test graph has its ``secret/``
-    runtimes (the offline score of the test split reads them). A root without any graph is a problem too.
+    runtimes, readable (the offline score of the test split reads them). A root without any graph is a problem too.
 
     Args:
         root: the data root.
@@ -363,12 +363,20 @@ def _secret_problems(root: DataRoot, collection: Collection, paths: Sequence[Pat
         return [DataFileError(root.root / "secret", None, "the secret/ folder of a synthetic world (the test "
                               "split is scored with its runtimes)", "no such folder")]
     missing = [p.stem for p in paths if not _is_file(root.secret_file(collection, Split.TEST, p.stem))]
-    if not missing:
-        return []
-    folder = root.secret_dir / collection.relpath / Split.TEST.value
-    shown = ", ".join(missing[:5]) + (f", ... ({len(missing)} in all)" if len(missing) > 5 else "")
-    return [DataFileError(folder, None, f"a secret file for every {collection.value} test graph",
-                          f"{len(missing)} missing: {shown}")]
+    out: list[DataFileError] = []
+    if missing:
+        folder = root.secret_dir / collection.relpath / Split.TEST.value
+        shown = ", ".join(missing[:5]) + (f", ... ({len(missing)} in all)" if len(missing) > 5 else "")
+        out.append(DataFileError(folder, None, f"a secret file for every {collection.value} test graph",
+                                 f"{len(missing)} missing: {shown}"))
+    # Present is not enough: scoring the test split reads each one (small files: one runtime per config).
+    for p in paths:
+        if p.stem not in missing:
+            try:
+                load_secret_runtime(root, collection, p.stem, split=Split.TEST)
+            except DataFileError as exc:
+                out.append(exc)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -519,7 +527,7 @@ class LayoutGraph(_Graph):
         if self.check_finite:
             _refuse_nonfinite(self.path, out, lambda: np.arange(self.num_configs)[sel] if isinstance(sel, slice)
                               else np.asarray(sel).reshape(-1))
-        return out
+        return _native(out)
 
     def iter_config_blocks(self, block_rows: int | None = None) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
         """Walk ``node_config_feat`` front to back, one block in memory at a time.
@@ -537,7 +545,13 @@ class LayoutGraph(_Graph):
                 if self.check_finite:
                     _refuse_nonfinite(self.path, block, lambda f=first, n=block.shape[0]: np.arange(f, f + n)
                                       if self.config_rows is None else self.config_rows[f:f + n])
-                yield first, block
+                yield first, _native(block)
+
+
+def _native(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``a`` in the machine's byte order: a member may be stored big-endian (numpy writes and reads it), which
+    torch refuses; the other members are widened to native dtypes by :func:`load_graph` already."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _refuse_nonfinite(path: Path, block: npt.NDArray[np.float32],

@@ -378,3 +378,18 @@ def test_output_piped_into_head_ends_quietly(tmp_path: Path):
     assert proc.wait(timeout=120) == EXIT_PIPE_CLOSED
     assert stderr == ""
     assert not (tmp_path / "p.png").exists()
+
+
+def test_train_refuses_a_named_collection_the_data_lacks(world: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A collection named with --collections but absent from the data (every split) is an error, not a silent
+    skip with exit 0."""
+    root = find_data_root(world)
+    for split in Split:
+        shutil.rmtree(root.collection_dir(Collection.LAYOUT_NLP_RANDOM, split))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    code, _, err = run(["train", "--data", world, "--model", "gbdt", "--collections", "tile:xla",
+                        "layout:nlp:random"], capsys)
+    assert code == EXIT_ERROR
+    assert one_line(err) == f"error: --collections: {root.root} holds no graphs of layout:nlp:random"
