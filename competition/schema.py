@@ -86,3 +86,9 @@ COLS_INPUT_BOUNDS = slice(16, 24)
 # Layout node_config_feat slots (section 3.4): output, input (first operand), kernel (second operand).
 LAYOUT_SLOTS = ("output", "input", "kernel")
 LAYOUT_SLOT_WIDTH = 6
+MAX_RANK = 6
+"""Dimensions of a tensor the features show: ``node_feat``'s shape and dimension columns, a tile bound group's
+leading columns, a layout slot."""
+LAYOUT_SLOT_COLUMNS: tuple[tuple[str, int], ...] = tuple((name, k * LAYOUT_SLOT_WIDTH)
+                                                         for k, name in enumerate(LAYOUT_SLOTS))
+"""Each layout slot with the column of its minor-most dimension in a config row: output 0, input 6, kernel 12."""

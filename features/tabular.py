@@ -32,9 +32,10 @@ from competition.schema import (
     COLS_KERNEL_BOUNDS,
     COLS_OUTPUT_BOUNDS,
     COLS_SHAPE,
+    LAYOUT_SLOT_COLUMNS,
+    MAX_RANK,
 )
 
-MAX_DIMS = 6
 LANE = 128
 SUBLANE = 8
 
@@ -48,15 +49,13 @@ FREQUENT_OPCODES: tuple[str, ...] = (
 CONFIG_NODE_TYPES: tuple[tuple[str, int], ...] = (("conv", CONVOLUTION), ("dot", DOT), ("reshape", RESHAPE))
 """Configurable node types with their opcode ids, in column order."""
 
-LAYOUT_SLOTS: tuple[tuple[str, int], ...] = (("output", 0), ("input", 6), ("kernel", 12))
-"""The three tensors of a layout config row and the column of their minor-most dimension."""
 
 MINOR_VALUES: tuple[int, ...] = (-1, 0, 1, 2, 3, 4, 5)
 """Values a minor-most slot can hold: -1 (unset) or a dimension index."""
 
 TILE_CONFIG_NAMES: tuple[str, ...] = tuple(
     f"{group}_{d}" for group in ("kernel_bounds", "output_bounds", "input_bounds")
-    for d in (*range(MAX_DIMS), "sum", "product")
+    for d in (*range(MAX_RANK), "sum", "product")
 )
 
 
@@ -95,14 +94,14 @@ def tile_feature_names() -> list[str]:
     """Column names of :func:`tile_features`, in order."""
     return [
         *TILE_CONFIG_NAMES,
-        *(f"output_bounds_{d}/shape_{d}" for d in range(MAX_DIMS)),
-        *(f"log2_kernel_bounds_{d}" for d in range(MAX_DIMS)),
-        *(f"log2_output_bounds_{d}" for d in range(MAX_DIMS)),
+        *(f"output_bounds_{d}/shape_{d}" for d in range(MAX_RANK)),
+        *(f"log2_kernel_bounds_{d}" for d in range(MAX_RANK)),
+        *(f"log2_output_bounds_{d}" for d in range(MAX_RANK)),
         "log2_num_tiles",
         "lane_pad_ratio",
         "sublane_pad_ratio",
         "root_rank",
-        *(f"root_shape_{d}" for d in range(MAX_DIMS)),
+        *(f"root_shape_{d}" for d in range(MAX_RANK)),
         *_graph_aggregate_names(),
     ]
 
@@ -134,8 +133,8 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     shape = graph.node_feat[tile_root(graph.node_feat), COLS_SHAPE].astype(np.float64)
     rank = int((shape > 0).sum())
     cfg = graph.config_feat.astype(np.float64)
-    out_b = cfg[:, COLS_OUTPUT_BOUNDS][:, :MAX_DIMS]
-    ker_b = cfg[:, COLS_KERNEL_BOUNDS][:, :MAX_DIMS]
+    out_b = cfg[:, COLS_OUTPUT_BOUNDS][:, :MAX_RANK]
+    ker_b = cfg[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
     c = graph.num_configs
     valid = (out_b > 0) & (shape > 0)
     ratio = np.divide(out_b, shape, out=np.zeros_like(out_b), where=valid)
@@ -164,14 +163,14 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
 
 
 _SLOT_STRIDE = 6
-"""The slots of :data:`LAYOUT_SLOTS` start every 6 columns of a config row (at 0, 6, 12)."""
-assert tuple(col for _, col in LAYOUT_SLOTS) == tuple(range(0, 18, _SLOT_STRIDE))
+"""The slots of :data:`LAYOUT_SLOT_COLUMNS` start every 6 columns of a config row (at 0, 6, 12)."""
+assert tuple(col for _, col in LAYOUT_SLOT_COLUMNS) == tuple(range(0, 18, _SLOT_STRIDE))
 
 _N_TYPES = len(CONFIG_NODE_TYPES)
 _N_CODES = len(MINOR_VALUES)
 """Codes ``0..6`` stand for the minor-most values ``-1..5`` (code = value + 1)."""
 
-_HIST_ROWS = 1 + len(LAYOUT_SLOTS) * _N_CODES
+_HIST_ROWS = 1 + len(LAYOUT_SLOT_COLUMNS) * _N_CODES
 """Histogram rows per node type: the default flag, then (slot, code) in column order."""
 
 _LANE = 255
@@ -391,7 +390,7 @@ def layout_feature_names() -> list[str]:
     names: list[str] = []
     for t, _ in CONFIG_NODE_TYPES:
         names += [f"{t}_default_count", f"{t}_default_size"]
-        for slot, _ in LAYOUT_SLOTS:
+        for slot, _ in LAYOUT_SLOT_COLUMNS:
             for v in MINOR_VALUES:
                 names += [f"{t}_{slot}_minor={v}_count", f"{t}_{slot}_minor={v}_size"]
     names += ["nondefault_count", "nondefault_size",
@@ -421,7 +420,7 @@ def _odd_codes(minor: npt.NDArray[np.float32], cast: npt.NDArray[np.int8]) -> np
                          f"(validate the file)")
     odd = np.empty(values.size, dtype=np.int8)
     odd[~nan] = _N_CODES + inverse.reshape(-1)
-    odd[nan] = np.where(bad[nan] % len(LAYOUT_SLOTS) == 0, _NAN_OUT, _NAN_IN)
+    odd[nan] = np.where(bad[nan] % len(LAYOUT_SLOT_COLUMNS) == 0, _NAN_OUT, _NAN_IN)
     codes[bad] = odd
     return codes
 
@@ -437,7 +436,7 @@ def _encode(raw: npt.NDArray[np.float32], order: npt.NDArray[np.int64], packed: 
     q, nc = raw.shape[:2]
     flat = np.ascontiguousarray(raw).reshape(q * nc, 18)
     words = np.empty((q * nc, 4), dtype=np.int8)
-    slots = len(LAYOUT_SLOTS)
+    slots = len(LAYOUT_SLOT_COLUMNS)
     step = max(1, _ENCODE_ROWS // max(nc, 1)) * max(nc, 1)  # whole configs: _odd_codes numbers per step
     # Casting NaN or huge values to int8 is undefined (and warns): such values fail the check and take _odd_codes.
     with np.errstate(invalid="ignore", over="ignore"):
@@ -513,7 +512,7 @@ def _code_block(packed: npt.NDArray[np.uint32], n: int, ctx: LayoutContext) -> n
     hist = np.empty((_HIST_ROWS, 2 * _N_TYPES, r))
     default_runs = _run_sums(planes[3].view(np.bool_), ctx.node_runs).astype(np.float64)
     hist[0] = weights_t @ default_runs
-    for k in range(len(LAYOUT_SLOTS)):
+    for k in range(len(LAYOUT_SLOT_COLUMNS)):
         for v in range(_N_CODES):
             hist[1 + k * _N_CODES + v] = weights_t @ _run_sums(planes[k] == v, ctx.node_runs).astype(np.float64)
     # [j, (t, count|size), r] -> [r, t, j, count|size]: the column order of layout_feature_names().

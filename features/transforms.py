@@ -30,6 +30,7 @@ from competition.schema import (
     COLS_LAYOUT,
     COLS_OUTPUT_BOUNDS,
     COLS_SHAPE,
+    MAX_RANK,
 )
 from features.data import NODE_ATTRS, num_configs, select_configs
 
@@ -37,7 +38,6 @@ PLACEHOLDER_OPCODE = 0
 """Opcode id of the placeholder nodes of :class:`CollapseChains` (0 is "unknown" in the opcode table)."""
 
 _DIRECTIONS = ("in", "out", "both")
-_MAX_RANK = 6
 
 
 def _check_direction(direction: str) -> None:
@@ -234,7 +234,7 @@ class PadLayoutMinusOne(BaseTransform):
         if isinstance(config_feat, torch.Tensor) and config_feat.dim() == 2:
             config_feat = config_feat.clone()
             for group in (COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_INPUT_BOUNDS):
-                cols = slice(group.start, group.start + _MAX_RANK)
+                cols = slice(group.start, group.start + MAX_RANK)
                 config_feat[:, cols] = _pad_beyond_rank(config_feat[:, cols], (config_feat[:, cols] != 0).sum(1))
             data.config_feat = config_feat
         return data

@@ -27,13 +27,12 @@ from tqdm.auto import tqdm
 from competition.collections import Collection, Split
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
-from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE
+from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE, MAX_RANK
 from features.tabular import tile_root
 from models.base import Graph, NotFittedError, RankingModel
 
-MAX_DIMS = 6
-TILE_FEATURES = tuple(f"log2(output_bounds/shape), minor dim {k}" for k in range(MAX_DIMS)) + tuple(
-    f"log2(kernel_bounds_{d})" for d in range(MAX_DIMS)
+TILE_FEATURES = tuple(f"log2(output_bounds/shape), minor dim {k}" for k in range(MAX_RANK)) + tuple(
+    f"log2(kernel_bounds_{d})" for d in range(MAX_RANK)
 )
 """Names of the tile features of :func:`tile_default_features`, in column order."""
 
@@ -54,7 +53,8 @@ class RandomModel(RankingModel):
         self.seed = seed
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
+            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
+            deadline: float | None = None) -> Self:
         """Nothing to learn; records the collection and returns ``self``."""
         self.collection_ = Collection(collection)
         return self
@@ -100,9 +100,9 @@ def tile_default_features(graph: TileGraph) -> npt.NDArray[np.float64]:
     """
     shape = graph.node_feat[tile_root(graph.node_feat), COLS_SHAPE].astype(np.float64)
     rank = int((shape > 0).sum())
-    out_b = graph.config_feat[:, COLS_OUTPUT_BOUNDS][:, :MAX_DIMS].astype(np.float64)
-    ker_b = graph.config_feat[:, COLS_KERNEL_BOUNDS][:, :MAX_DIMS].astype(np.float64)
-    ratio = np.full((graph.num_configs, MAX_DIMS), np.nan)
+    out_b = graph.config_feat[:, COLS_OUTPUT_BOUNDS][:, :MAX_RANK].astype(np.float64)
+    ker_b = graph.config_feat[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK].astype(np.float64)
+    ratio = np.full((graph.num_configs, MAX_RANK), np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         for k in range(rank):
             i = rank - 1 - k
@@ -135,7 +135,8 @@ class DefaultFirstModel(RankingModel):
         pass
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
+            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
+            deadline: float | None = None) -> Self:
         """Layout: nothing to learn. Tile: learn the typical default from the split's graphs.
 
         Raises:

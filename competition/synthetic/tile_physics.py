@@ -32,6 +32,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from competition.schema import MAX_RANK
 from competition.synthetic import physics
 from competition.synthetic.hlo import ITEMSIZE, Instruction, Module, Shape
 
@@ -64,7 +65,6 @@ two and the whole dim: eight sizes per octave instead of one."""
 EXHAUSTIVE_LIMIT: int = 200_000
 """The default heuristic searches all tile combos up to this many; beyond, coordinate descent from whole dims."""
 
-MAX_DIMS: int = 6
 _FREE = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "reshape", "broadcast"})
 
 
@@ -114,9 +114,9 @@ class TileProblem:
     def __init__(self, out_shape: Shape, lead: int, kernel_shape: Shape | None, kernel_contract: int,
                  matrix_flops: float, vector_ops: int, input_bytes: float, other_bytes: float) -> None:
         self.itemsize = ITEMSIZE[out_shape.element_type] or 4
-        self.out_dims = tuple(int(d) for d in out_shape.dims[-MAX_DIMS:]) or (1,)
+        self.out_dims = tuple(int(d) for d in out_shape.dims[-MAX_RANK:]) or (1,)
         self.lead = lead  # product of the untiled leading dims, iterated one at a time
-        self.kernel_dims = tuple(int(d) for d in kernel_shape.dims[:MAX_DIMS]) if kernel_shape is not None else ()
+        self.kernel_dims = tuple(int(d) for d in kernel_shape.dims[:MAX_RANK]) if kernel_shape is not None else ()
         self.kernel_contract = kernel_contract
         self.kernel_itemsize = ITEMSIZE[kernel_shape.element_type] if kernel_shape is not None else 0
         self.matrix_flops = matrix_flops
@@ -140,7 +140,7 @@ class TileProblem:
         insts = comp.instructions
         root: Instruction = insts[comp.root_index]
         out = root.shape.tuple_shapes[0] if root.shape.is_tuple and root.shape.tuple_shapes else root.shape
-        lead = int(np.prod(out.dims[:-MAX_DIMS])) if out.rank > MAX_DIMS else 1
+        lead = int(np.prod(out.dims[:-MAX_RANK])) if out.rank > MAX_RANK else 1
         vector_ops = sum(1 for i in insts if i.opcode not in _FREE and i.opcode not in ("convolution", "dot"))
         kshape: Shape | None = None
         contract = 0
@@ -158,7 +158,7 @@ class TileProblem:
                 contract = dd.rhs_contracting[0] if dd and dd.rhs_contracting else 0
                 k = kshape.dims[contract] if kshape.rank else 1
                 matrix = 2.0 * out.num_elements * k
-            if kshape.rank > MAX_DIMS or kshape.rank == 0 or contract >= MAX_DIMS:
+            if kshape.rank > MAX_RANK or kshape.rank == 0 or contract >= MAX_RANK:
                 kshape = None
             input_bytes = float(ishape.byte_size)
         params = sum(float(i.shape.byte_size) for i in insts if i.opcode == "parameter")

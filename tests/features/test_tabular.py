@@ -12,9 +12,9 @@ from competition.collections import Collection
 from competition.npzio import write_npz
 from competition.opcodes import CONVOLUTION, DOT, RESHAPE, opcode_id
 from competition.reader import LayoutGraph, TileGraph, load_graph
+from competition.schema import LAYOUT_SLOT_COLUMNS
 from features.tabular import (
     CONFIG_NODE_TYPES,
-    LAYOUT_SLOTS,
     MINOR_VALUES,
     layout_context,
     layout_feature_names,
@@ -128,7 +128,7 @@ def _reference_layout(graph: LayoutGraph) -> np.ndarray:
         for _, op in CONFIG_NODE_TYPES:
             typed = ops == op
             row += [(default & typed).sum(), size[default & typed].sum()]
-            for _, col in LAYOUT_SLOTS:
+            for _, col in LAYOUT_SLOT_COLUMNS:
                 for v in MINOR_VALUES:
                     hit = typed & (cfg[:, col] == v)
                     row += [hit.sum(), size[hit].sum()]
