@@ -366,10 +366,6 @@ class ProcessedGraphs(Sequence[Data]):
         return (str(source.path), self.collection.value, str(self.processed_dir / source.cache_name),
                 self.pre_transform, self.max_configs, self.protocol)
 
-    def is_built(self) -> bool:
-        """Every graph has its current cached file."""
-        return all(p.is_file() for p in self.paths)
-
     def build(self) -> BuildReport:
         """Process every graph whose cached file is missing or stale, in parallel over files.
 

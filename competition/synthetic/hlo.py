@@ -68,10 +68,6 @@ class Shape:
             return sum(s.byte_size for s in self.tuple_shapes)
         return self.num_elements * ITEMSIZE[self.element_type]
 
-    def with_layout(self, minor_to_major: Sequence[int] | None) -> Shape:
-        return Shape(self.element_type, self.dims, None if minor_to_major is None else tuple(minor_to_major),
-                     self.tuple_shapes)
-
 
 def default_layout(rank: int) -> tuple[int, ...]:
     """XLA's default minor-to-major order: the last logical dimension is the most minor."""

@@ -53,6 +53,11 @@ def make(world: DataRoot, cache: Path, **kw: object) -> ProcessedGraphs:
     return ProcessedGraphs(world, LAYOUT, Split.TRAIN, cache_dir=cache, **kw)  # type: ignore[arg-type]
 
 
+
+def _built(ds: ProcessedGraphs) -> bool:
+    """Every graph has its current cached file."""
+    return all(p.is_file() for p in ds.paths)
+
 def test_evenly_spaced_configs() -> None:
     assert evenly_spaced_configs(10, None) is None
     assert evenly_spaced_configs(10, 10) is None
@@ -63,10 +68,10 @@ def test_evenly_spaced_configs() -> None:
 
 def test_build_reuse_and_items(world: DataRoot, tmp_path: Path) -> None:
     ds = make(world, tmp_path)
-    assert len(ds) == 2 and not ds.is_built()
+    assert len(ds) == 2 and not _built(ds)
     report = ds.build()
     assert (report.built, report.reused) == (2, 0)
-    assert ds.is_built()
+    assert _built(ds)
     assert ds.processed_dir.parent == tmp_path / "layout-xla-random" / "train"
     assert "PruneToConfigurable(hops=1" in (ds.processed_dir / PIPELINE_FILE).read_text()
     again = make(world, tmp_path).build()
@@ -104,9 +109,9 @@ def test_changed_pipeline_uses_new_folder(world: DataRoot, tmp_path: Path) -> No
     two = make(world, tmp_path, pre_transform=pipeline(hops=2))
     assert two.processed_dir != one.processed_dir
     assert (two.build().built, make(world, tmp_path, max_configs=8).build().built) == (2, 2)
-    assert one.is_built()  # the old folder is left until clean_stale
+    assert _built(one)  # the old folder is left until clean_stale
     assert sorted(two.clean_stale()) == sorted([one.processed_dir, make(world, tmp_path, max_configs=8).processed_dir])
-    assert not one.processed_dir.exists() and two.is_built()
+    assert not one.processed_dir.exists() and _built(two)
 
 
 def test_rewritten_source_rebuilds_only_that_graph(world: DataRoot, tmp_path: Path) -> None:
@@ -121,7 +126,7 @@ def test_rewritten_source_rebuilds_only_that_graph(world: DataRoot, tmp_path: Pa
         report = fresh.build()
         assert (report.built, report.reused, report.removed) == (1, 1, 1)
         assert fresh.paths[0] == old_paths[0] and fresh.paths[1] != old_paths[1]
-        assert not old_paths[1].exists() and fresh.is_built()
+        assert not old_paths[1].exists() and _built(fresh)
     finally:
         os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
 
@@ -134,7 +139,7 @@ def test_interrupted_build_is_completed(world: DataRoot, tmp_path: Path) -> None
     (ds.processed_dir / MANIFEST_FILE).unlink()
     leftover = ds.processed_dir / f".{ds.paths[0].name}.abc123.part"
     leftover.write_bytes(b"half a file")
-    assert not ds.is_built()
+    assert not _built(ds)
     with pytest.raises(FileNotFoundError, match="build"):
         ds[0]
     report = make(world, tmp_path).build()
