@@ -145,3 +145,44 @@ def opcode_id(name: str) -> int:
         return OPCODE_IDS[name]
     except KeyError:
         raise KeyError(f"unknown HLO opcode {name!r}") from None
+
+
+def _ids(*names: str) -> list[int]:
+    return [OPCODE_IDS[n] for n in names]
+
+
+OPCODE_GROUPS: dict[str, list[int]] = {
+    "elementwise": _ids(
+        "abs", "add", "atan2", "bitcast-convert", "cbrt", "ceil", "clamp", "compare", "complex", "convert",
+        "cosine", "count-leading-zeros", "divide", "exponential", "exponential-minus-one", "floor", "imag",
+        "is-finite", "log", "log-plus-one", "logistic", "and", "not", "or", "xor", "map", "maximum", "minimum",
+        "multiply", "negate", "popcnt", "power", "real", "reduce-precision", "remainder", "round-nearest-afz",
+        "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic", "shift-right-logical",
+        "sign", "sine", "sqrt", "stochastic-convert", "subtract", "tan", "tanh",
+    ),
+    "reduction": _ids("reduce", "reduce-window", "select-and-scatter", "batch-norm-grad", "batch-norm-inference",
+                      "batch-norm-training"),
+    "data_movement": _ids(
+        "bitcast", "broadcast", "concatenate", "copy", "copy-start", "copy-done", "dynamic-slice",
+        "dynamic-update-slice", "dynamic-reshape", "gather", "scatter", "pad", "reshape", "reverse", "slice",
+        "transpose", "sort",
+    ),
+    "matrix": _ids("convolution", "dot"),
+    "collective": _ids(
+        "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
+        "all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done",
+        "reduce-scatter", "send", "send-done", "recv", "recv-done", "partition-id", "replica-id",
+    ),
+    "control": _ids(
+        "while", "conditional", "call", "fusion", "tuple", "get-tuple-element", "after-all", "add-dependency",
+        "opt-barrier", "domain", "async-start", "async-update", "async-done",
+    ),
+}
+"""Opcode ids of each group but the last, ``other`` (everything not listed, including 0 = unknown)."""
+OPCODE_GROUP_NAMES: tuple[str, ...] = (*OPCODE_GROUPS, "other")
+
+
+OPCODE_GROUP_OF: tuple[int, ...] = tuple(
+    next((g for g, ids in enumerate(OPCODE_GROUPS.values()) if i in ids), len(OPCODE_GROUPS))
+    for i in range(NUM_OPCODES))
+"""The group of each opcode id, an index into :data:`OPCODE_GROUP_NAMES`."""

@@ -1,12 +1,11 @@
 """Feature pipelines shared by every model (transforms, tabular features, the processed-graph cache)."""
 
+from competition.opcodes import OPCODE_GROUP_NAMES, OPCODE_GROUPS
 from features.cache import BuildReport, ProcessedGraphs, evenly_spaced_configs
 from features.data import CONFIG_ATTRS, NODE_ATTRS, graph_to_data, num_configs, select_configs
 from features.transforms import (
     DEFAULT_LOG_COLUMNS,
     DOT_CONV_COLUMNS,
-    OPCODE_GROUP_NAMES,
-    OPCODE_GROUPS,
     PLACEHOLDER_OPCODE,
     CollapseChains,
     DedupConfigs,

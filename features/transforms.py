@@ -21,7 +21,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import subgraph
 
-from competition.opcodes import CONVOLUTION, DOT, NUM_OPCODES, OPCODE_IDS
+from competition.opcodes import CONVOLUTION, DOT, OPCODE_GROUP_NAMES, OPCODE_GROUP_OF
 from competition.schema import (
     COL_TUPLE_COUNT,
     COLS_CONV_DIMS,
@@ -243,46 +243,8 @@ class PadLayoutMinusOne(BaseTransform):
         return f"{type(self).__name__}()"
 
 
-def _ids(*names: str) -> list[int]:
-    return [OPCODE_IDS[n] for n in names]
-
-
-OPCODE_GROUPS: dict[str, list[int]] = {
-    "elementwise": _ids(
-        "abs", "add", "atan2", "bitcast-convert", "cbrt", "ceil", "clamp", "compare", "complex", "convert",
-        "cosine", "count-leading-zeros", "divide", "exponential", "exponential-minus-one", "floor", "imag",
-        "is-finite", "log", "log-plus-one", "logistic", "and", "not", "or", "xor", "map", "maximum", "minimum",
-        "multiply", "negate", "popcnt", "power", "real", "reduce-precision", "remainder", "round-nearest-afz",
-        "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic", "shift-right-logical",
-        "sign", "sine", "sqrt", "stochastic-convert", "subtract", "tan", "tanh",
-    ),
-    "reduction": _ids("reduce", "reduce-window", "select-and-scatter", "batch-norm-grad", "batch-norm-inference",
-                      "batch-norm-training"),
-    "data_movement": _ids(
-        "bitcast", "broadcast", "concatenate", "copy", "copy-start", "copy-done", "dynamic-slice",
-        "dynamic-update-slice", "dynamic-reshape", "gather", "scatter", "pad", "reshape", "reverse", "slice",
-        "transpose", "sort",
-    ),
-    "matrix": _ids("convolution", "dot"),
-    "collective": _ids(
-        "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
-        "all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done",
-        "reduce-scatter", "send", "send-done", "recv", "recv-done", "partition-id", "replica-id",
-    ),
-    "control": _ids(
-        "while", "conditional", "call", "fusion", "tuple", "get-tuple-element", "after-all", "add-dependency",
-        "opt-barrier", "domain", "async-start", "async-update", "async-done",
-    ),
-}
-"""Opcode ids of each group but the last, ``other`` (everything not listed, including 0 = unknown)."""
-OPCODE_GROUP_NAMES: tuple[str, ...] = (*OPCODE_GROUPS, "other")
-
-
 def _group_table() -> torch.Tensor:
-    table = torch.full((NUM_OPCODES,), len(OPCODE_GROUPS), dtype=torch.long)
-    for g, ids in enumerate(OPCODE_GROUPS.values()):
-        table[ids] = g
-    return table
+    return torch.tensor(OPCODE_GROUP_OF, dtype=torch.long)
 
 
 class OpcodeGroupFeatures(BaseTransform):
