@@ -6,7 +6,7 @@ its own. Five parts:
 
 1. **Graph Segment Training versus full-graph training** on whole (unpruned) synthetic ``xla`` layout graphs of
    growing size: peak memory and seconds per epoch side by side, with the ratio full / GST; then the valid
-   Kendall tau both reach on a small generated world of such graphs (``GNNModel(hops=None)``).
+   Kendall tau both reach on a small generated world of such graphs (``GNNModel(hops="all")``).
 2. **Throughput**: configs per second of training steps (forward, backward, optimiser) for the default layout model
    (hops 1, demo world) with and without cross-config attention and for tile, and of prediction
    (:func:`models.gnn.train.predict_scores`). Runs on CUDA when available (``resolve_device("auto")``).
@@ -36,7 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from benchmarks.measure import peak_mib, run_part
 
@@ -53,6 +55,10 @@ def _rss_mib() -> float:
 
 def _opt(value: str) -> int | None:
     return None if value == "None" else int(value)
+
+
+def _hops(value: str) -> int | Literal["all"]:
+    return "all" if value == "all" else int(value)
 
 
 # -- synthetic graphs -------------------------------------------------------------------------------------------
@@ -115,18 +121,18 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
     from models.gnn.losses import get_loss
     from models.gnn.model import feature_pipeline
     from models.gnn.net import make_segments
-    from models.gnn.train import Item, TrainConfig, resolve_device, seed_everything, training_step
+    from models.gnn.train import DEFAULTS, Item, resolve_device, seed_everything, training_step
 
     device = resolve_device("auto")
     graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
-    data = feature_pipeline("layout", None, True)(graph_to_data(graph))
+    data = feature_pipeline("layout", "all", True)(graph_to_data(graph))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])
     data = normalize(columns(data))
     item = Item(path.stem, make_segments(data, segment_size), data.config_feat, data.y.double())
     del graph, data
-    cfg = TrainConfig(kind="layout", num_features=int(item.segments[0].x.shape[1]), hidden=hidden, layers=layers,
-                      configs_per_graph=configs, segment_size=segment_size, backprop_segments=1, keep_prob=0.5)
+    cfg = replace(DEFAULTS["layout"], num_features=int(item.segments[0].x.shape[1]), hidden=hidden, layers=layers,
+                  configs_per_graph=configs, segment_size=segment_size, backprop_segments=1, keep_prob=0.5)
     seed_everything(cfg.seed)
     net = cfg.make_net().to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -158,7 +164,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
 
 
 def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int, seed: int) -> dict:
-    """Fit ``GNNModel(hops=None)`` full-graph or GST on the small world; valid Kendall tau two ways."""
+    """Fit ``GNNModel(hops="all")`` full-graph or GST on the small world; valid Kendall tau two ways."""
     import numpy as np
 
     from competition.collections import Collection
@@ -167,8 +173,8 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
 
     root = find_data_root(world)
     c = Collection.LAYOUT_XLA_RANDOM
-    model = GNNModel(hops=None, segment_size=segment_size, hidden=32, layers=3, configs_per_graph=16,
-                     steps_per_graph=2, epochs=epochs, patience=epochs, train_configs=None,
+    model = GNNModel(hops="all", segment_size=segment_size, hidden=32, layers=3, configs_per_graph=16,
+                     steps_per_graph=2, epochs=epochs, patience=epochs, train_configs="all",
                      runs_dir=None, cache_dir=str(cache), seed=seed)
     t0 = time.perf_counter()
     model.fit(root, c, progress=False)
@@ -192,15 +198,15 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     from features.transforms import DedupConfigs, DropConstantColumns, Normalize
     from models.gnn.model import DEFAULTS, feature_pipeline
     from models.gnn.net import make_segments
-    from models.gnn.train import Item, TrainConfig, predict_scores, resolve_device, train
+    from models.gnn.train import Item, predict_scores, resolve_device, train
 
     device = resolve_device("auto")
     c = Collection(collection)
     kind = "tile" if c.is_tile else "layout"
     d = DEFAULTS[kind]
-    pipeline = feature_pipeline(kind, d["hops"], True)
+    pipeline = feature_pipeline(kind, d.hops, True)
     ds = ProcessedGraphs(find_data_root(data), c, Split.TRAIN, pre_transform=Compose([pipeline, DedupConfigs("min")]),
-                         cache_dir=BENCH_CACHE, max_configs=d["train_configs"], progress=False)
+                         cache_dir=BENCH_CACHE, max_configs=d.max_train_configs, progress=False)
     ds.build()
     datas = [ds[i] for i in range(min(len(ds), max_graphs))]
     columns = DropConstantColumns().fit(datas)
@@ -210,9 +216,8 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
         x = normalize(columns(x.clone()))
         items.append(Item(x.stem, make_segments(x, None), x.config_feat, x.y.double()))
     items = [it for it in items if it.num_configs >= 2]
-    cfg = TrainConfig(kind=kind, num_features=int(items[0].segments[0].x.shape[1]), hidden=d["hidden"],
-                      layers=d["layers"], attention=attention, loss=d["loss"], epochs=2,
-                      configs_per_graph=d["configs_per_graph"], steps_per_graph=1, patience=10)
+    cfg = replace(d, num_features=int(items[0].segments[0].x.shape[1]), attention=attention, epochs=2,
+                  steps_per_graph=1, patience=10)
     result = train(cfg, items, [], device=device, progress=False)
     # Epoch 2 alone (epoch 1 warms up); history seconds are cumulative.
     seconds = result.history[1]["seconds"] - result.history[0]["seconds"]
@@ -251,7 +256,7 @@ def _valid_taus(model, root, collection) -> list[float]:
 # -- part 3: ablation ---------------------------------------------------------------------------------------------
 
 
-def part_ablation(data: Path, hops: int | None, pad: bool, seed: int, epochs: int) -> dict:
+def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, epochs: int) -> dict:
     """``GNNModel`` on ``layout:xla:default`` with one pruning depth / padding; valid tau two ways."""
     import numpy as np
     from torch_geometric.transforms import Compose
@@ -272,7 +277,7 @@ def part_ablation(data: Path, hops: int | None, pad: bool, seed: int, epochs: in
     taus = _valid_taus(model, root, c)
     ds = ProcessedGraphs(root, c, Split.TRAIN,
                          pre_transform=Compose([feature_pipeline("layout", hops, pad), DedupConfigs("min")]),
-                         cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"]["train_configs"], progress=False)
+                         cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"].max_train_configs, progress=False)
     stats = [g["stats"] for g in ds.manifest()["graphs"].values()]
     return {"best_metric": model.best_metric_, "best_epoch": model.best_epoch_, "rescored": float(np.mean(taus)),
             "fit_s": seconds, "train_s": model.history_[-1]["seconds"],
@@ -306,20 +311,18 @@ def _initialised_model(graph, attention: bool):
     from features.data import graph_to_data
     from features.transforms import DropConstantColumns, Normalize
     from models.gnn.model import GNNAttentionModel, GNNModel, feature_pipeline
-    from models.gnn.train import TrainConfig
 
     model = (GNNAttentionModel if attention else GNNModel)(runs_dir=None)
-    r = model._resolved("layout")
-    data = feature_pipeline("layout", r["hops"], model.pad)(graph_to_data(graph, np.arange(min(64, graph.num_configs))))
+    settings = model.train_config("layout")
+    data = feature_pipeline("layout", settings.hops, settings.pad)(
+        graph_to_data(graph, np.arange(min(64, graph.num_configs))))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])
     num_features = int(normalize(columns(data.clone())).x.shape[1])
-    cfg = TrainConfig(kind="layout", num_features=num_features, hidden=r["hidden"], layers=r["layers"],
-                      attention=r["attention"], predict_batch=model.predict_batch)
+    cfg = replace(settings, num_features=num_features)
     torch.manual_seed(0)
     net = cfg.make_net()
     model.collection_ = graph.collection
-    model.resolved_ = r
     model.settings_ = asdict(cfg)
     model.weights_ = {k: v.numpy() for k, v in net.state_dict().items()}
     model.columns_ = columns.state_dict()
@@ -346,7 +349,9 @@ def part_predict_scale(path: Path, attention: bool, configs: int, save: str, pro
 
     graph = load_graph(path, Collection.LAYOUT_NLP_RANDOM)
     model, pruned = _initialised_model(graph, attention)
-    if hasattr(model, "predict_context"):  # absent from an older tree's model ("before")
+    if hasattr(model, "train_config"):  # this tree's model predicts with its run's settings
+        model.settings_["predict_context"] = context
+    elif hasattr(model, "predict_context"):  # absent from an older tree's model ("before")
         model.predict_context = context
     if tta is not None:
         model.tta = tta
@@ -370,9 +375,10 @@ def part_predict_scale(path: Path, attention: bool, configs: int, save: str, pro
         top = buf.getvalue()
     return {"configs": sub.num_configs, "seconds": seconds, "cpu_s": cpu, "cps": sub.num_configs / seconds,
             "nodes": graph.num_nodes, "config_nodes": graph.num_config_nodes, "pruned_nodes": pruned,
-            "rss_before": rss_before, "peak_mib": peak_mib(), "tta": model.tta, "batch": model.predict_batch,
+            "rss_before": rss_before, "peak_mib": peak_mib(), "tta": model.tta,
+            "batch": model.settings_["predict_batch"],
             "device": str(resolve_device(model.device)), "threads": torch.get_num_threads(), "profile": top,
-            "context": getattr(model, "predict_context", "batches")}
+            "context": model.settings_.get("predict_context", getattr(model, "predict_context", "batches"))}
 
 
 # -- part 5: prediction settings and quality ----------------------------------------------------------------------
@@ -410,8 +416,10 @@ def part_predict_quality(data: Path, collection: str, seed: int) -> dict:
             y = graph.config_runtime if split == Split.VALID else load_secret_runtime(root, c, path).config_runtime
             row: dict[str, object] = {"graph": path.stem, "split": split.value, "configs": graph.num_configs}
             for context, batch, tta, reference in PREDICT_GRID:
-                model.predict_context, model.predict_batch, model.tta = context, batch, tta
-                model.reference_configs = reference
+                # Prediction follows the run's settings: these are changed there, without refitting.
+                model.settings_.update(predict_context=context, predict_batch=batch,
+                                       reference_configs=reference or batch - 1)
+                model.tta = tta
                 label = _grid_label(context, batch, tta, reference)
                 cpu = time.process_time()
                 row[f"tau {label}"] = kendall_tau(model.predict(graph), y)
@@ -441,7 +449,7 @@ def _dispatch(part: list[str]) -> dict:
     if name == "throughput":
         return part_throughput(Path(a[0]), a[1], a[2] == "1", int(a[3]))
     if name == "ablation":
-        return part_ablation(Path(a[0]), _opt(a[1]), a[2] == "1", int(a[3]), int(a[4]))
+        return part_ablation(Path(a[0]), _hops(a[1]), a[2] == "1", int(a[3]), int(a[4]))
     if name == "big_graph":
         return part_big_graph(Path(a[0]))
     if name == "predict_quality":
@@ -483,7 +491,7 @@ def bench_gst(work: Path, quick: bool) -> None:
     epochs = 2 if quick else 4
     segment = 1000
     w = _run_part("world", work / "world", 200, *train_sizes, "valid", *valid_sizes)
-    print(f"\n1b. Scores reached: GNNModel(hops=None, hidden=32, configs_per_graph=16, steps_per_graph=2, "
+    print(f"\n1b. Scores reached: GNNModel(hops='all', hidden=32, configs_per_graph=16, steps_per_graph=2, "
           f"epochs={epochs}, seed=0) on a layout:xla:random world of whole graphs "
           f"(train nodes {w['nodes']['train']}, valid nodes {w['nodes']['valid']}, 200 configs each)")
     print(f"{'training':>22s} {'best valid tau':>14s} {'(epoch)':>7s} {'re-scored tau':>13s} {'fit s':>7s} "
@@ -502,8 +510,8 @@ def bench_throughput(data: Path, quick: bool) -> None:
     from models.gnn.model import DEFAULTS
 
     lay, til = DEFAULTS["layout"], DEFAULTS["tile"]
-    print(f"\n2. Throughput: default models (layout hidden {lay['hidden']}, tile hidden {til['hidden']}, "
-          f"{lay['layers']} layers, 32 configs/step) on {data} "
+    print(f"\n2. Throughput: default models (layout hidden {lay.hidden}, tile hidden {til.hidden}, "
+          f"{lay.layers} layers, 32 configs/step) on {data} "
           f"(train split, first {layout_graphs} layout / {tile_graphs} tile graphs, one step per graph, at most 32 "
           f"configs per step; epoch 2 timed). Prediction: "
           f"predict_scores, batch 128, one ordering.")
@@ -542,7 +550,7 @@ def bench_predict_scale(work: Path, configs: int, before: Path | None, before_co
     g = _run_part("big_graph", work / "big")
     d = DEFAULTS["layout"]
     print(f"\n4. Prediction at full scale: GNNAttentionModel / GNNModel with the default settings (layout hidden "
-          f"{d['hidden']}, {d['layers']} layers, hops {d['hops']}; initialised with seed 0, not trained) scoring the "
+          f"{d.hidden}, {d.layers} layers, hops {d.hops}; initialised with seed 0, not trained) scoring the "
           f"first configs of {g['path']}, model.predict from the file (reading included). Peak = process peak RSS; "
           f"+predict = peak minus RSS before predict.", flush=True)
     print(f"{'model':10s} {'context':9s} {'code':7s} {'configs':>7s} {'tta':>3s} {'batch':>5s} {'seconds':>8s} "
@@ -606,14 +614,14 @@ def bench_predict_quality(data: Path, seed: int) -> None:
 
 
 def bench_ablation(data: Path, seeds: list[int], epochs: int) -> None:
-    variants = [(1, True), (1, False), (3, True), (5, True), (None, True)]
+    variants = [(1, True), (1, False), (3, True), (5, True), ("all", True)]
     from competition.protocol import DEFAULT_PROTOCOL
     from models.gnn.model import DEFAULTS
 
     d = DEFAULTS["layout"]
-    print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel layout defaults (hidden {d['hidden']}, "
-          f"{d['layers']} layers, lr {d['lr']}, {d['loss']}, {d['configs_per_graph']} configs/step, "
-          f"{d['steps_per_graph']} steps/graph, {d['train_configs']} train configs, valid protocol {DEFAULT_PROTOCOL.tag}), "
+    print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel layout defaults (hidden {d.hidden}, "
+          f"{d.layers} layers, lr {d.lr}, {d.loss}, {d.configs_per_graph} configs/step, "
+          f"{d.steps_per_graph} steps/graph, {d.train_configs} train configs, valid protocol {DEFAULT_PROTOCOL.tag}), "
           f"epochs={epochs}, patience={epochs}.")
     print(f"{'hops':>5s} {'pad':>4s} {'seed':>4s} {'mean nodes':>10s} {'best tau':>9s} {'(ep)':>4s} "
           f"{'re-scored':>9s} {'train s':>8s} {'fit s':>7s} {'peak':>8s}", flush=True)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from benchmarks.measure import peak_mib, run_part
 from competition.collections import Collection, Split
-from competition.metrics import predicted_order, score_graph
+from competition.labels import graph_target
+from competition.metrics import graph_score
 from competition.pipeline import DEFAULT_SYNTH_DIR, resolve_data
 from competition.reader import list_graphs, load_graph
 from models.registry import make_model
@@ -37,8 +38,7 @@ def _valid_score(model, root, collection: Collection) -> float:
     values = []
     for path in list_graphs(root, collection, Split.VALID):
         g = load_graph(path, collection)
-        normalizers = g.config_runtime_normalizers if collection.is_tile else None
-        values.append(score_graph(collection, predicted_order(model.predict(g)), g.config_runtime, normalizers).score)
+        values.append(graph_score(collection, graph_target(g), scores=model.predict(g)))
     return sum(values) / len(values)
 
 

@@ -86,10 +86,10 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
     root, c = _root(world), Collection(collection)
     kind = "tile" if c.is_tile else "layout"
     d = DEFAULTS[kind]
-    pipeline = feature_pipeline(kind, d["hops"], True)
+    pipeline = feature_pipeline(kind, d.hops, True)
     out: dict = {}
     for split, kw in ((Split.TRAIN, {"pre_transform": Compose([pipeline, DedupConfigs("min")]),
-                                     "max_configs": d["train_configs"]}),
+                                     "max_configs": d.max_train_configs}),
                       (Split.VALID, {"pre_transform": pipeline, "protocol": DEFAULT_PROTOCOL})):
         t0 = time.perf_counter()
         ds = ProcessedGraphs(root, c, split, cache_dir=cache, workers=1, progress=False, **kw)
@@ -103,10 +103,11 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
 def part_model(world: str, collection: str, model: str, cache: str, work: str, gnn_epochs: int,
                threads: int, device: str = "cpu") -> dict:
     from competition.collections import Collection, Split
-    from competition.pipeline import _ids, split_rows
+    from competition.labels import load_labels
+    from competition.pipeline import _ids
     from competition.protocol import DEFAULT_PROTOCOL
     from competition.reader import list_graphs, load_graph
-    from competition.submission import score_submission, write_submission
+    from competition.submission import score_predictions, write_submission
     from models.registry import make_model
 
     _threads(threads)
@@ -121,7 +122,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
     out["fit"] = {"seconds": time.perf_counter() - t0, "graphs": len(list_graphs(root, c, Split.TRAIN))}
     if model.startswith("gnn"):
         out["fit"]["epochs_run"] = len(fitted.history_)
-        out["fit"]["default_epochs"] = make_model(model)._resolved("tile" if c.is_tile else "layout")["epochs"]
+        out["fit"]["default_epochs"] = make_model(model).train_config("tile" if c.is_tile else "layout").epochs
     preds: dict[str, dict[str, np.ndarray]] = {}
     for split in (Split.VALID, Split.TEST):
         t0 = time.perf_counter()
@@ -135,11 +136,10 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
         out[f"predict_{split.value}"] = {"seconds": time.perf_counter() - t0, "graphs": len(paths),
                                          "configs": configs}
     t0 = time.perf_counter()
-    rows = split_rows(root, [c], Split.VALID)
-    valid_file = write_submission(Path(work) / f"valid-{model}-{c.value.replace(':', '-')}.csv",
-                                  preds["valid"], rows)
-    report = score_submission(valid_file, root, Split.VALID, collections=[c])
-    out["score"] = {"seconds": time.perf_counter() - t0, "graphs": len(rows), "value": report.scores()[c]}
+    labels = load_labels(root, [c], Split.VALID)
+    write_submission(Path(work) / f"valid-{model}-{c.value.replace(':', '-')}.csv", preds["valid"], labels.rows())
+    report = score_predictions(preds["valid"], labels)
+    out["score"] = {"seconds": time.perf_counter() - t0, "graphs": len(labels), "value": report.scores()[c]}
     np.savez(Path(work) / f"preds-{model}-{c.value.replace(':', '-')}.npz",
              **{f"{s}|{gid}": v for s, d in preds.items() for gid, v in d.items()})
     out["peak_mib"] = peak_mib()
@@ -148,7 +148,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
 
 def part_ensemble(world: str, collection: str, work: str, models: str) -> dict:
     from competition.collections import Collection, Split
-    from competition.pipeline import split_labels
+    from competition.labels import load_labels
     from models.ensemble import Ensemble
 
     root, c = _root(world), Collection(collection)
@@ -160,7 +160,7 @@ def part_ensemble(world: str, collection: str, work: str, models: str) -> dict:
                 split, gid = key.split("|", 1)
                 (valid if split == "valid" else test).setdefault(m, {})[gid] = z[key]
     t0 = time.perf_counter()
-    labels = split_labels(root, [c], Split.VALID)
+    labels = load_labels(root, [c], Split.VALID).targets()
     ens = Ensemble(method="auto", normalization="auto").fit(valid, labels)
     ens.cross_val_predict(valid, labels)
     ens.predict(test)

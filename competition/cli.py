@@ -17,9 +17,9 @@ import os
 import sys
 import time
 import traceback
-import types
 import typing
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from competition.collections import Collection, Split
@@ -27,6 +27,7 @@ from competition.collections import Collection, Split
 if typing.TYPE_CHECKING:
     from competition.protocol import ValidProtocol
     from competition.reader import DataRoot
+    from models.registry import ModelParams
 
 log = logging.getLogger("fastslow")
 
@@ -68,8 +69,10 @@ def _collections(values: Sequence[str] | None) -> list[Collection]:
 def _add_data_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data", metavar="DIR", default=None,
-        help="data root (a folder holding npz_all/npz/ or npz/, or that folder itself). Default: $FASTSLOW_DATA, "
-             "then a Kaggle mount under /kaggle/input, then ./data",
+        help="data root (a folder holding npz_all/npz/ or npz/, or that folder itself). Default: the first found of "
+             "$FASTSLOW_DATA, a Kaggle mount under /kaggle/input, ./data, ./data/kaggle (where `fastslow kaggle "
+             "download` unpacks) and ./data/synthetic-demo (the world `make submit` generates); `fastslow data "
+             "where` shows which",
     )
 
 
@@ -216,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="models to compare (default: random default-first gbdt gnn-attn)")
     evaluate.add_argument("--out-dir", default="submissions", metavar="DIR",
                           help="where the per-model prediction files go (default: %(default)s)")
+    _add_param_args(evaluate)
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(evaluate)
     evaluate.set_defaults(func=_cmd_evaluate, outputs={"out_dir": "folder"})
@@ -256,9 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     trainp.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
     trainp.add_argument("--runs-dir", default="runs", metavar="DIR",
                         help="where runs and saved models go (default: %(default)s)")
-    trainp.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                        help="a hyper-parameter of the model, repeatable (e.g. --param epochs=20 --param "
-                             "attention=True --param segment_size=2000); values are Python literals")
+    _add_param_args(trainp)
     trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(trainp)
     trainp.set_defaults(func=_cmd_train, outputs={"runs_dir": "folder"})
@@ -284,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "cheapest first, each gets a share by its cost, stops at it keeping its best weights, "
                              "and submission.csv is rewritten after every model with the best so far "
                              "(default: no limit)")
+    _add_param_args(submit)
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(submit)
     submit.set_defaults(func=_cmd_submit, outputs={"out_dir": "folder"})
@@ -322,9 +325,11 @@ def _cmd_validate_submission(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
+    from competition.labels import load_labels
     from competition.leaderboard import append_row
-    from competition.pipeline import is_synthetic, split_oracles
-    from competition.reader import find_data_root
+    from competition.pipeline import is_synthetic
+    from competition.reader import find_data_root, list_graphs
+    from competition.stats import oracle_scores
     from competition.submission import SubmissionError, score_submission, validate_submission
 
     root = find_data_root(args.data)
@@ -335,12 +340,13 @@ def _cmd_score(args: argparse.Namespace) -> int:
         print(f"error: {SubmissionError(args.file, problems)}\nnot scored: `fastslow validate {args.file}` lists "
               "every problem; --partial scores the collections it holds in full", file=sys.stderr)
         return EXIT_PROBLEMS
-    report = score_submission(args.file, root, split, protocol=protocol)
+    labels = load_labels(root, [c for c in Collection if list_graphs(root, c, split)], split, protocol)
+    report = score_submission(args.file, root, split, labels=labels)
     if not report.collections:
         print(f"error: {args.file}: nothing to score (no rows)", file=sys.stderr)
         return EXIT_PROBLEMS
     synthetic = is_synthetic(root)
-    print(report.format_table(split_oracles(root, list(report.collections), split, protocol) if synthetic else None))
+    print(report.format_table(oracle_scores(labels.of(report.collections)) if synthetic else None))
     if args.per_graph:
         for c, res in report.collections.items():
             for g in sorted(res.graphs, key=lambda g: g.score):
@@ -372,9 +378,11 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from competition.pipeline import evaluate_models
+    from models.registry import default_models
 
+    params = _model_params(args, args.models or default_models())
     evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress,
-                    protocol=_protocol(args))
+                    protocol=_protocol(args), params=params)
     return 0
 
 
@@ -403,85 +411,143 @@ class UsageError(SystemExit):
         self.code = EXIT_ERROR
 
 
-def _parse_params(items: Sequence[str]) -> tuple[dict[str, object], dict[str, str]]:
-    """``KEY=VALUE`` items as hyper-parameters (Python literals, else text), and each key's text as given."""
+PARAM_HELP = (
+    "a hyper-parameter, repeatable: KEY=VALUE for every model of the run that takes KEY, MODEL.KEY=VALUE for one "
+    "model, MODEL.COLLECTION.KEY=VALUE for one model on one collection (e.g. --param epochs=3 --param "
+    "gnn-attn.hidden=64 --param gnn-attn.layout:xla:default.epochs=20); values are Python literals, else text. "
+    "Overrides --config at the same level"
+)
+CONFIG_HELP = (
+    "a TOML file of hyper-parameters: a table per model, with an optional sub-table per collection, e.g. "
+    "[gnn-attn] epochs = 3 and [gnn-attn.\"layout:xla:default\"] epochs = 20 (keys outside a table apply to every "
+    "model that takes them); per-collection values override per-model ones, which override the defaults"
+)
+
+
+def _refused(args: argparse.Namespace, message: str) -> UsageError:
+    return UsageError(f"fastslow {args.command}: {message}")
+
+
+def _add_param_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--param", action="append", default=[], metavar="[MODEL.[COLLECTION.]]KEY=VALUE",
+                   help=PARAM_HELP)
+    p.add_argument("--config", default=None, metavar="TOML", help=CONFIG_HELP)
+
+
+def _literal(text: str) -> object:
     import ast
 
-    out: dict[str, object] = {}
-    given: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"fastslow train: --param expects KEY=VALUE, got {item!r}")
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            out[key] = value
-        given[key] = item
-    return out, given
-
-
-def _accepts(kind: object, value: object) -> bool:
-    """Whether ``value`` fits the annotation ``kind`` (int for float; not bool for int); others are not checked."""
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    if typing.get_origin(kind) is typing.Literal:
-        return value in typing.get_args(kind)
-    return True
-
-
-def _check_param_types(model: str, params: dict[str, object], given: dict[str, str]) -> None:
-    """Refuse a hyper-parameter whose value does not fit the model's annotation (``epochs=abc``), before any
-    fitting; unknown names are left to the model, whose error names them."""
-    from models.registry import MODELS
-
-    cls = MODELS.get(model)
-    if cls is None:
-        return
     try:
-        hints = typing.get_type_hints(cls.__init__)
-    except (NameError, TypeError):  # an annotation that cannot be resolved here: the model checks its own values
-        return
-    for key, value in params.items():
-        if key not in hints or key not in given:
-            continue
-        hint = hints[key]
-        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-        if not any(_accepts(k, value) for k in kinds):
-            expected = " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k)) for k in kinds)
-            found = f"the text {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
-            raise UsageError(f"fastslow train: --param {given[key]}: {cls.__name__} takes {expected} for {key}, "
-                             f"not {found} (values are Python literals: --param epochs=20, --param device='cpu')")
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _given_params(args: argparse.Namespace) -> list[tuple[str, str | None, str | None, str, object]]:
+    """Every hyper-parameter of ``--config`` then ``--param``, in that order, as ``(where, model, collection, key,
+    value)``; ``where`` names the origin for an error (``--param epochs=abc``, ``params.toml [gnn] epochs``)."""
+    import tomllib
+
+    out: list[tuple[str, str | None, str | None, str, object]] = []
+    if args.config:
+        path = Path(args.config)
+        try:
+            with path.open("rb") as f:
+                doc = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise _refused(args, f"--config {path}: expected TOML; found invalid TOML ({exc})") from None
+        for key, value in doc.items():
+            if not isinstance(value, dict):
+                out.append((f"{path}: {key}", None, None, key, value))
+                continue
+            for name, inner in value.items():
+                if not isinstance(inner, dict):
+                    out.append((f"{path} [{key}] {name}", key, None, name, inner))
+                    continue
+                for k, v in inner.items():
+                    if isinstance(v, dict):
+                        raise _refused(args, f"--config {path}: [{key}.\"{name}\".{k}]: expected a model's table and "
+                                         "at most one collection's table inside it; found a deeper table")
+                    out.append((f"{path} [{key}.\"{name}\"] {k}", key, name, k, v))
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        parts = key.split(".")
+        if not sep or not all(parts) or len(parts) > 3:
+            raise _refused(args, f"--param expects [MODEL.[COLLECTION.]]KEY=VALUE, got {item!r}")
+        model, collection = (parts[0] if len(parts) > 1 else None), (parts[1] if len(parts) == 3 else None)
+        out.append((f"--param {item}", model, collection, parts[-1], _literal(value)))
+    return out
+
+
+def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: bool = False) -> dict[str, ModelParams]:
+    """The hyper-parameters of ``--config`` and ``--param`` for each of the run's ``models`` (and the ensemble's
+    under ``ensemble``), checked before any fitting: model, collection and key names, value types, and values the
+    models refuse.
+
+    Raises:
+        UsageError: naming the ``--param`` item or the ``--config`` entry, and what was expected.
+    """
+    from competition.pipeline import ENSEMBLE
+    from models.ensemble import Ensemble
+    from models.registry import MODELS, ModelParams, hyper_parameters, param_problem
+
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise _refused(args, f"unknown model {unknown[0]!r}; expected one of "
+                         f"{', '.join(sorted(MODELS))}")
+    owners: dict[str, type] = {m: MODELS[m] for m in models}
+    if ensemble:
+        owners[ENSEMBLE] = Ensemble
+    common: dict[str, dict[str, object]] = {m: {} for m in owners}
+    per_collection: dict[str, dict[Collection, dict[str, object]]] = {m: {} for m in owners}
+    for where, model, collection, key, value in _given_params(args):
+        typed = where.startswith("--param")  # typed on the command line, where values are Python literals
+        if model is None:
+            targets = [m for m in owners if key in hyper_parameters(owners[m])]
+            if not targets:
+                raise _refused(args, f"{where}: none of the models of this run ({', '.join(owners)}) takes {key!r}")
+        elif model not in owners:
+            raise _refused(args, f"{where}: {model!r} is not among the models of this run ({', '.join(owners)})")
+        else:
+            targets = [model]
+        for m in targets:
+            problem = param_problem(owners[m], key, value)
+            if problem is not None:
+                hint = " (values are Python literals: --param epochs=20, --param device='cpu')" if typed else ""
+                raise _refused(args, f"{where}: {problem}{hint}")
+            if collection is None:
+                common[m][key] = value
+                continue
+            if m == ENSEMBLE:
+                raise _refused(args, f"{where}: the ensemble takes one value for all collections; drop the collection")
+            try:
+                c = Collection.parse(collection)
+            except ValueError as exc:
+                raise _refused(args, f"{where}: {exc}") from None
+            per_collection[m].setdefault(c, {})[key] = value
+    out = {m: ModelParams(common[m], per_collection[m]) for m in owners}
+    for m, params in out.items():
+        for c in Collection:
+            try:
+                owners[m](**params.for_collection(c))  # values a model refuses fail here, before any fitting
+            except (TypeError, ValueError) as exc:
+                scope = f" on {c.value}" if params.per_collection.get(c) else ""
+                raise _refused(args, f"{m}{scope}: {exc}") from None
+    return out
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from competition.pipeline import split_labels
+    from competition.labels import load_labels
     from competition.reader import find_data_root, list_graphs, load_graph, validate_root
-    from competition.submission import submission_id
+    from competition.submission import score_predictions, submission_id
     from features.cache import collection_slug
-    from models.gnn.train import graph_metric
-    from models.registry import make_model
+    from models.registry import format_params, make_model
 
     root = find_data_root(args.data)
     protocol = _protocol(args)
-    params, given = _parse_params(args.param)
-    _check_param_types(args.model, params, given)
-    if args.model.startswith("gnn"):
-        params.setdefault("runs_dir", args.runs_dir)
-    try:
-        make_model(args.model, **params)  # unknown hyper-parameters fail here, before any fitting
-    except TypeError as exc:
-        raise UsageError(f"fastslow train: {exc}") from None
+    params = _model_params(args, [args.model])[args.model]
+    if args.model.startswith("gnn") and "runs_dir" not in params.common:
+        params = replace(params, common={**params.common, "runs_dir": args.runs_dir})
     asked = _collections(args.collections)
     # A collection whose train split is missing would otherwise be passed over without a word (exit 0).
     missing = validate_root(root, asked, [Split.TRAIN])
@@ -494,30 +560,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved")
     for c in collections:
         t0 = time.perf_counter()
-        model = make_model(args.model, **params).fit(root, c, progress=not args.no_progress, valid=protocol)
+        model = make_model(args.model, **params.for_collection(c))
+        print(f"{args.model} {c.value} settings: {format_params(model.resolved_params(c))}", flush=True)
+        model.fit(root, c, eval_split=Split.VALID, progress=not args.no_progress, valid=protocol)
         seconds = time.perf_counter() - t0
         saved = model.save(Path(args.runs_dir) / args.model / collection_slug(c) / "model.json")
-        paths = list_graphs(root, c, Split.VALID)
-        labels = split_labels(root, [c], Split.VALID, protocol) if paths else {}
-        values = []
-        for p in paths:
-            g = protocol.select(load_graph(p, c), c)
-            values.append(graph_metric("tile" if c.is_tile else "layout", model.predict(g),
-                                       labels[submission_id(c, p.stem)]))
-        valid = f"{np.mean(values):8.4f}" if values else f"{'-':>8s}"
-        print(f"{c.value:20s} {valid} {len(values):7d} {seconds:8.1f}  {saved}", flush=True)
+        preds = {submission_id(c, p.stem): model.predict(protocol.select(load_graph(p, c), c))
+                 for p in list_graphs(root, c, Split.VALID)}
+        report = score_predictions(preds, load_labels(root, [c], Split.VALID, protocol)) if preds else None
+        valid = f"{report.scores()[c]:8.4f}" if report is not None else f"{'-':>8s}"
+        print(f"{c.value:20s} {valid} {len(preds):7d} {seconds:8.1f}  {saved}", flush=True)
     print(f"valid scored on {protocol.describe()}")
     return 0
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from competition.budget import parse_duration
-    from competition.pipeline import run_pipeline
+    from competition.pipeline import ENSEMBLE, run_pipeline
+    from models.registry import default_models
 
     budget = None if args.time_budget is None else parse_duration(args.time_budget)
+    params = _model_params(args, args.models or default_models(), ensemble=True)
+    ensemble_params = dict(params.pop(ENSEMBLE).common)
     run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
                  synth_scale=args.synth_scale, progress=not args.no_progress, protocol=_protocol(args),
-                 time_budget=budget)
+                 time_budget=budget, params=params, ensemble_params=ensemble_params or None)
     return 0
 
 

@@ -60,3 +60,8 @@ class Split(StrEnum):
 
 TILE_COLLECTIONS = (Collection.TILE_XLA,)
 LAYOUT_COLLECTIONS = tuple(c for c in Collection if c.is_layout)
+
+
+def submission_id(collection: Collection, stem: str) -> str:
+    """The submission ID of a graph, ``<collection>:<stem>``, e.g. ``tile:xla:abc``."""
+    return f"{Collection(collection).value}:{stem}"

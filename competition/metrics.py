@@ -1,12 +1,16 @@
 """Competition metrics, per graph, per collection and combined.
 
 Conventions: a *score* array gives one value per config where lower means predicted faster; an *order* lists
-config indices fastest first (what a submission row holds); *runtimes* are the measured (or hidden) runtimes of the
-same configs in ns, lower is faster.
+config indices fastest first (what a submission row holds); *targets* are what the same configs are ranked by
+(:func:`competition.labels.ranking_target`: normalised runtimes for tile, runtimes in ns for layout), lower is faster.
 
-* Layout collections: Kendall tau-b (``scipy.stats.kendalltau``) between the predicted order and the runtimes.
-* Tile: ``2 - min(runtime of the first k predicted) / min(runtime of all)`` with k = 5, on normalised runtimes
-  (``config_runtime / config_runtime_normalizers``) unless ``raw``: 1.0 is perfect.
+:func:`graph_score` is the competition metric of one graph, and the only one: scoring a submission, early stopping,
+the ensemble's weights and the oracle all call it. Given scores, it scores the order a written submission row would
+list (:func:`submitted_order`: ties broken by config index, five configs for tile), so a score computed in memory is
+the score of the file.
+
+* Layout collections: Kendall tau-b (``scipy.stats.kendalltau``) between the predicted order and the targets.
+* Tile: ``2 - min(target of the first k predicted) / min(target of all)`` with k = 5: 1.0 is perfect.
 * Diagnostics per graph: OPA (ordered pair accuracy) and the top-k errors for k = 1, 5, 10.
 * Final score: the unweighted mean of the five collection scores.
 """
@@ -38,6 +42,32 @@ def predicted_order(scores: npt.ArrayLike) -> npt.NDArray[np.int64]:
         int64 ``[C]`` permutation of ``range(C)``.
     """
     return np.argsort(np.asarray(scores, dtype=np.float64), kind="stable").astype(np.int64)
+
+
+def submitted_order(collection: Collection | str, scores: npt.ArrayLike,
+                    rows: npt.ArrayLike | None = None) -> npt.NDArray[np.int64]:
+    """The order a submission row lists for one graph's scores: :func:`predicted_order` (ties by index), the first
+    :data:`TILE_TOP_K` for tile, every config for layout.
+
+    Args:
+        collection: the graph's collection, or its kind (``tile`` or ``layout``): the row depends on nothing else.
+        scores: ``[C]`` predicted scores, lower = faster.
+        rows: the graph's config index of each score (a valid subset, see :mod:`competition.protocol`); ``None``:
+            the scores cover every config, and the order holds positions into them.
+
+    Returns:
+        int64 ``[m]`` config indices, fastest first (``m = min(5, C)`` for tile, ``C`` for layout).
+    """
+    order = predicted_order(scores)
+    if rows is not None:
+        order = np.asarray(rows, dtype=np.int64)[order]
+    return order[:TILE_TOP_K] if _is_tile(collection) else order
+
+
+def _is_tile(collection: Collection | str) -> bool:
+    if collection in ("tile", "layout"):
+        return collection == "tile"
+    return Collection(collection).is_tile
 
 
 def order_to_ranks(order: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -112,36 +142,31 @@ def top_k_error(order: npt.ArrayLike, runtimes: npt.ArrayLike, k: int) -> float:
     return 1.0 - top_k_score(order, runtimes, k)
 
 
-def tile_score(
-    order: npt.ArrayLike,
-    runtimes: npt.ArrayLike,
-    normalizers: npt.ArrayLike | None = None,
-    *,
-    raw: bool = False,
-    k: int = TILE_TOP_K,
-) -> float:
-    """Kaggle's tile score of one graph.
+def graph_score(collection: Collection | str, targets: npt.ArrayLike, *, order: npt.ArrayLike | None = None,
+                scores: npt.ArrayLike | None = None) -> float:
+    """The competition score of one graph: the top-5 tile score, or the layout Kendall tau-b of the whole order.
+
+    Give the submitted ``order``, or the predicted ``scores``: these are scored as the row a submission writes
+    for them (:func:`submitted_order`), so ties among scores are broken by config index exactly as in the file.
 
     Args:
-        order: int ``[m]`` predicted config indices, fastest first.
-        runtimes: ``[C]`` runtimes in ns (``config_runtime``).
-        normalizers: ``[C]`` ``config_runtime_normalizers``; ignored when ``raw`` or ``None``.
-        raw: score on the raw runtimes instead of the normalised ones.
-        k: how many of the first predicted configs count.
+        collection: the graph's collection, or its kind (``tile`` or ``layout``): the metric depends on nothing else.
+        targets: ``[C]`` what the configs rank by (:func:`competition.labels.ranking_target`), lower = faster.
+        order: int ``[m]`` config indices (positions into ``targets``), fastest first: at least one for tile, a
+            permutation of ``range(C)`` for layout.
+        scores: ``[C]`` predicted scores, lower = faster.
+
+    Raises:
+        ValueError: both or neither of ``order`` and ``scores``; a layout order that is not a permutation; tile
+            targets that are not positive.
     """
-    return top_k_score(order, _ranking_runtime(runtimes, normalizers, raw), k)
-
-
-def _ranking_runtime(
-    runtimes: npt.ArrayLike, normalizers: npt.ArrayLike | None, raw: bool
-) -> npt.NDArray[np.float64]:
-    r = np.asarray(runtimes, dtype=np.float64)
-    if raw or normalizers is None:
-        return r
-    n = np.asarray(normalizers, dtype=np.float64)
-    if n.shape != r.shape:
-        raise ValueError(f"normalizers {n.shape} and runtimes {r.shape} differ in shape")
-    return r / n
+    if (order is None) == (scores is None):
+        raise ValueError("give exactly one of order and scores")
+    if order is None:
+        order = submitted_order(collection, scores)
+    if _is_tile(collection):
+        return top_k_score(order, targets, TILE_TOP_K)
+    return kendall_tau_of_order(order, targets)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -250,24 +275,15 @@ class GraphResult:
     top10_err: float
 
 
-def score_graph(
-    collection: Collection,
-    order: npt.ArrayLike,
-    runtimes: npt.ArrayLike,
-    normalizers: npt.ArrayLike | None = None,
-    *,
-    raw: bool = False,
-    stem: str = "",
-) -> GraphResult:
-    """Score one graph from its submitted order.
+def score_graph(collection: Collection, order: npt.ArrayLike, targets: npt.ArrayLike, *,
+                stem: str = "") -> GraphResult:
+    """Score one graph from its submitted order: :func:`graph_score` and the diagnostics.
 
     Args:
         collection: the graph's collection; decides the metric.
-        order: int ``[m]`` config indices fastest first; a full permutation for layout, at least ``min(5, C)``
-            for tile.
-        runtimes: ``[C]`` runtimes in ns.
-        normalizers: tile only: ``[C]`` ``config_runtime_normalizers``.
-        raw: tile only: rank by raw runtimes, not normalised ones.
+        order: int ``[m]`` config indices (positions into ``targets``) fastest first; a full permutation for
+            layout, at least ``min(5, C)`` for tile.
+        targets: ``[C]`` what the configs rank by (:func:`competition.labels.ranking_target`).
         stem: the graph's file stem, to name it in the result.
 
     Returns:
@@ -275,15 +291,12 @@ def score_graph(
     """
     collection = Collection(collection)
     order = np.asarray(order, dtype=np.int64)
-    r = _ranking_runtime(runtimes, normalizers if collection.is_tile else None, raw)
+    r = np.asarray(targets, dtype=np.float64)
     c = r.size
     full = order.size == c and np.array_equal(np.sort(order), np.arange(c))
-    if collection.is_tile:
-        score = top_k_score(order, r, TILE_TOP_K)
-    else:
-        if not full:
-            raise ValueError(f"{collection.value}:{stem}: a layout order must be a permutation of range({c})")
-        score = kendall_tau_of_order(order, r)
+    if collection.is_layout and not full:
+        raise ValueError(f"{collection.value}:{stem}: a layout order must be a permutation of range({c})")
+    score = graph_score(collection, r, order=order)
     errs = [top_k_error(order, r, k) if order.size >= min(k, c) else math.nan for k in TOP_K_ERRORS]
     opa = ordered_pair_accuracy_of_order(order, r) if full else math.nan
     return GraphResult(f"{collection.value}:{stem}", collection, stem, score, c, opa, *errs)

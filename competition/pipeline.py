@@ -3,21 +3,24 @@
 1. Find the data root (``--data``, ``FASTSLOW_DATA``, a Kaggle mount, ``./data``); when there is none, generate the
    synthetic demo world once (``data/synthetic-demo``) and use it.
 2. Fit every available model per collection on the train split, predict the valid and test splits.
-3. Score each model's valid predictions. With two models or more, fit an ensemble of them on the valid split
+3. Score each model's valid predictions in memory, against the valid labels read once per run
+   (:func:`competition.labels.load_labels`), and write them as ``valid-<model>.csv``. With two models or more, fit an ensemble of them on the valid split
    (:class:`models.ensemble.Ensemble`, weights per collection) and score its cross-validated valid predictions (each
    graph scored with weights fitted without it) the same way. The best combined valid score among the models and
    the ensemble picks the test predictions that become ``submissions/submission.csv``.
-4. Validate the submission against ``sample_submission.csv`` and the data, score it offline (the synthetic test split
-   through ``secret/``; on real data only the valid split has labels), print the tables, and record every scoring in
-   the leaderboard.
+4. Validate the written submission against ``sample_submission.csv`` and the data before it replaces the last one,
+   score it offline (in memory: the synthetic test split through ``secret/``; on real data only the valid split has
+   labels), print the tables, and record every scoring in the leaderboard. Only the commands that take a file
+   (``fastslow score``, ``validate``, ``kaggle submit``) read submission files back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,17 +31,21 @@ from tqdm.auto import tqdm
 from competition.budget import FIT_FRACTION, TimeBudget, format_seconds
 from competition.collections import Collection, Split
 from competition.errors import DataRootNotFound
+from competition.labels import SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, append_row
 from competition.npzio import NpzReader, atomic_write_text
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
-from competition.stats import oracle_score
+from competition.stats import oracle_scores
 from competition.submission import (
     ScoreReport,
     SubmissionError,
     SubmissionProblem,
-    score_submission,
+    orders_text,
+    score_orders,
+    score_predictions,
     submission_id,
+    submission_orders,
     submission_text,
     validate_submission,
     write_submission,
@@ -46,6 +53,7 @@ from competition.submission import (
 
 if TYPE_CHECKING:
     from models.ensemble import Ensemble
+    from models.registry import ModelParams
 
 log = logging.getLogger(__name__)
 
@@ -109,51 +117,6 @@ def _ids(collection: Collection, paths: Sequence[Path]) -> list[str]:
     return [submission_id(collection, p.stem) for p in paths]
 
 
-def split_labels(root: DataRoot, collections: Sequence[Collection], split: Split,
-                 protocol: ValidProtocol = DEFAULT_PROTOCOL) -> dict[str, np.ndarray]:
-    """The runtimes each graph of a labelled split is ranked by, keyed by submission ID.
-
-    Args:
-        root: the data root.
-        collections: the collections to read.
-        split: a split whose runtimes are in its files (train or valid; not the Kaggle test split).
-        protocol: on the valid split, the configs scored: labels are those of the protocol's subset, in the order of
-            :meth:`~competition.reader.LayoutGraph.select_configs`.
-
-    Returns:
-        ``{ID: float64 [C]}``: tile graphs' normalised runtimes, layout graphs' ``config_runtime``.
-
-    Raises:
-        ValueError: a graph of the split has no runtimes (all zero, as in test files).
-    """
-    out: dict[str, np.ndarray] = {}
-    for c in collections:
-        paths = list_graphs(root, c, split)
-        for path, gid in zip(paths, _ids(c, paths), strict=True):
-            g = load_graph(path, c)
-            if g.is_test:
-                raise ValueError(f"{gid}: the {Split(split).value} split has no runtimes in {path}")
-            g = protocol.select(g, c, split)
-            out[gid] = g.normalized_runtime() if c.is_tile else g.config_runtime.astype(np.float64)
-    return out
-
-
-def split_rows(root: DataRoot, collections: Sequence[Collection], split: Split,
-               protocol: ValidProtocol = DEFAULT_PROTOCOL) -> dict[str, np.ndarray | None]:
-    """The configs of each graph that are predicted and scored (``None``: every config), keyed by submission ID.
-
-    Config counts come from the npz headers only.
-    """
-    out: dict[str, np.ndarray | None] = {}
-    for c in collections:
-        paths = list_graphs(root, c, split)
-        for path, gid in zip(paths, _ids(c, paths), strict=True):
-            with NpzReader(path) as r:
-                n = int(r.info("config_runtime").shape[0])
-            out[gid] = protocol.configs(c, path.stem, n, split)
-    return out
-
-
 def collection_weights(root: DataRoot, collections: Sequence[Collection]) -> dict[Collection, float]:
     """A size measure of each collection's training work, from the npz headers: train graphs plus thousands of
     train nodes. Used to share a model's time out across collections."""
@@ -169,29 +132,36 @@ def collection_weights(root: DataRoot, collections: Sequence[Collection]) -> dic
 
 
 def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collection], *,
-                  progress: bool = True, protocol: ValidProtocol = DEFAULT_PROTOCOL, seconds: float = math.inf,
-                  weights: dict[Collection, float] | None = None, **params: object
-                  ) -> dict[str, dict[str, np.ndarray]]:
+                  params: ModelParams | None = None, eval_split: Split | None = Split.VALID,
+                  settings_file: Path | None = None, progress: bool = True,
+                  protocol: ValidProtocol = DEFAULT_PROTOCOL, seconds: float = math.inf,
+                  weights: dict[Collection, float] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Fit ``model_name`` per collection on train; predict valid (the protocol's configs) and test.
 
     Args:
         model_name: a registered model.
         root: the data root.
         collections: the collections to fit and predict.
+        params: the model's hyper-parameters, per collection (default: the model's defaults).
+        eval_split: the split early stopping scores (``None``: none); the pipeline's valid split, which also picks
+            the best model and fits the ensemble.
+        settings_file: where the hyper-parameters used are written as JSON, per collection (``None``: nowhere);
+            they are printed in any case, one line per collection.
         progress: show progress bars.
         protocol: the valid protocol: which configs of each valid layout graph are predicted.
         seconds: this model's share of the run's time budget; each collection gets a part of what is left in
             proportion to ``weights`` (equal parts without them), of which :data:`~competition.budget.FIT_FRACTION`
             goes to fitting.
         weights: relative cost of each collection (see :func:`collection_weights`).
-        **params: hyper-parameters of the model.
 
     Returns:
         ``{split: {submission ID: scores}}`` for ``valid`` and ``test``; a valid layout graph's scores follow
-        :func:`split_rows`.
+        the protocol's configs (:meth:`~competition.labels.SplitLabels.rows`).
     """
-    from models.registry import make_model
+    from models.registry import ModelParams, format_params, make_model
 
+    params = params or ModelParams()
+    used: dict[str, dict[str, object]] = {}
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     end = time.monotonic() + seconds
     weights = weights or {c: 1.0 for c in collections}
@@ -203,8 +173,13 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
             print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until {format_seconds(FIT_FRACTION * slot)})",
                   flush=True)
         started = time.monotonic()
-        model = make_model(model_name, **params).fit(root, c, split=Split.TRAIN, progress=progress,
-                                                     valid=protocol, deadline=deadline)
+        model = make_model(model_name, **params.for_collection(c))
+        used[c.value] = model.resolved_params(c)
+        print(f"{model_name} {c.value} settings: {format_params(used[c.value])}", flush=True)
+        if settings_file is not None:
+            atomic_write_text(settings_file, json.dumps(used, indent=1, default=repr) + "\n")
+        model.fit(root, c, split=Split.TRAIN, eval_split=eval_split, progress=progress, valid=protocol,
+                  deadline=deadline)
         fitted = time.monotonic()
         for split in (Split.VALID, Split.TEST):
             paths = list_graphs(root, c, split)
@@ -218,42 +193,41 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
 
 @dataclass
 class _Scoring:
-    """How a run scores valid predictions: the protocol's rows of every valid graph (read once from the npz
-    headers), the oracles, and where files and leaderboard rows go; shared by every model and the ensemble."""
+    """How a run scores valid predictions: the valid labels (read once: the runtimes and the protocol's configs of
+    every valid graph), their oracles, and where files and leaderboard rows go; shared by every model and the
+    ensemble."""
 
     root: DataRoot
-    collections: list[Collection]
-    protocol: ValidProtocol
+    labels: SplitLabels
     out_dir: Path
     board: Path
     synthetic: bool
-    oracles: dict[Collection, float] | None
-    rows: dict[str, np.ndarray | None] = field(init=False)
+    oracles: dict[Collection, float] | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rows = split_rows(self.root, self.collections, Split.VALID, self.protocol)
+        self.oracles = oracle_scores(self.labels)
 
     def valid(self, producer: str, predictions: dict[str, np.ndarray], components: str = "") -> ScoreReport:
-        """Write ``valid-<producer>.csv`` once it scores under the protocol, record it in the leaderboard.
+        """Score ``predictions`` in memory, write them as ``valid-<producer>.csv``, record the score in the
+        leaderboard. The rows scored are the rows written (:func:`~competition.submission.submission_orders`).
 
         Raises:
-            RejectedOutput: the new file is invalid; it is kept as ``valid-<producer>.csv.rejected``.
+            RejectedOutput: the predictions do not make a valid submission under the protocol; the file is kept as
+                ``valid-<producer>.csv.rejected``.
         """
-        reports: list[ScoreReport] = []
-
-        def score(tmp: Path) -> str | None:
-            try:
-                reports.append(score_submission(tmp, self.root, Split.VALID, protocol=self.protocol))
-            except SubmissionError as exc:
-                return _problems(exc.problems, Split.VALID, self.root)
-            return None
-
-        valid_file = atomic_write_text(self.out_dir / f"valid-{producer}.csv",
-                                       submission_text(predictions, self.rows), check=score)
-        report = reports[0]
+        orders = submission_orders(predictions, self.labels.rows())
+        report: ScoreReport | None = None
+        reason: str | None = None
+        try:
+            report = score_orders(orders, self.labels)
+        except SubmissionError as exc:
+            reason = _problems(exc.problems, Split.VALID, self.root)
+        valid_file = atomic_write_text(self.out_dir / f"valid-{producer}.csv", orders_text(orders),
+                                       check=lambda _: reason)
+        assert report is not None  # a rejected file raised above
         append_row(report.scores(), file=valid_file, producer=producer, split=Split.VALID.value,
                    data=self.root.root, synthetic=self.synthetic, path=self.board, components=components,
-                   protocol=self.protocol.tag)
+                   protocol=self.labels.protocol.tag)
         return report
 
 
@@ -308,6 +282,7 @@ def run_pipeline(
     ensemble_params: dict[str, object] | None = None,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
     time_budget: float | None = None,
+    params: Mapping[str, ModelParams] | None = None,
 ) -> PipelineResult:
     """Run data -> models -> submission -> validation -> offline score, printing the tables.
 
@@ -329,6 +304,12 @@ def run_pipeline(
         time_budget: seconds for the whole run (``None``: no limit). Shared out across models and collections
             (:mod:`competition.budget`); ``submission.csv`` is rewritten after every model with the best so far, so
             a valid one exists from the first model on.
+        params: hyper-parameters per model name (default: each model's defaults); the ones used are printed and
+            written to ``<out_dir>/settings-<model>.json``.
+
+    The valid split does three jobs: early stopping (GBDT rounds, GNN epochs), the choice of the best model, and the
+    ensemble's weights. So the valid figures of the model that makes the submission are optimistic: the synthetic
+    test split, which none of this saw, scores lower.
     """
     from models.registry import COST_WEIGHTS, default_models
 
@@ -344,8 +325,11 @@ def run_pipeline(
     names = sorted(models or default_models(), key=lambda n: COST_WEIGHTS.get(n, 1.0))
     if ensemble and ENSEMBLE in names:
         raise ValueError(f"a model may not be named {ENSEMBLE!r}: the ensemble's rows would be confused with it")
-    scoring = _Scoring(root, collections, protocol, out_dir, board, synthetic,
-                       split_oracles(root, collections, Split.VALID, protocol))
+    params = params or {}
+    if set(params) - set(names):
+        raise ValueError(f"hyper-parameters given for {', '.join(sorted(set(params) - set(names)))}, which this "
+                         f"run does not fit (models: {', '.join(names)})")
+    scoring = _Scoring(root, load_labels(root, collections, Split.VALID, protocol), out_dir, board, synthetic)
     weights = collection_weights(root, collections) if budget.limited else None
     valid_reports: dict[str, ScoreReport] = {}
     valid_predictions: dict[str, dict[str, np.ndarray]] = {}
@@ -358,8 +342,9 @@ def run_pipeline(
             print(f"\n[budget] {name}: skipped, the time budget is spent ({budget.describe()})")
             continue
         started = time.monotonic()
-        preds = predict_split(name, root, collections, progress=progress, protocol=protocol, seconds=seconds,
-                              weights=weights)
+        preds = predict_split(name, root, collections, params=params.get(name), eval_split=Split.VALID,
+                              settings_file=out_dir / f"settings-{name}.json", progress=progress,
+                              protocol=protocol, seconds=seconds, weights=weights)
         report = scoring.valid(name, preds[Split.VALID.value])
         valid_reports[name] = report
         valid_predictions[name] = preds[Split.VALID.value]
@@ -392,11 +377,13 @@ def run_pipeline(
           f"against {root.sample_submission or 'the test files'}")
     test_report = None
     if synthetic:
-        test_report = score_submission(submission, root, Split.TEST)
+        # The rows written to submission.csv, scored in memory (the file was validated before it replaced the last).
+        test_labels = load_labels(root, collections, Split.TEST)
+        test_report = score_predictions(test_predictions[best], test_labels)
         append_row(test_report.scores(), file=submission, producer=best, split=Split.TEST.value, data=root.root,
                    synthetic=True, path=board, components=components.get(best, ""))
         print(f"\nsubmission.csv on the synthetic test split (hidden runtimes in secret/):\n"
-              f"{test_report.format_table(split_oracles(root, collections, Split.TEST))}")
+              f"{test_report.format_table(oracle_scores(test_labels))}")
         print("Synthetic scores say whether the machinery works; they say nothing about the Kaggle leaderboard.")
     else:
         print("Real data: test labels are hidden; the valid table above is the offline estimate. "
@@ -426,7 +413,7 @@ def _run_ensemble(
     """
     from models.ensemble import Ensemble
 
-    labels = split_labels(scoring.root, scoring.collections, Split.VALID, scoring.protocol)
+    labels = scoring.labels.targets()
     ens = Ensemble(**{"method": "auto", "normalization": "auto", **(params or {})})  # type: ignore[arg-type]
     ens.fit(valid_predictions, labels)
     report = scoring.valid(ENSEMBLE, ens.cross_val_predict(valid_predictions, labels), components=ens.describe())
@@ -462,8 +449,12 @@ def evaluate_models(
     out_dir: str | Path = DEFAULT_OUT_DIR,
     progress: bool = True,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
+    params: Mapping[str, ModelParams] | None = None,
 ) -> dict[Split, dict[str, ScoreReport]]:
     """Fit each model on train and score it on every labelled split asked for (test only on synthetic data).
+
+    ``params`` gives hyper-parameters per model name (default: each model's defaults); the ones used are printed and
+    written to ``<out_dir>/settings-<model>.json``. Early stopping scores the valid split.
 
     Returns:
         ``{split: {model: report}}``; the comparison tables are printed.
@@ -473,25 +464,19 @@ def evaluate_models(
     root, synthetic = resolve_data(data, progress=progress)
     collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
     splits = [s for s in splits if s != Split.TEST or synthetic]
-    rows = split_rows(root, collections, Split.VALID, protocol)
+    labels = {split: load_labels(root, collections, split, protocol) for split in splits}
     out: dict[Split, dict[str, ScoreReport]] = {s: {} for s in splits}
     for name in models or default_models():
-        preds = predict_split(name, root, collections, progress=progress, protocol=protocol)
+        preds = predict_split(name, root, collections, params=(params or {}).get(name), eval_split=Split.VALID,
+                              settings_file=Path(out_dir) / f"settings-{name}.json", progress=progress,
+                              protocol=protocol)
         for split in splits:
-            path = write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value],
-                                    rows if split == Split.VALID else None)
-            out[split][name] = score_submission(path, root, split, protocol=protocol)
+            write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value], labels[split].rows())
+            out[split][name] = score_predictions(preds[split.value], labels[split])
     for split in splits:
         scored = f"; scored on {protocol.describe()}" if split == Split.VALID else ""
         print(f"\n{split.value} split ({'synthetic world' if synthetic else 'real data'}: {root.root}{scored})")
-        print(format_comparison(out[split], split_oracles(root, collections, split, protocol)))
+        print(format_comparison(out[split], oracle_scores(labels[split])))
     if synthetic:
         print("Synthetic scores say whether the machinery works; they say nothing about the Kaggle leaderboard.")
     return out
-
-
-def split_oracles(root: DataRoot, collections: Sequence[Collection], split: Split,
-                  protocol: ValidProtocol = DEFAULT_PROTOCOL) -> dict[Collection, float] | None:
-    values = {c: oracle_score(root, c, split, protocol) for c in collections}
-    present = {c: v for c, v in values.items() if v is not None}
-    return present or None

@@ -17,6 +17,7 @@ harmless and widens it, and refuses the rest with a message that says what it fo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -467,9 +468,11 @@ class TileGraph(_Graph):
                 "config_runtime_normalizers": self.config_runtime_normalizers[idx]}
 
     def normalized_runtime(self) -> npt.NDArray[np.float64]:
-        """``config_runtime / config_runtime_normalizers``: float64 ``[C]``, the quantity tile configs rank by."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self.config_runtime.astype(np.float64) / self.config_runtime_normalizers.astype(np.float64)
+        """``config_runtime / config_runtime_normalizers``: float64 ``[C]``, the quantity tile configs rank by
+        (:func:`competition.labels.ranking_target`)."""
+        from competition.labels import ranking_target  # labels reads files through this module
+
+        return ranking_target(self.config_runtime, self.config_runtime_normalizers)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -579,11 +582,6 @@ class SecretRuntime:
     path: Path
     config_runtime: npt.NDArray[np.int64]
     config_runtime_normalizers: npt.NDArray[np.int64] | None = None
-
-    def ranking_runtime(self) -> npt.NDArray[np.float64]:
-        """float64 ``[C]``: runtime divided by the normalizers for tile graphs, the runtime itself for layout."""
-        y = self.config_runtime.astype(np.float64)
-        return y / self.config_runtime_normalizers if self.config_runtime_normalizers is not None else y
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -787,6 +785,17 @@ def _runtime_problems(path: Path, a: npt.NDArray[np.int64], key: str, split: Spl
         )
 
 
+def _normalizer_problems(path: Path, norm: npt.NDArray[np.int64], runtime: npt.NDArray[np.int64]
+                         ) -> Iterator[DataFileError]:
+    is_test = runtime.size > 0 and not runtime.any()
+    bad = np.flatnonzero(norm < 0 if is_test else norm <= 0)
+    if bad.size:
+        i = int(bad[0])
+        need = "normalizers >= 0 ns (test file)" if is_test else "normalizers > 0 ns"
+        yield DataFileError(path, "config_runtime_normalizers", need,
+                            f"{int(norm[i])} at config {i} ({bad.size} in all)")
+
+
 def _value_problems(path: Path, arrays: Mapping[str, npt.NDArray[Any]], kind: Kind, split: Split | None
                     ) -> Iterator[DataFileError]:
     n = arrays["node_feat"].shape[0]
@@ -814,18 +823,11 @@ def _value_problems(path: Path, arrays: Mapping[str, npt.NDArray[Any]], kind: Ki
                             f"self loop at row {i} = {e[i].tolist()} ({loops.size} in all)")
     runtime = arrays["config_runtime"]
     yield from _runtime_problems(path, runtime, "config_runtime", split)
-    is_test = runtime.size > 0 and not runtime.any()
     if kind == "tile":
         p = _finite_problem(path, "config_feat", arrays["config_feat"], ("config", "column"))
         if p is not None:
             yield p
-        norm = arrays["config_runtime_normalizers"]
-        bad = np.flatnonzero(norm < 0 if is_test else norm <= 0)
-        if bad.size:
-            i = int(bad[0])
-            need = "normalizers >= 0 ns (test file)" if is_test else "normalizers > 0 ns"
-            yield DataFileError(path, "config_runtime_normalizers", need,
-                                f"{int(norm[i])} at config {i} ({bad.size} in all)")
+        yield from _normalizer_problems(path, arrays["config_runtime_normalizers"], runtime)
         return
     ids = arrays["node_config_ids"]
     out = np.flatnonzero((ids < 0) | (ids >= n))
@@ -977,6 +979,49 @@ def load_graph(
                          config_runtime_normalizers=a["config_runtime_normalizers"])
     return LayoutGraph(**common, node_config_ids=a["node_config_ids"], node_splits=a["node_splits"],
                        check_finite=validate)
+
+
+def load_runtimes(path: str | os.PathLike[str], collection: Collection
+                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
+    """The runtimes of one graph file, and a tile file's normalizers, read from those members alone (never
+    ``node_config_feat``), checked as :func:`load_graph` checks them.
+
+    Args:
+        path: the npz file (its folder tells the split: a train or valid file may not hide its runtimes as zeros).
+        collection: the file's collection.
+
+    Returns:
+        ``(config_runtime, config_runtime_normalizers)``: int64 ``[C]`` in ns; the normalizers ``None`` for layout.
+
+    Raises:
+        DataFileError: the first problem found, naming the file and the key.
+    """
+    path = Path(path)
+    collection = Collection(collection)
+    specs = {s.key: s for s in (TILE_ARRAYS if collection.is_tile else LAYOUT_ARRAYS)}
+    wanted = ["config_runtime"] + (["config_runtime_normalizers"] if collection.is_tile else [])
+    out: dict[str, npt.NDArray[np.int64]] = {}
+    with _open(path) as r:
+        keys = _guard(path, None, r.keys)
+        for key in wanted:
+            if key not in keys:
+                raise DataFileError(path, key, f"member {key!r}", f"missing (members: {', '.join(keys) or 'none'})")
+            info = _guard(path, key, lambda k=key: r.info(k))
+            problem = _dtype_problem(path, specs[key], info)
+            if problem is not None:
+                raise problem
+            if len(info.shape) != 1 or (out and info.shape[0] != out["config_runtime"].size):
+                raise DataFileError(path, key, "shape [C]" + (" with C from config_runtime" if out else ""),
+                                    f"shape {info.shape}")
+            out[key] = _guard(path, key, lambda k=key: r.load(k)).astype(np.int64)
+    runtime, norm = out["config_runtime"], out.get("config_runtime_normalizers")
+    problems = _runtime_problems(path, runtime, "config_runtime", infer_collection_split(path)[1])
+    if norm is not None:
+        problems = itertools.chain(problems, _normalizer_problems(path, norm, runtime))
+    first = next(problems, None)
+    if first is not None:
+        raise first
+    return runtime, norm
 
 
 def validate_file(

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.labels import HiddenLabelsError, SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, read_rows
 from competition.npzio import temp_sibling
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
@@ -250,17 +251,6 @@ def default_submission(rows: Sequence[dict[str, str]], leaderboard: Path, split:
                   f"and no {Split(split).value}-*.csv in {leaderboard.parent}")
 
 
-def _runtimes(root: DataRoot, collection: Collection, split: Split, stem: str) -> npt.NDArray[np.float64]:
-    """Measured runtimes of one graph (test: the hidden ones of a synthetic world)."""
-    from competition.npzio import NpzReader
-    from competition.reader import load_secret_runtime
-
-    if split == Split.TEST:
-        return load_secret_runtime(root, collection, stem, split=split).config_runtime.astype(np.float64)
-    with NpzReader(root.collection_dir(collection, split) / f"{stem}.npz") as r:
-        return r.load("config_runtime").astype(np.float64)
-
-
 def read_curves(path: Path) -> dict[str, npt.NDArray[np.float64]]:
     """Read one ``curves.csv`` (``epoch,train_loss,valid_metric,lr,seconds``; empty cells are NaN).
 
@@ -404,8 +394,8 @@ def _pick_layout_graphs(report: Any, n: int) -> list[Any]:
     return picked
 
 
-def _rank_section(out: Path, report: Any | None, orders: dict[str, np.ndarray] | None, root: DataRoot,
-                  split: Split, n: int, why: str) -> Section:
+def _rank_section(out: Path, report: Any | None, orders: dict[str, np.ndarray] | None, labels: SplitLabels | None,
+                  n: int, why: str) -> Section:
     from scipy.stats import rankdata
 
     from competition.metrics import order_to_ranks
@@ -413,7 +403,7 @@ def _rank_section(out: Path, report: Any | None, orders: dict[str, np.ndarray] |
     sec = Section("ranks", "3. Predicted versus true rank",
                   "Each dot is one configuration of a layout graph: its position in the submitted order against its "
                   "position when sorted by measured runtime; a perfect ranking lies on the diagonal.")
-    if report is None or orders is None:
+    if report is None or orders is None or labels is None:
         sec.missing(why)
         return sec
     if n <= 0:
@@ -430,11 +420,8 @@ def _rank_section(out: Path, report: Any | None, orders: dict[str, np.ndarray] |
     rng = np.random.default_rng(0)
     table = []
     for ax, g in zip(axes.flat, picked, strict=False):
-        order = orders[g.id]
-        runtimes = _runtimes(root, g.collection, split, g.stem)
-        if order.size != runtimes.size:  # a valid row under the valid protocol: its configs only
-            scored = np.sort(order)
-            order, runtimes = np.searchsorted(scored, order), runtimes[scored]
+        lab = labels[g.id]
+        order, runtimes = lab.local_order(orders[g.id]), lab.target()  # the scored configs only
         pred = order_to_ranks(order)
         true = rankdata(runtimes, method="average") - 1.0
         shown = np.arange(pred.size)
@@ -679,8 +666,9 @@ def build_report(
     Raises:
         ValueError: ``out_dir`` is a file, or a non-empty folder that is not a report.
     """
-    from competition.pipeline import is_synthetic, split_oracles
-    from competition.submission import HiddenLabelsError, SubmissionError, read_submission, score_submission
+    from competition.pipeline import is_synthetic
+    from competition.stats import oracle_scores
+    from competition.submission import SubmissionError, read_submission, score_submission
 
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
@@ -691,7 +679,12 @@ def build_report(
     _check_out_dir(out_dir)
     synthetic = is_synthetic(root)
     collections = [c for c in Collection if list_graphs(root, c, split)]
-    oracle = split_oracles(root, collections, split, protocol) if collections else None
+    labels: SplitLabels | None
+    try:
+        labels, hidden = load_labels(root, collections, split, protocol), ""
+    except HiddenLabelsError as exc:
+        labels, hidden = None, str(exc)
+    oracle = oracle_scores(labels) if labels is not None else None
 
     problem = None
     try:
@@ -707,12 +700,14 @@ def build_report(
 
     report = orders = None
     why = how
-    if sub_path is not None:
+    if sub_path is not None and labels is None:
+        why = f"Could not score {sub_path} on the {split.value} split of {root.root}: {hidden}"
+    elif sub_path is not None:
         try:
             orders = read_submission(sub_path)
-            report = score_submission(sub_path, root, split, protocol=protocol)
+            report = score_submission(sub_path, root, split, labels=labels)
             why = f"Submission {sub_path} ({how})."
-        except (OSError, SubmissionError, HiddenLabelsError) as exc:
+        except (OSError, SubmissionError) as exc:
             report = orders = None
             why = f"Could not score {sub_path} on the {split.value} split of {root.root}: {exc}"
     else:
@@ -723,7 +718,7 @@ def build_report(
         builders: list[Callable[[], Section]] = [
             lambda: _scores_section(tmp, rows, matched, root, split, oracle, leaderboard, problem),
             lambda: _tau_section(tmp, report, why),
-            lambda: _rank_section(tmp, report, orders, root, split, graphs, why),
+            lambda: _rank_section(tmp, report, orders, labels, graphs, why),
             lambda: _pruning_section(tmp, root, list(Collection), progress, pruning_max_graphs),
             lambda: _curves_section(tmp, runs_dir),
         ]

@@ -2,8 +2,8 @@
 
 Per collection: file counts per split; node, edge, configurable-node and config counts; the opcode histogram;
 the distribution of runtime / best runtime within each graph; the share of duplicated configs; and, where the
-``secret/`` tree holds noiseless runtimes (synthetic worlds), the oracle score: the competition metric of the
-noiseless runtimes ranked against the noisy observed ones, a ceiling no model can pass.
+``secret/`` tree holds noiseless runtimes (synthetic worlds), the oracle score: the score of the submission that
+ranks the configs by their noiseless runtimes, against the noisy observed ones, a ceiling no model can pass.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
 from competition.errors import DataFileError
-from competition.metrics import kendall_tau, predicted_order, top_k_score
-from competition.npzio import NpzReader
+from competition.labels import GraphLabels, SplitLabels, graph_labels
+from competition.metrics import graph_score
 from competition.opcodes import OPCODE_NAMES
-from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
+from competition.protocol import ValidProtocol
 from competition.reader import DataRoot, list_graphs, load_graph
 
 log = logging.getLogger(__name__)
@@ -83,48 +83,23 @@ def _secret_path(root: DataRoot, collection: Collection, split: Split, stem: str
     return p if p is not None and p.exists() else None
 
 
-def _oracle(collection: Collection, secret: Path, observed: np.ndarray, normalizers: np.ndarray | None,
-            subset: np.ndarray | None = None) -> float | None:
-    with NpzReader(secret) as r:
-        keys = r.keys()
-        if "config_runtime_noiseless" not in keys:
-            return None
-        true_ns = r.load("config_runtime_noiseless")
-        if "config_runtime" in keys:
-            observed = r.load("config_runtime")
-        if "config_runtime_normalizers" in keys:
-            normalizers = r.load("config_runtime_normalizers")
-        true_default = r.load("default_runtime_noiseless") if "default_runtime_noiseless" in keys else None
-    if subset is not None:
-        true_ns, observed = true_ns[subset], observed[subset]
-        normalizers = None if normalizers is None else normalizers[subset]
-    if collection.is_tile:
-        y = observed / normalizers
-        pred = true_ns / (float(true_default) if true_default is not None else 1.0)
-        return top_k_score(predicted_order(pred), y)
-    return kendall_tau(true_ns, observed)
+def graph_oracle(labels: GraphLabels) -> float | None:
+    """The oracle score of one graph: :func:`~competition.metrics.graph_score` of the noiseless runtimes taken as
+    predicted scores (ties broken by config index, as any submission's are); ``None`` without noiseless runtimes."""
+    if labels.noiseless is None:
+        return None
+    return graph_score(labels.collection, labels.target(), scores=labels.noiseless)
 
 
-def oracle_score(root: DataRoot, collection: Collection, split: Split,
-                 protocol: ValidProtocol = DEFAULT_PROTOCOL) -> float | None:
-    """Mean oracle score of one split of a collection, or ``None`` where no noiseless runtimes exist (real data).
-
-    On the valid split only the protocol's configs of each graph are scored, as for a submission.
-    """
-    values = []
-    for path in list_graphs(root, collection, split):
-        secret = _secret_path(root, collection, split, path.stem)
-        if secret is None:
-            return None
-        with NpzReader(path) as r:
-            observed = r.load("config_runtime").astype(np.float64)
-            normalizers = r.load("config_runtime_normalizers").astype(np.float64) if collection.is_tile else None
-        subset = protocol.configs(collection, path.stem, observed.size, split)
-        score = _oracle(collection, secret, observed, normalizers, subset)
-        if score is None:
-            return None
-        values.append(score)
-    return float(np.mean(values)) if values else None
+def oracle_scores(labels: SplitLabels) -> dict[Collection, float] | None:
+    """Mean oracle score per collection of a split's labels (on the valid protocol's configs, as a submission is
+    scored); a collection with a graph lacking noiseless runtimes is left out, ``None`` when none is left (real
+    data)."""
+    values: dict[Collection, list[float | None]] = {}
+    for lab in labels.values():
+        values.setdefault(lab.collection, []).append(graph_oracle(lab))
+    out = {c: float(np.mean(v)) for c, v in values.items() if None not in v}
+    return out or None
 
 
 def collection_stats(root: DataRoot, collection: Collection, *, progress: bool = True,
@@ -169,9 +144,14 @@ def collection_stats(root: DataRoot, collection: Collection, *, progress: bool =
                 if normalizers is not None:
                     st.best_over_default.append(float(y.min()))
                     st.worst_over_default.append(float(y.max()))
-            secret = _secret_path(root, collection, split, path.stem)
-            if secret is not None:
-                score = _oracle(collection, secret, runtime, normalizers)
+            if _secret_path(root, collection, split, path.stem) is not None:
+                try:
+                    score = graph_oracle(graph_labels(root, collection, split, path, ValidProtocol(None)))
+                except DataFileError as exc:
+                    if not skip_bad:
+                        raise
+                    log.warning("no oracle score: %s", exc)
+                    continue
                 if score is not None:
                     st.oracle.setdefault(split.value, []).append(score)
     return st

@@ -4,6 +4,10 @@ A submission is a CSV with header ``ID,TopConfigs``. ``ID`` is ``<collection>:<s
 ``layout:xla:random:<stem>``); ``TopConfigs`` holds 0-based config indices joined by ``;``, fastest predicted
 first: 5 for tile (all of them if the graph has fewer), a full permutation of ``range(C)`` for layout.
 
+Rows held in memory are validated and scored exactly as the file holding them would be: :func:`submission_orders`
+gives the rows a file writes for per-graph scores, :func:`score_orders` and :func:`score_predictions` score them
+against a split's labels (:mod:`competition.labels`), and :func:`score_submission` parses a file into the same rows.
+
 Row numbers in problems count data rows from 1; row 0 is the header (so row N is line N + 1 of the file).
 """
 
@@ -20,15 +24,22 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from competition.collections import Collection, Split
+from competition.collections import Collection, Split, submission_id
 from competition.errors import DataFileError
-from competition.metrics import CollectionResult, GraphResult, ScoreReport, predicted_order, score_graph
+from competition.labels import SplitLabels, load_labels
+from competition.metrics import (
+    TILE_TOP_K,
+    CollectionResult,
+    GraphResult,
+    ScoreReport,
+    score_graph,
+    submitted_order,
+)
 from competition.npzio import NpzReader, atomic_write_text
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, list_graphs, load_secret_runtime
+from competition.reader import DataRoot, list_graphs
 
 HEADER = ("ID", "TopConfigs")
-TILE_TOP_K = 5
 MAX_LISTED = 5  # indices named per problem message
 MAX_PROBLEMS_IN_MESSAGE = 20
 CSV_FIELD_LIMIT = 2**31 - 1  # the largest the csv module takes on every platform
@@ -84,18 +95,9 @@ class SubmissionError(ValueError):
         return (type(self), (self.path, self.problems))
 
 
-class HiddenLabelsError(ValueError):
-    """A split whose runtimes are hidden (the Kaggle test split) was asked to be scored."""
-
-
 # --------------------------------------------------------------------------------------------------------------
 # IDs
 # --------------------------------------------------------------------------------------------------------------
-
-
-def submission_id(collection: Collection, stem: str) -> str:
-    """``<collection>:<stem>``, e.g. ``tile:xla:abc``."""
-    return f"{Collection(collection).value}:{stem}"
 
 
 def parse_submission_id(text: str) -> tuple[Collection, str]:
@@ -123,7 +125,7 @@ def format_order(order: npt.ArrayLike) -> str:
 
 
 def format_top_configs(collection: Collection, scores: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> str:
-    """The ``TopConfigs`` field from per-config scores.
+    """The ``TopConfigs`` field from per-config scores: :func:`~competition.metrics.submitted_order`, joined.
 
     Args:
         collection: decides how many indices are written: ``min(5, C)`` for tile, all C for layout.
@@ -131,10 +133,7 @@ def format_top_configs(collection: Collection, scores: npt.ArrayLike, rows: npt.
         rows: the graph's config index of each score (a valid subset, see :mod:`competition.protocol`);
             ``None`` when ``scores`` covers every config.
     """
-    order = predicted_order(scores)
-    if rows is not None:
-        order = np.asarray(rows, dtype=np.int64)[order]
-    return format_order(order[:TILE_TOP_K] if Collection(collection).is_tile else order)
+    return format_order(submitted_order(collection, scores, rows))
 
 
 def _items(mapping: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]]
@@ -158,24 +157,42 @@ def _csv_text(rows: list[tuple[str, str]]) -> str:
     return buf.getvalue()
 
 
+def submission_orders(
+    predictions: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]],
+    rows: Mapping[str, npt.ArrayLike | None] | None = None,
+) -> dict[str, npt.NDArray[np.int64]]:
+    """The row a submission holds for each graph's scores (lower = faster), sorted by ID: what
+    :func:`write_submission` writes, and what :func:`score_orders` scores in memory.
+
+    Args:
+        predictions: submission ID -> ``[C]`` scores (a mapping or ``(id, scores)`` pairs).
+        rows: submission ID -> the config index of each score, for graphs predicted on a subset of their configs
+            (the valid protocol, :meth:`~competition.labels.SplitLabels.rows`); IDs not in it (or mapped to
+            ``None``) cover every config.
+
+    Returns:
+        Submission ID -> int64 config indices, fastest first (:func:`~competition.metrics.submitted_order`).
+
+    Raises:
+        ValueError: an ID with no known collection prefix, or an ID given twice.
+    """
+    rows = rows or {}
+    return {sid: submitted_order(parse_submission_id(sid)[0], s, rows.get(sid)) for sid, s in _items(predictions)}
+
+
+def orders_text(orders: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]]) -> str:
+    """The text of a submission holding these rows (int config indices, fastest first, written as given), sorted
+    by ID."""
+    return _csv_text([(sid, format_order(o)) for sid, o in _items(orders)])
+
+
 def submission_text(
     predictions: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]],
     rows: Mapping[str, npt.ArrayLike | None] | None = None,
 ) -> str:
     """The text of a submission from per-graph scores (lower = faster), rows sorted by ID: what
-    :func:`write_submission` writes.
-
-    Args:
-        predictions: submission ID -> ``[C]`` scores (a mapping or ``(id, scores)`` pairs).
-        rows: submission ID -> the config index of each score, for graphs predicted on a subset of their configs
-            (the valid protocol); IDs not in it (or mapped to ``None``) cover every config.
-
-    Raises:
-        ValueError: an ID with no known collection prefix, or an ID given twice.
-    """
-    items = _items(predictions)
-    rows = rows or {}
-    return _csv_text([(sid, format_top_configs(parse_submission_id(sid)[0], s, rows.get(sid))) for sid, s in items])
+    :func:`write_submission` writes (see :func:`submission_orders` for the arguments)."""
+    return orders_text(submission_orders(predictions, rows))
 
 
 def write_submission(
@@ -213,7 +230,7 @@ def write_submission_orders(
     Returns:
         The path written.
     """
-    return atomic_write_text(path, _csv_text([(sid, format_order(o)) for sid, o in _items(orders)]))
+    return atomic_write_text(path, orders_text(orders))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -504,48 +521,47 @@ def _order_problems(row: _Row, collection: Collection, c: int, subset: npt.NDArr
     return out
 
 
-@dataclass(frozen=True)
-class _Scored:
-    """A row that passed its checks, with what it is scored on."""
-
-    row: _Row
-    npz: Path
-    subset: npt.NDArray[np.int64] | None  # the valid protocol's configs; None: every config
-
-    def local_order(self) -> npt.NDArray[np.int64]:
-        """The row's order over the scored configs, as positions into ``subset`` (the order itself without one)."""
-        if self.subset is None:
-            return self.row.order
-        kept = self.row.order[np.isin(self.row.order, self.subset)]
-        return np.searchsorted(self.subset, kept).astype(np.int64)
-
-
 def _check(path: str | os.PathLike[str], root: DataRoot, split: Split, sample_submission: Path | None,
            collections: Iterable[Collection] | None, protocol: ValidProtocol = DEFAULT_PROTOCOL,
-           ) -> tuple[list[SubmissionProblem], list[_Scored]]:
+           labels: SplitLabels | None = None) -> tuple[list[SubmissionProblem], list[_Row]]:
     rows, problems, seen = _parse(path)
     if any(p.whole_file for p in problems):
         return problems, []
     expected = _expected_ids(root, Split(split), sample_submission, collections)
-    good: list[_Scored] = []
+    return _check_rows(rows, problems, seen, expected, split, collections, protocol, labels)
+
+
+def _check_rows(rows: list[_Row], problems: list[SubmissionProblem], seen: set[str],
+                expected: Mapping[str, Path | None], split: Split, collections: Iterable[Collection] | None,
+                protocol: ValidProtocol, labels: SplitLabels | None) -> tuple[list[SubmissionProblem], list[_Row]]:
+    """The problems of parsed rows against the graphs ``expected`` (ID -> npz file), and the rows that passed.
+
+    A graph's config count and scored subset come from ``labels`` when they hold it, else from its npz header.
+    """
+    chosen = None if collections is None else set(collections)
+    good: list[_Row] = []
     for row in rows:
-        npz = expected.get(row.id)
-        if npz is None:
-            if collections is None or parse_submission_id(row.id)[0] in set(collections):
+        if row.id not in expected:
+            if chosen is None or parse_submission_id(row.id)[0] in chosen:
                 problems.append(SubmissionProblem(row.row, row.id, f"unknown ID: no such graph in the "
                                                                    f"{Split(split).value} split"))
             continue
-        if not npz.is_file():
-            found = "is not a file" if os.path.lexists(npz) else "not found"
-            problems.append(SubmissionProblem(row.row, row.id, f"data file {npz} {found}"))
-            continue
         collection, stem = parse_submission_id(row.id)
-        c = _num_configs(npz)
-        subset = protocol.configs(collection, stem, c, split)
+        known = labels.get(row.id) if labels is not None else None
+        if known is not None:
+            c, subset = known.num_configs, known.rows
+        else:
+            npz = expected[row.id]
+            if npz is None or not npz.is_file():
+                found = "is not a file" if npz is not None and os.path.lexists(npz) else "not found"
+                problems.append(SubmissionProblem(row.row, row.id, f"data file {npz} {found}"))
+                continue
+            c = _num_configs(npz)
+            subset = protocol.configs(collection, stem, c, split)
         found = _order_problems(row, collection, c, subset)
         problems.extend(SubmissionProblem(row.row, row.id, m) for m in found)
         if not found:
-            good.append(_Scored(row, npz, subset))
+            good.append(row)
     problems.sort(key=lambda p: p.row if p.row is not None else 0)
     problems.extend(SubmissionProblem(None, sid, "expected ID missing from the submission")
                     for sid in sorted(set(expected) - seen))
@@ -589,20 +605,67 @@ def validate_submission(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _labels(root: DataRoot, collection: Collection, split: Split, npz: Path
-            ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
-    if split != Split.TEST:
-        with NpzReader(npz) as r:
-            y = r.load("config_runtime").astype(np.int64)
-            norm = r.load("config_runtime_normalizers").astype(np.int64) if collection.is_tile else None
-        return y, norm
-    secret = root.secret_file(collection, split, npz.stem)
-    if secret is None or not secret.is_file():
-        raise HiddenLabelsError(
-            f"{submission_id(collection, npz.stem)}: test runtimes are hidden (no {secret or root.root / 'secret'}); "
-            "only synthetic worlds ship them in secret/. On real data score the valid split instead.")
-    s = load_secret_runtime(root, collection, npz.stem, split=split)
-    return s.config_runtime, s.config_runtime_normalizers
+IN_MEMORY = Path("<predictions in memory>")
+"""What a :class:`SubmissionError` of rows scored in memory (:func:`score_orders`) names instead of a file."""
+
+
+def _chosen(ids: Iterable[str], collections: Iterable[Collection] | None) -> list[Collection]:
+    wanted = {parse_submission_id(sid)[0] for sid in ids} if collections is None else set(collections)
+    return [c for c in Collection if c in wanted]
+
+
+def _report(good: list[_Row], labels: SplitLabels, chosen: list[Collection], raw: bool) -> ScoreReport:
+    """Score rows that passed their checks, each against its graph's labels."""
+    results: dict[Collection, list[GraphResult]] = {c: [] for c in chosen}
+    for row in sorted(good, key=lambda r: r.id):
+        lab = labels[row.id]
+        results[lab.collection].append(score_graph(lab.collection, lab.local_order(row.order),
+                                                   lab.target(raw=raw), stem=lab.stem))
+    return ScoreReport({c: CollectionResult(c, g) for c, g in results.items()},
+                       labels.protocol.describe() if labels.split == Split.VALID else "")
+
+
+def score_orders(
+    orders: Mapping[str, npt.ArrayLike],
+    labels: SplitLabels,
+    *,
+    raw: bool = False,
+    collections: Iterable[Collection] | None = None,
+) -> ScoreReport:
+    """Validate and score submission rows held in memory, exactly as :func:`score_submission` scores the file
+    holding them (:func:`orders_text`).
+
+    Args:
+        orders: submission ID -> int config indices (the file's), fastest first (:func:`submission_orders`).
+        labels: the labels of the split (:func:`~competition.labels.load_labels`).
+        raw: tile: rank by raw runtimes instead of normalised ones.
+        collections: the collections to score; default those with at least one ID in ``orders``.
+
+    Raises:
+        SubmissionError: the rows are invalid for these collections (naming :data:`IN_MEMORY`).
+    """
+    chosen = _chosen(orders, collections)
+    scored = labels.of(chosen)
+    rows = [_Row(n, sid, np.asarray(o, dtype=np.int64)) for n, (sid, o) in enumerate(_items(orders), start=1)]
+    seen = {r.id for r in rows}
+    problems, good = _check_rows(rows, [], seen, dict.fromkeys(scored), labels.split, chosen, labels.protocol,
+                                 scored)
+    if problems:
+        raise SubmissionError(IN_MEMORY, problems)
+    return _report(good, scored, chosen, raw)
+
+
+def score_predictions(predictions: Mapping[str, npt.ArrayLike], labels: SplitLabels, *, raw: bool = False
+                      ) -> ScoreReport:
+    """Score per-graph scores (lower = faster) in memory: the score of the submission written from them.
+
+    Args:
+        predictions: submission ID -> ``[C']`` scores of the configs ``labels`` holds for the graph (the valid
+            protocol's subset of a valid layout graph).
+        labels: the labels of the split.
+        raw: tile: rank by raw runtimes instead of normalised ones.
+    """
+    return score_orders(submission_orders(predictions, labels.rows()), labels, raw=raw)
 
 
 def score_submission(
@@ -613,11 +676,12 @@ def score_submission(
     raw: bool = False,
     collections: Iterable[Collection] | None = None,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
+    labels: SplitLabels | None = None,
 ) -> ScoreReport:
-    """Validate and score a submission against labelled data.
+    """Validate and score a submission file against labelled data.
 
     Labels come from the graph files for train and valid, and from the ``secret/`` tree for test (synthetic
-    worlds only).
+    worlds only): :func:`~competition.labels.load_labels`.
 
     Args:
         path: the submission CSV.
@@ -628,6 +692,7 @@ def score_submission(
             ``complete`` says whether all five were there).
         protocol: on the valid split, which configs of each layout graph are scored (default: at most 1,000 fixed
             ones; a full permutation is scored on them in its own order).
+        labels: the split's labels when already loaded (their protocol then stands for ``protocol``).
 
     Returns:
         A :class:`ScoreReport` with every graph's result.
@@ -637,22 +702,15 @@ def score_submission(
         HiddenLabelsError: a test graph without hidden runtimes in ``secret/``.
     """
     split = Split(split)
-    if collections is None:
-        rows, problems, _ = _parse(path)
-        if problems:
-            raise SubmissionError(path, problems)
-        collections = {parse_submission_id(r.id)[0] for r in rows}
-    chosen = [c for c in Collection if c in set(collections)]
-    problems, good = _check(path, root, split, None, chosen, protocol)
+    rows, problems, seen = _parse(path)
     if problems:
         raise SubmissionError(path, problems)
-    results: dict[Collection, list[GraphResult]] = {c: [] for c in chosen}
-    for item in sorted(good, key=lambda g: g.row.id):
-        c, stem = parse_submission_id(item.row.id)
-        y, norm = _labels(root, c, split, item.npz)
-        if item.subset is not None:
-            y, norm = y[item.subset], None if norm is None else norm[item.subset]
-        results[c].append(score_graph(c, item.local_order(), y, norm, raw=raw, stem=stem))
-    return ScoreReport({c: CollectionResult(c, g) for c, g in results.items()},
-                       protocol.describe() if split == Split.VALID else "")
-
+    chosen = _chosen(seen, collections)
+    if labels is None:
+        labels = load_labels(root, chosen, split, protocol)
+    labels = labels.of(chosen)
+    expected = _expected_ids(root, split, None, chosen)
+    problems, good = _check_rows(rows, problems, seen, expected, split, chosen, labels.protocol, labels)
+    if problems:
+        raise SubmissionError(path, problems)
+    return _report(good, labels, chosen, raw)

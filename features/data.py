@@ -13,6 +13,7 @@ import numpy.typing as npt
 import torch
 from torch_geometric.data import Data
 
+from competition.labels import graph_target
 from competition.reader import LayoutGraph, TileGraph
 
 # Attributes with one entry per config (first dimension C); transforms that select configs keep them aligned.
@@ -52,11 +53,10 @@ def graph_to_data(
     everything = np.arange(graph.num_configs)
     rows = everything if config_rows is None else np.asarray(everything[config_rows] if isinstance(
         config_rows, slice) else config_rows, dtype=np.int64)
+    y = graph_target(graph)[rows]
     if isinstance(graph, TileGraph):
-        y = graph.normalized_runtime()[rows]
         config_feat = torch.from_numpy(graph.config_feat[rows])
     else:
-        y = graph.config_runtime[rows].astype(np.float64)
         config_feat = torch.from_numpy(graph.config_features(None if config_rows is None else rows))
     data = Data(
         x=torch.from_numpy(graph.node_feat),

@@ -47,15 +47,22 @@ class RankingModel(abc.ABC):
 
     @abc.abstractmethod
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
+            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
+            deadline: float | None = None) -> Self:
         """Learn from the graphs of one collection and split.
+
+        The caller decides which graphs the model learns from (``split``) and which graphs early stopping scores
+        (``eval_split``); a model never picks another split itself.
 
         Args:
             root: the data root.
             collection: the collection this model will rank.
             split: which split to learn from (its runtimes must be known).
+            eval_split: which split's labelled graphs early stopping scores, in models that stop early (the GBDT's
+                rounds, the GNN's kept epoch); ``None``, or the split learnt from, for no early stopping.
             progress: show a progress bar.
-            valid: which configs of the valid graphs early stopping scores (the pipeline's valid protocol).
+            valid: which configs of the ``eval_split`` graphs early stopping scores (the pipeline's valid
+                protocol).
             deadline: a ``time.monotonic()`` value by which fitting stops, keeping the best state reached (a
                 share of the run's time budget); ``None`` for no limit.
 
@@ -75,6 +82,11 @@ class RankingModel(abc.ABC):
         """Hyper-parameters as given to ``__init__``."""
         names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
         return {p: getattr(self, p) for p in names}
+
+    def resolved_params(self, collection: Collection) -> dict[str, Any]:
+        """The hyper-parameters this model fits ``collection`` with, defaults filled in: what the pipeline prints and
+        saves beside its outputs. The same as :meth:`get_params` unless a model has per-collection defaults."""
+        return self.get_params()
 
     def learned_state(self) -> dict[str, Any]:
         """Learned attributes (names ending with ``_``), as stored on the instance."""

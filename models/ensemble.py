@@ -19,9 +19,9 @@ without it (and, for ``auto``, with the method chosen without it too, by cross-v
 this is the honest score of the ensemble on the fitting split. :meth:`Ensemble.fit` fits on all the graphs, which is
 what test predictions use. A graph with no other graph of its collection to fit on gets equal weights.
 
-The per-graph metric of a candidate weight vector is exactly the one the submission is scored by: the ensemble's
-scores are turned into an order with :func:`~competition.metrics.predicted_order` (ties by index), as
-:func:`~competition.submission.write_submission` does. Layout graphs with more than ``max_configs`` configs are
+The per-graph metric of a candidate weight vector is exactly the one the submission is scored by:
+:func:`~competition.metrics.graph_score` of the ensemble's scores, ranked as the written submission ranks them (ties
+by index). Layout graphs with more than ``max_configs`` configs are
 scored on a fixed random subset of their configs while fitting (never when predicting), to bound the cost.
 """
 
@@ -41,7 +41,7 @@ import numpy.typing as npt
 from scipy.stats import rankdata
 
 from competition.collections import Collection
-from competition.metrics import TILE_TOP_K, kendall_tau
+from competition.metrics import graph_score
 from competition.npzio import atomic_write_text
 from competition.submission import parse_submission_id
 from models.base import read_json_doc
@@ -58,7 +58,8 @@ GRID_STEPS = 10
 Predictions = Mapping[str, Mapping[str, npt.ArrayLike]]
 """``{model name: {submission ID: float scores [C]}}``, lower = predicted faster."""
 Labels = Mapping[str, npt.ArrayLike]
-"""``{submission ID: runtimes [C]}``: normalised runtimes for tile, ``config_runtime`` for layout."""
+"""``{submission ID: targets [C]}``: what each graph's configs rank by (:meth:`competition.labels.SplitLabels.targets`:
+normalised runtimes for tile, ``config_runtime`` for layout)."""
 
 _CANDIDATE_ORDER = ("best", "mean", "weighted")  # tie-break of auto: the simpler choice first
 
@@ -120,31 +121,11 @@ def combine(weights: npt.ArrayLike, normalized: Sequence[npt.NDArray[np.float64]
     return acc
 
 
-def graph_metric(collection: Collection, scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> float:
-    """The competition metric of one graph from scores, as the scored submission would give it.
-
-    Args:
-        collection: decides the metric: the top-5 tile score for tile, Kendall tau of the full order for layout.
-        scores: ``[C]`` scores, lower = faster (ties broken by index, like the written submission).
-        runtimes: ``[C]`` runtimes (tile: normalised runtimes).
-    """
-    return float(_metric_rows(Collection(collection), np.asarray(scores, dtype=np.float64)[None, :],
-                              np.asarray(runtimes, dtype=np.float64))[0])
-
-
 def _metric_rows(collection: Collection, scores: npt.NDArray[np.float64],
-                 runtimes: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """The metric of each row of ``scores`` ``[P, C]`` against ``runtimes`` ``[C]``."""
-    if collection.is_tile:
-        best = float(runtimes.min())
-        if not best > 0:
-            raise ValueError(f"tile runtimes must be positive; min is {best}")
-        top = np.argsort(scores, axis=1, kind="stable")[:, :TILE_TOP_K]
-        return 2.0 - runtimes[top].min(axis=1) / best
-    orders = np.argsort(scores, axis=1, kind="stable")  # predicted_order of every row at once
-    ranks = np.empty(scores.shape, dtype=np.float64)
-    np.put_along_axis(ranks, orders, np.arange(scores.shape[1], dtype=np.float64)[None, :], axis=1)
-    return np.array([kendall_tau(r, runtimes) for r in ranks])  # = kendall_tau_of_order(predicted_order(row))
+                 targets: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The metric (:func:`~competition.metrics.graph_score`) of each row of ``scores`` ``[P, C]`` against ``targets``
+    ``[C]``."""
+    return np.array([graph_score(collection, targets, scores=row) for row in scores])
 
 
 def simplex_grid(num_models: int, steps: int | None = None) -> npt.NDArray[np.float64]:
@@ -269,7 +250,7 @@ class Ensemble:
 
         Args:
             predictions: ``{model: {ID: scores [C]}}``; every model must score every labelled ID.
-            labels: ``{ID: runtimes [C]}`` of the fitting graphs.
+            labels: ``{ID: targets [C]}`` of the fitting graphs (:data:`Labels`).
 
         Returns:
             ``self``.
@@ -350,7 +331,7 @@ class Ensemble:
 
         Args:
             predictions: ``{model: {ID: scores [C]}}``.
-            labels: ``{ID: runtimes [C]}``.
+            labels: ``{ID: targets [C]}`` (:data:`Labels`).
 
         Returns:
             ``{ID: float64 scores [C]}`` for every labelled ID, sorted.

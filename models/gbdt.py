@@ -10,9 +10,9 @@ the fastest config gets 30, the slowest 0, and configs with equal runtimes share
   lambdarank pairs (``lambdarank_truncation_level = max_configs_per_graph``), early stopping on NDCG over the whole
   query.
 
-Early stopping uses the labelled graphs of the valid split of the same data root, when there are any. Their features
-are kept in memory (:attr:`GBDTModel._feature_memo`, never saved): predicting a valid graph's configs later reuses
-them instead of reading the file again.
+Early stopping uses the labelled graphs of the split the caller names (``eval_split``, the valid split by default),
+when there are any. Their features are kept in memory (:attr:`GBDTModel._feature_memo`, never saved): predicting a
+valid graph's configs later reuses them instead of reading the file again.
 
 The booster is saved as LightGBM's model string inside the JSON file of :meth:`RankingModel.save`, with the feature
 names, so a loaded model predicts exactly as the saved one did.
@@ -35,6 +35,7 @@ from scipy.stats import rankdata
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
+from competition.labels import graph_target
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
 from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
@@ -87,12 +88,6 @@ def _memo_key(graph: Graph, rows: npt.NDArray[np.int64] | None = None) -> MemoKe
     return str(os.path.abspath(graph.path)), stat.st_size, stat.st_mtime_ns, digest
 
 
-def _ranking_runtime(graph: Graph) -> npt.NDArray[np.float64]:
-    if isinstance(graph, TileGraph):
-        return graph.normalized_runtime()
-    return graph.config_runtime.astype(np.float64)
-
-
 def _stop_at(deadline: float) -> Callable[[CallbackEnv], None]:
     """A LightGBM callback that ends boosting at ``deadline`` (``time.monotonic()``), keeping the rounds so far."""
 
@@ -113,7 +108,7 @@ class GBDTModel(RankingModel):
         num_leaves: leaves per tree.
         max_configs_per_graph: configs sampled per training (and early-stopping) graph; LightGBM refuses queries
             above 10000 rows.
-        early_stopping_rounds: rounds without NDCG@5 gain on the valid split before stopping (0 disables).
+        early_stopping_rounds: rounds without NDCG gain on ``eval_split`` before stopping (0 disables).
         seed: seeds the config sampling and LightGBM.
         n_jobs: LightGBM threads.
 
@@ -168,7 +163,7 @@ class GBDTModel(RankingModel):
                 features.flags.writeable = False
                 memo[_memo_key(graph, rows)] = features
             xs.append(features)
-            ys.append(relevance_grades(_ranking_runtime(graph)[rows]))
+            ys.append(relevance_grades(graph_target(graph)[rows]))
             groups.append(rows.size)
         width = len(tile_feature_names() if collection.is_tile else layout_feature_names())
         x = np.concatenate(xs) if xs else np.zeros((0, width), dtype=np.float32)
@@ -176,8 +171,9 @@ class GBDTModel(RankingModel):
         return x, y, groups
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
-        """Fit one ranker on the split's labelled graphs, early-stopping on the valid split when it has labels.
+            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
+            deadline: float | None = None) -> Self:
+        """Fit one ranker on the split's labelled graphs, early-stopping on ``eval_split``'s when it has some.
 
         Raises:
             ValueError: the split has no graph with known runtimes.
@@ -205,8 +201,8 @@ class GBDTModel(RankingModel):
             num_leaves=self.num_leaves, random_state=self.seed, n_jobs=self.n_jobs, verbose=-1, **extra,
         )
         fit_kwargs: dict[str, object] = {}
-        if split != Split.VALID and self.early_stopping_rounds > 0:
-            vx, vy, vgroups = self._queries(root, collection, Split.VALID, rng, progress, valid,
+        if eval_split is not None and eval_split != split and self.early_stopping_rounds > 0:
+            vx, vy, vgroups = self._queries(root, collection, eval_split, rng, progress, valid,
                                             memo=self._feature_memo)
             if vgroups:
                 fit_kwargs = dict(eval_group=[vgroups], eval_at=eval_at,

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from competition.collections import Collection
 from models.base import RankingModel
 from models.baselines import DefaultFirstModel, RandomModel
 from models.gbdt import GBDTModel
@@ -52,3 +58,74 @@ def make_model(name: str, **params: Any) -> RankingModel:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {', '.join(available_models())}")
     return MODELS[name](**params)
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """The hyper-parameters given for one model of a run: ``common`` for every collection, ``per_collection`` on top
+    of them. Per-collection values override common ones, which override the model's defaults.
+    """
+
+    common: Mapping[str, Any] = field(default_factory=dict)
+    per_collection: Mapping[Collection, Mapping[str, Any]] = field(default_factory=dict)
+
+    def for_collection(self, collection: Collection) -> dict[str, Any]:
+        """What the model of ``collection`` is built with (``make_model(name, **params.for_collection(c))``)."""
+        return {**self.common, **self.per_collection.get(Collection(collection), {})}
+
+
+def hyper_parameters(cls: type) -> dict[str, Any]:
+    """The arguments of ``cls.__init__`` (a model's or the ensemble's hyper-parameters), each with its annotation
+    (``Any`` where it cannot be resolved: such values are not type-checked)."""
+    names = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except (NameError, TypeError):
+        hints = {}
+    return {name: hints.get(name, Any) for name in names}
+
+
+def param_problem(cls: type, key: str, value: object) -> str | None:
+    """Why ``value`` cannot be ``cls``'s hyper-parameter ``key`` (an unknown name, or a value that does not fit its
+    annotation: int for a float, not bool for an int), or ``None`` when it can. Values are not checked further
+    here: the model's ``__init__`` refuses the rest (an unknown loss, ``hops=9``)."""
+    known = hyper_parameters(cls)
+    if key not in known:
+        return f"{cls.__name__} takes no hyper-parameter {key!r} (it takes {', '.join(known) or 'none'})"
+    hint = known[key]
+    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if any(_accepts(k, value) for k in kinds):
+        return None
+    expected = " or ".join(_kind_name(k) for k in kinds)
+    found = f"the text {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+    return f"{cls.__name__} takes {expected} for {key}, not {found}"
+
+
+def format_params(params: Mapping[str, Any]) -> str:
+    """``key=value, ...`` on one line, values as Python literals (``(none)`` for a model without any)."""
+    return ", ".join(f"{k}={v!r}" for k, v in params.items()) or "(none)"
+
+
+def _kind_name(kind: object) -> str:
+    if kind is type(None):
+        return "None"
+    if typing.get_origin(kind) is typing.Literal:
+        return " or ".join(repr(a) for a in typing.get_args(kind))
+    return getattr(kind, "__name__", str(kind))
+
+
+def _accepts(kind: object, value: object) -> bool:
+    """Whether ``value`` fits the annotation ``kind`` (int for float; not bool for int); others are not checked."""
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    if typing.get_origin(kind) is typing.Literal:
+        return value in typing.get_args(kind)
+    return True

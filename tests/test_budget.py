@@ -13,8 +13,9 @@ import pytest
 from competition.budget import TimeBudget, format_seconds, parse_duration
 from competition.cli import main
 from competition.collections import Collection, Split
-from competition.metrics import kendall_tau
-from competition.pipeline import run_pipeline, split_labels
+from competition.labels import load_labels
+from competition.metrics import graph_score
+from competition.pipeline import run_pipeline
 from competition.progress import LineWriter
 from competition.protocol import ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph
@@ -71,13 +72,13 @@ def test_gnn_early_stopping_scores_the_valid_protocols_configs(tiny_world: Path,
     protocol = ValidProtocol(20, seed=5)
     model = GNNModel(epochs=2, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache"))
     model.fit(root, c, progress=False, valid=protocol)
-    labels = split_labels(root, [c], Split.VALID, protocol)
+    labels = load_labels(root, [c], Split.VALID, protocol)
     taus = []
     for path in list_graphs(root, c, Split.VALID):
         g = load_graph(path, c)
         sub = g.select_configs(protocol.configs(c, g.stem, g.num_configs))
         assert sub.num_configs == 20
-        taus.append(kendall_tau(model.predict(sub), labels[submission_id(c, g.stem)]))
+        taus.append(graph_score(c, labels[submission_id(c, g.stem)].target(), scores=model.predict(sub)))
     assert model.best_metric_ == pytest.approx(float(np.mean(taus)), abs=1e-6)
 
 
@@ -99,7 +100,7 @@ def test_the_pipeline_scores_every_model_on_the_protocols_configs(
     res = run_pipeline(tiny_world, models=["default-first", "gbdt"], out_dir=tmp_path, progress=False,
                        protocol=protocol)
     root = find_data_root(tiny_world)
-    labels = split_labels(root, list(Collection), Split.VALID, protocol)
+    labels = load_labels(root, list(Collection), Split.VALID, protocol).targets()
     for name in ("default-first", "gbdt", "ensemble"):
         orders = read_submission(tmp_path / f"valid-{name}.csv")
         for gid, order in orders.items():

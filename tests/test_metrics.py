@@ -10,17 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from competition.collections import Collection
+from competition.labels import ranking_target
 from competition.metrics import (
     CollectionResult,
     ScoreReport,
     combined_score,
+    graph_score,
     kendall_tau,
     kendall_tau_of_order,
     ordered_pair_accuracy,
     ordered_pair_accuracy_of_order,
     predicted_order,
     score_graph,
-    tile_score,
+    submitted_order,
     top_k_error,
     top_k_score,
 )
@@ -76,12 +78,44 @@ def test_tile_raw_versus_normalised():
     runtimes = np.array([10, 20, 30, 40, 50, 60])
     normalizers = np.array([1, 1, 1, 1, 1, 10])  # normalised: [10, 20, 30, 40, 50, 6]
     order = [5, 4, 3, 2, 1, 0]
-    assert tile_score(order, runtimes, normalizers) == 1.0
-    assert tile_score(order, runtimes, normalizers, raw=True) == pytest.approx(2 - 20 / 10)
-    g = score_graph(Collection.TILE_XLA, order[:5], runtimes, normalizers, stem="g")
+    normalised, raw = ranking_target(runtimes, normalizers), ranking_target(runtimes)
+    assert graph_score(Collection.TILE_XLA, normalised, order=order) == 1.0
+    assert graph_score(Collection.TILE_XLA, raw, order=order) == pytest.approx(2 - 20 / 10)
+    g = score_graph(Collection.TILE_XLA, order[:5], normalised, stem="g")
     assert (g.score, g.id, g.num_configs) == (1.0, "tile:xla:g", 6)
     assert math.isnan(g.opa) and math.isnan(g.top10_err), "five indices cannot rank all six configs"
-    assert score_graph(Collection.TILE_XLA, order[:5], runtimes, normalizers, raw=True).score == pytest.approx(0.0)
+    assert score_graph(Collection.TILE_XLA, order[:5], raw).score == pytest.approx(0.0)
+
+
+def test_submitted_order_is_the_written_row():
+    scores = [0.5, 0.1, 0.5, 0.0, 0.9, 0.2, 0.5]
+    assert submitted_order(Collection.TILE_XLA, scores).tolist() == [3, 1, 5, 0, 2]
+    assert submitted_order("layout", scores).tolist() == [3, 1, 5, 0, 2, 6, 4]
+    assert submitted_order(Collection.LAYOUT_NLP_RANDOM, [2.0, 1.0], rows=[7, 40]).tolist() == [40, 7]
+
+
+def test_graph_score_layout_ties_by_hand():
+    # Scores [1, 1, 2] tie configs 0 and 1; the written row breaks the tie by index: order [0, 1, 2].
+    # Against runtimes [2, 1, 3] that order is discordant on (0, 1), concordant on (0, 2) and (1, 2): tau = 1/3,
+    # whereas tau-b of the tied scores themselves leaves (0, 1) out: 2 / sqrt(2 * 3).
+    scores, runtimes = [1.0, 1.0, 2.0], [2, 1, 3]
+    assert graph_score("layout", runtimes, scores=scores) == pytest.approx(1 / 3)
+    assert graph_score(Collection.LAYOUT_XLA_DEFAULT, runtimes, order=[0, 1, 2]) == pytest.approx(1 / 3)
+    assert kendall_tau(scores, runtimes) == pytest.approx(2 / math.sqrt(6))
+    assert graph_score("layout", runtimes, scores=[2.0, 1.0, 2.0]) == pytest.approx(1.0)  # tie (0, 2) kept in order
+
+
+def test_graph_score_tile_ties_by_hand():
+    # Seven configs all scored alike: the row lists 0..4, missing the best (config 6, target 2): 2 - 3 / 2.
+    targets = [5.0, 4.0, 3.0, 8.0, 7.0, 6.0, 2.0]
+    assert graph_score(Collection.TILE_XLA, targets, scores=np.zeros(7)) == pytest.approx(0.5)
+    assert graph_score("tile", targets, scores=[1, 1, 1, 1, 1, 1, 0]) == 1.0
+    # Ties among the first five do not matter, only which five are listed.
+    assert graph_score("tile", targets, scores=[0, 0, 0, 1, 1, 1, 0]) == 1.0
+    with pytest.raises(ValueError, match="exactly one"):
+        graph_score("tile", targets)
+    with pytest.raises(ValueError, match="exactly one"):
+        graph_score("tile", targets, order=[0], scores=np.zeros(7))
 
 
 def test_opa_by_hand():
@@ -129,6 +163,6 @@ def test_combined_is_the_unweighted_mean_of_five():
     assert combined_score(values) == pytest.approx(2.0 / 5)
     with pytest.raises(ValueError):
         combined_score({})
-    report = ScoreReport({c: CollectionResult(c, [score_graph(c, [0, 1], [1, 2], [1, 1], stem="x")])
+    report = ScoreReport({c: CollectionResult(c, [score_graph(c, [0, 1], [1, 2], stem="x")])
                           for c in Collection})
     assert report.complete and report.combined == 1.0

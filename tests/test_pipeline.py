@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from competition.cli import main
 from competition.collections import Collection, Split
+from competition.labels import load_labels
 from competition.leaderboard import COLUMNS, append_row, read_rows
-from competition.pipeline import run_pipeline, split_labels
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.pipeline import run_pipeline
+from competition.reader import find_data_root
 from competition.submission import read_submission, score_submission, validate_submission
 from models.ensemble import Ensemble
 from models.registry import default_models
@@ -83,7 +83,7 @@ def test_pipeline_ensembles_the_models(tiny_world: Path, tmp_path: Path, capsys:
     assert loaded.describe() == res.ensemble.describe() and loaded.models_ == members
     assert set(res.valid_reports) == {*members, "ensemble"}
     # the ensemble's valid report is the score of its cross-validated predictions, scored like any model's
-    labels = split_labels(root, res.valid_reports["random"].collections, Split.VALID)
+    labels = load_labels(root, list(res.valid_reports["random"].collections), Split.VALID)
     again = score_submission(tmp_path / "valid-ensemble.csv", root, Split.VALID)
     assert again.combined == res.valid_reports["ensemble"].combined
     assert set(read_submission(tmp_path / "valid-ensemble.csv")) == set(labels)
@@ -110,18 +110,6 @@ def test_pipeline_without_ensemble(tiny_world: Path, tmp_path: Path):
                        ensemble=False)
     assert res.ensemble is None and set(res.valid_reports) == {"random", "default-first"}
     assert not (tmp_path / "valid-ensemble.csv").exists() and not (tmp_path / "ensemble.json").exists()
-
-
-def test_split_labels(tiny_world: Path):
-    root = find_data_root(tiny_world)
-    labels = split_labels(root, [Collection.TILE_XLA, Collection.LAYOUT_NLP_RANDOM], Split.VALID)
-    tile = list_graphs(root, Collection.TILE_XLA, Split.VALID)[0]
-    layout = list_graphs(root, Collection.LAYOUT_NLP_RANDOM, Split.VALID)[0]
-    np.testing.assert_array_equal(labels[f"tile:xla:{tile.stem}"], load_graph(tile).normalized_runtime())
-    np.testing.assert_array_equal(labels[f"layout:nlp:random:{layout.stem}"], load_graph(layout).config_runtime)
-    assert all(k.startswith(("tile:xla:", "layout:nlp:random:")) for k in labels)
-    with pytest.raises(ValueError, match="has no runtimes"):
-        split_labels(root, [Collection.TILE_XLA], Split.TEST)
 
 
 def test_leaderboard_written_before_components_still_reads(tmp_path: Path):

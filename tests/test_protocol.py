@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.labels import load_labels
 from competition.metrics import kendall_tau
-from competition.pipeline import split_labels, split_oracles, split_rows
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph
+from competition.stats import oracle_scores
 from competition.submission import (
     SubmissionError,
     read_submission,
@@ -84,14 +85,14 @@ def test_select_configs_reads_the_subset_in_one_pass(big_root):
 
 def test_every_consumer_draws_the_same_subset(big_root):
     gid = submission_id(NLP, "big")
-    rows = split_rows(big_root, [NLP], Split.VALID)[gid]
-    labels = split_labels(big_root, [NLP], Split.VALID)[gid]
+    labels = load_labels(big_root, [NLP], Split.VALID)
+    rows = labels.rows()[gid]
     assert np.array_equal(rows, DEFAULT_PROTOCOL.configs(NLP, "big", BIG))
-    assert np.array_equal(labels, (BIG - rows).astype(np.float64))
-    everything = ValidProtocol(None)
-    assert split_rows(big_root, [NLP], Split.VALID, everything)[gid] is None
-    assert split_labels(big_root, [NLP], Split.VALID, everything)[gid].size == BIG
-    assert split_oracles(big_root, [NLP], Split.VALID) is None  # real-like data: no hidden noiseless runtimes
+    assert np.array_equal(labels.targets()[gid], (BIG - rows).astype(np.float64))
+    assert labels[gid].num_configs == BIG
+    everything = load_labels(big_root, [NLP], Split.VALID, ValidProtocol(None))
+    assert everything.rows()[gid] is None and everything.targets()[gid].size == BIG
+    assert oracle_scores(labels) is None  # real-like data: no hidden noiseless runtimes
 
 
 # -- rows of 100,040 configs --------------------------------------------------------------------------------------

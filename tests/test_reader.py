@@ -405,7 +405,8 @@ def test_load_secret_runtime(tmp_path: Path):
     root = find_data_root(tmp_path)
     assert root.secret_dir == tmp_path / "secret"
     s = load_secret_runtime(root, TILE, visible)
-    np.testing.assert_array_equal(s.ranking_runtime(), [3.0, 1.0, 2.0])
+    np.testing.assert_array_equal(s.config_runtime, [30, 10, 20])
+    np.testing.assert_array_equal(s.config_runtime_normalizers, [10, 10, 10])
     lay = load_secret_runtime(root, LAYOUT, "h")
     assert lay.config_runtime.dtype == np.int64 and lay.config_runtime_normalizers is None
     with pytest.raises(DataFileError, match=r"h\.npz.*expected the secret file of layout:xla:random:h \(valid\)"):

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from scipy.stats import kendalltau
 
 from competition.collections import Collection, Split
+from competition.labels import HiddenLabelsError, load_labels
 from competition.reader import find_data_root, list_graphs, load_secret_runtime
 from competition.submission import (
-    HiddenLabelsError,
     SubmissionError,
     SubmissionProblem,
     format_top_configs,
@@ -29,8 +29,7 @@ from competition.submission import (
 
 
 def _secret_runtimes(root, split: Split = Split.TEST) -> dict[str, np.ndarray]:
-    return {submission_id(c, p.stem): load_secret_runtime(root, c, p.stem, split=split).ranking_runtime()
-            for c in Collection for p in list_graphs(root, c, split)}
+    return load_labels(root, list(Collection), split).targets()
 
 
 def _rows(path: Path) -> list[list[str]]:

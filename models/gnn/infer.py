@@ -13,7 +13,7 @@ without a configurable slot are the same for every config: they are run once per
 On the largest synthetic layout graphs (42,085 nodes, 2,354 configurable nodes, 9,406 nodes after 1-hop pruning in
 2,348 components of about 4 nodes), a batch of 128 random-search configs holds about 9 distinct keys per
 component, so the work per batch drops about 14 times; default-search collections, where most nodes keep their
-layout, gain much more. A graph that is one big component (``hops=None`` on a connected program) gains nothing but
+layout, gain much more. A graph that is one big component (``hops="all"`` on a connected program) gains nothing but
 costs no more than the plain forward pass.
 
 The results equal :meth:`RankNet.forward` in eval mode up to float rounding (sums are taken in another order, the

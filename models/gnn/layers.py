@@ -102,6 +102,8 @@ class CrossConfigAttention(nn.Module):
 class GNNBlock(nn.Module):
     """``h + dropout(act(attention?(conv(norm(h)))))``: one residual layer.
 
+    Every argument is required: :class:`models.gnn.net.RankNet` passes the run's settings.
+
     Args:
         channels: ``H``.
         bidirectional: both directions of message passing (separate weights).
@@ -109,8 +111,7 @@ class GNNBlock(nn.Module):
         dropout: dropout probability.
     """
 
-    def __init__(self, channels: int, *, bidirectional: bool = True, attention: bool = False,
-                 dropout: float = 0.1) -> None:
+    def __init__(self, channels: int, *, bidirectional: bool, attention: bool, dropout: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(channels)
         self.conv = BiSAGEConv(channels, bidirectional=bidirectional)

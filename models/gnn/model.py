@@ -1,22 +1,23 @@
 """The GNN rankers as :class:`models.base.RankingModel` s: ``gnn`` (the TpuGraphs baseline with bidirectional SAGE)
 and ``gnn-attn`` (the same with cross-configuration attention).
 
-:meth:`GNNModel.fit` builds the feature pipeline's disk cache for the train and valid splits, fits the column
-selection and normalisation on the train graphs (stored with the model), trains with :func:`models.gnn.train.train`
-(early stopping on the valid split), and keeps the best weights. :meth:`GNNModel.predict` runs the same pipeline on
-one graph and streams a layout graph's configs block by block, so a 100,000-config graph is never in memory whole.
+:meth:`GNNModel.fit` builds the feature pipeline's disk cache for the train split and the split early stopping
+scores (the valid split unless the caller says otherwise), fits the column selection and normalisation on the train
+graphs (stored with the model), trains with :func:`models.gnn.train.train`, and keeps the best weights.
+:meth:`GNNModel.predict` runs the same pipeline on one graph and streams a layout graph's configs block by block, so
+a 100,000-config graph is never in memory whole.
 
-Hyper-parameters left at ``None`` take the collection's default from :data:`DEFAULTS` (sized to train all five
-collections of the demo world on a 2-core CPU within the ``make submit`` budget).
+Hyper-parameters left at ``None`` take the collection kind's default from :data:`models.gnn.train.DEFAULTS`, the one
+place the GNN defaults live (:class:`models.gnn.train.TrainConfig`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -41,10 +42,7 @@ from features.transforms import (
 )
 from models.base import NotFittedError, RankingModel
 from models.gnn.infer import (
-    DEFAULT_PREDICT_CONTEXT,
-    DEFAULT_REFERENCE_CONFIGS,
     DEFAULT_TTA,
-    PREDICT_CONTEXTS,
     REFERENCE_WINDOW,
     LayoutPlan,
     ReferenceContext,
@@ -53,30 +51,27 @@ from models.gnn.infer import (
     reference_rows,
 )
 from models.gnn.net import RankNet, make_segments
-from models.gnn.train import Item, TrainConfig, predict_scores, resolve_device, train
+from models.gnn.train import DEFAULTS, Item, TrainConfig, predict_scores, resolve_device, train
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "tile": {"hidden": 64, "layers": 3, "lr": 1e-3, "loss": "listmle", "epochs": 6, "configs_per_graph": 32,
-             "steps_per_graph": 1, "hops": None, "train_configs": None, "patience": 3},
-    "layout": {"hidden": 32, "layers": 3, "lr": 1e-2, "loss": "hinge", "epochs": 10, "configs_per_graph": 32,
-               "steps_per_graph": 4, "hops": 1, "train_configs": 1000, "patience": 4},
-}
-"""Per-kind defaults of the hyper-parameters left at ``None``."""
+SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in ("kind", "num_features",
+                                                                                         "data_key"))
+"""The hyper-parameters of :class:`GNNModel` that are :class:`models.gnn.train.TrainConfig` fields (the rest,
+``tta``, ``device``, ``runs_dir``, ``cache_dir`` and ``max_seconds``, do not change what is trained)."""
 
 PREDICT_BLOCK = REFERENCE_WINDOW
 """Layout configs read from disk and scored per block (the first block holds the configs reference sets are drawn
 from)."""
 
 
-def feature_pipeline(kind: str, hops: int | None, pad: bool) -> BaseTransform:
+def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
-    Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``None``: whole graph);
+    Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph);
     layouts are padded with -1 when ``pad``; heavy-tailed columns are log-transformed; opcode-group and TPU
     alignment columns are appended.
     """
     steps: list[BaseTransform] = []
-    if kind == "layout" and hops is not None:
+    if kind == "layout" and hops != "all":
         steps.append(PruneToConfigurable(hops=hops))
     if pad:
         steps.append(PadLayoutMinusOne())
@@ -87,10 +82,15 @@ def feature_pipeline(kind: str, hops: int | None, pad: bool) -> BaseTransform:
 class GNNModel(RankingModel):
     """A GNN ranker, one per collection.
 
+    Every hyper-parameter that shapes training defaults to ``None``: the collection kind's value in
+    :data:`models.gnn.train.DEFAULTS` (see :meth:`train_config`); ``attention`` defaults to the class's
+    :attr:`default_attention`.
+
     Args:
         attention: cross-configuration attention in every layer.
-        hidden: channels (default per kind).
+        hidden: channels.
         layers: message-passing layers.
+        opcode_dim: width of the opcode embedding.
         bidirectional: message passing producer-to-consumer and back, with separate weights.
         join: tile only: config joined ``"early"`` (to every node) or ``"late"`` (after pooling).
         loss: ``hinge``, ``listmle`` or ``margin``.
@@ -101,14 +101,14 @@ class GNNModel(RankingModel):
         weight_decay: AdamW weight decay.
         dropout: dropout probability.
         patience: epochs without valid gain before stopping.
-        hops: layout pruning depth (``None`` keeps the whole graph).
+        hops: layout pruning depth, 1 to 5, or ``"all"`` to keep whole graphs.
         pad: -1 padding of layouts and tile bounds.
-        segment_size: Graph Segment Training with segments of this many nodes (``None``: full-graph training). The
+        segment_size: Graph Segment Training with segments of this many nodes (default: full-graph training). The
             historical table holds ``hidden`` floats per config per segment of every graph, so keep
-            ``train_configs`` set (1000 configs x 20 segments x 32 channels is 2.5 MB per graph).
+            ``train_configs`` a count (1000 configs x 20 segments x 32 channels is 2.5 MB per graph).
         backprop_segments: segments backpropagated per step under GST.
         keep_prob: GST segment-dropout keep probability for stale segments.
-        train_configs: configs per training graph kept in the cache (evenly spaced; ``None`` for all).
+        train_configs: configs per training graph kept in the cache (evenly spaced), or ``"all"``.
         predict_batch: configs per batch at prediction (exactly this many when attention is on).
         tta: with attention, random orderings (``predict_context="batches"``) or reference sets
             (``"reference"``) averaged at prediction.
@@ -116,21 +116,21 @@ class GNNModel(RankingModel):
             (:data:`models.gnn.infer.PREDICT_CONTEXTS`): ``"reference"``, one fixed seeded set of
             ``predict_batch - 1`` configs of the graph, so every config is scored in the same context (one pass,
             deduplicated like a model without attention); ``"batches"``, random batches of ``predict_batch``.
-        reference_configs: configs drawn per reference set (``None``: ``predict_batch - 1``); more than
-            ``predict_batch - 1`` estimate the same context with less variance (see
-            :class:`models.gnn.infer.ReferenceContext`).
+        reference_configs: configs drawn per reference set; more than ``predict_batch - 1`` estimate the same
+            context with less variance (see :class:`models.gnn.infer.ReferenceContext`).
         seed: seeds initialisation and sampling.
         device: ``auto`` (CUDA if available), ``cpu`` or ``cuda``.
-        runs_dir: training runs (checkpoints, curves) go to ``runs_dir/<name>/<collection>``, which holds the
-            latest run; a run with other settings found there is moved into a subfolder named by its settings hash
-            (:func:`models.gnn.train.settings_hash`) and brought back when those settings train again. ``None``
-            keeps none.
+        runs_dir: training runs (settings, checkpoints, curves) go to ``runs_dir/<name>/<collection>``, which holds
+            the latest run; a run with other settings found there is moved into a subfolder named by its settings
+            hash (:func:`models.gnn.train.settings_hash`) and brought back when those settings train again.
+            ``None`` keeps none.
         cache_dir: the processed-graph cache.
         max_seconds: a training time cap per collection (``None``: none).
 
     Attributes:
         collection_: the collection fitted on.
-        settings_: the resolved training settings (:class:`models.gnn.train.TrainConfig` as a dict).
+        settings_: the run's settings (:class:`models.gnn.train.TrainConfig` as a dict; ``settings.json`` in the
+            run folder).
         weights_: the network's weights, name to array.
         columns_: the fitted column selection (``DropConstantColumns`` state).
         normalize_: the fitted normalisation (``Normalize`` state).
@@ -142,20 +142,20 @@ class GNNModel(RankingModel):
     default_attention: ClassVar[bool] = False
 
     def __init__(self, attention: bool | None = None, hidden: int | None = None, layers: int | None = None,
-                 bidirectional: bool = True, join: str = "early", loss: str | None = None,
-                 epochs: int | None = None, configs_per_graph: int | None = None,
-                 steps_per_graph: int | None = None, lr: float | None = None, weight_decay: float = 1e-5,
-                 dropout: float = 0.0, patience: int | None = None,
-                 hops: int | str | None = "default", pad: bool = True, segment_size: int | None = None,
-                 backprop_segments: int = 1, keep_prob: float = 0.5, train_configs: int | str | None = "default",
-                 predict_batch: int = 128, tta: int = DEFAULT_TTA,
-                 predict_context: str = DEFAULT_PREDICT_CONTEXT,
-                 reference_configs: int | None = DEFAULT_REFERENCE_CONFIGS, seed: int = 0,
-                 device: str = "auto", runs_dir: str | None = "runs", cache_dir: str = ".cache/processed",
-                 max_seconds: float | None = None) -> None:
+                 opcode_dim: int | None = None, bidirectional: bool | None = None, join: str | None = None,
+                 loss: str | None = None, epochs: int | None = None, configs_per_graph: int | None = None,
+                 steps_per_graph: int | None = None, lr: float | None = None, weight_decay: float | None = None,
+                 dropout: float | None = None, patience: int | None = None,
+                 hops: int | Literal["all"] | None = None, pad: bool | None = None, segment_size: int | None = None,
+                 backprop_segments: int | None = None, keep_prob: float | None = None,
+                 train_configs: int | Literal["all"] | None = None, predict_batch: int | None = None,
+                 tta: int = DEFAULT_TTA, predict_context: str | None = None, reference_configs: int | None = None,
+                 seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
+                 cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
         self.attention = attention
         self.hidden = hidden
         self.layers = layers
+        self.opcode_dim = opcode_dim
         self.bidirectional = bidirectional
         self.join = join
         self.loss = loss
@@ -174,8 +174,6 @@ class GNNModel(RankingModel):
         self.train_configs = train_configs
         self.predict_batch = predict_batch
         self.tta = tta
-        if predict_context not in PREDICT_CONTEXTS:
-            raise ValueError(f"predict_context must be one of {', '.join(PREDICT_CONTEXTS)}; got {predict_context!r}")
         self.predict_context = predict_context
         self.reference_configs = reference_configs
         self.seed = seed
@@ -183,42 +181,49 @@ class GNNModel(RankingModel):
         self.runs_dir = runs_dir
         self.cache_dir = cache_dir
         self.max_seconds = max_seconds
+        self.train_config("layout")  # a value no run could take is refused now, not after the data is processed
 
     # -- settings -------------------------------------------------------------------------------------------------
 
-    def _resolved(self, kind: str) -> dict[str, Any]:
-        """Hyper-parameters with the kind's defaults filled in for those left at ``None`` / ``"default"``."""
-        out = dict(DEFAULTS[kind])
-        for key in ("hidden", "layers", "lr", "loss", "epochs", "configs_per_graph", "steps_per_graph", "patience"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        for key in ("hops", "train_configs"):
-            if getattr(self, key) != "default":
-                out[key] = getattr(self, key)
-        out["attention"] = self.default_attention if self.attention is None else bool(self.attention)
-        return out
+    def train_config(self, kind: str) -> TrainConfig:
+        """The settings this model trains a ``kind`` (``tile`` or ``layout``) collection with: the kind's
+        :data:`~models.gnn.train.DEFAULTS`, with :attr:`default_attention` and then every hyper-parameter given
+        (not ``None``) in their place; ``num_features`` and ``data_key`` are left for :meth:`fit`.
+
+        Raises:
+            ValueError: a value a run cannot take (an unknown loss, ``hops=9``, ...).
+        """
+        given = {name: getattr(self, name) for name in SETTINGS if getattr(self, name) is not None}
+        return replace(DEFAULTS[kind], **{"attention": self.default_attention, **given})
+
+    def resolved_params(self, collection: Collection) -> dict[str, Any]:
+        kind = "tile" if Collection(collection).is_tile else "layout"
+        settings = asdict(self.train_config(kind))
+        return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
 
     def _pipeline(self) -> BaseTransform:
-        s = self.resolved_
-        return feature_pipeline(self.settings_["kind"], s["hops"], self.pad)
+        s = self.settings_
+        return feature_pipeline(s["kind"], s["hops"], s["pad"])
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL, deadline: float | None = None) -> Self:
+            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
+            deadline: float | None = None) -> Self:
         collection = Collection(collection)
         kind = "tile" if collection.is_tile else "layout"
-        r = self._resolved(kind)
-        pipeline = feature_pipeline(kind, r["hops"], self.pad)
+        settings = self.train_config(kind)
+        pipeline = feature_pipeline(kind, settings.hops, settings.pad)
         train_set = ProcessedGraphs(root, collection, split, pre_transform=Compose([pipeline, DedupConfigs("min")]),
-                                    cache_dir=self.cache_dir, max_configs=r["train_configs"], progress=progress)
+                                    cache_dir=self.cache_dir, max_configs=settings.max_train_configs,
+                                    progress=progress)
         train_set.build()
         datas = [train_set[i] for i in range(len(train_set))]
         if not datas:
             raise ValueError(f"no {collection.value} graphs in the {split.value} split of {root.root}")
         valid_datas: list[Data] = []
-        if split != Split.VALID and list_graphs(root, collection, Split.VALID):
-            valid_set = ProcessedGraphs(root, collection, Split.VALID, pre_transform=pipeline,
+        if eval_split is not None and eval_split != split and list_graphs(root, collection, eval_split):
+            valid_set = ProcessedGraphs(root, collection, eval_split, pre_transform=pipeline,
                                         cache_dir=self.cache_dir, protocol=valid, progress=progress)
             valid_set.build()
             valid_datas = [valid_set[i] for i in range(len(valid_set))]
@@ -227,24 +232,17 @@ class GNNModel(RankingModel):
 
         def item(data: Data) -> Item:
             data = normalize(columns(data.clone()))
-            return Item(data.stem, make_segments(data, self.segment_size), data.config_feat, data.y.double())
+            return Item(data.stem, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
 
         train_items = [item(d) for d in datas]
         # Valid configs are only ever scored: packed into one int64 code per configurable node, 8 bytes instead of
         # 18 (int8) or 72 (float32); memory then grows little with the number of valid graphs.
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
                        for it in map(item, valid_datas)]
-        data_key = hashlib.sha256(("\n".join([repr(pipeline), str(root.root), str(r["train_configs"]), valid.tag,
-                                              *sorted(d.stem for d in datas)])).encode()).hexdigest()[:16]
-        cfg = TrainConfig(kind=kind, num_features=int(train_items[0].segments[0].x.shape[1]), hidden=r["hidden"],
-                          layers=r["layers"], bidirectional=self.bidirectional, attention=r["attention"],
-                          join=self.join, dropout=self.dropout, loss=r["loss"], epochs=r["epochs"],
-                          configs_per_graph=r["configs_per_graph"],
-                          steps_per_graph=r["steps_per_graph"], lr=r["lr"], weight_decay=self.weight_decay,
-                          patience=r["patience"], segment_size=self.segment_size,
-                          backprop_segments=self.backprop_segments, keep_prob=self.keep_prob,
-                          predict_batch=self.predict_batch, predict_context=self.predict_context,
-                          reference_configs=self.reference_configs, seed=self.seed, data_key=data_key)
+        stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
+        data_key = hashlib.sha256(("\n".join([repr(pipeline), str(root.root), str(settings.max_train_configs),
+                                              stopping, *sorted(d.stem for d in datas)])).encode()).hexdigest()[:16]
+        cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection_slug(collection)
         max_seconds = self.max_seconds
         if deadline is not None:
@@ -253,7 +251,6 @@ class GNNModel(RankingModel):
         result = train(cfg, train_items, valid_items, run_dir=run_dir, device=self.device, progress=progress,
                        max_seconds=max_seconds, title=f"{self.name} {collection.value}")
         self.collection_ = collection
-        self.resolved_ = r
         self.settings_ = asdict(cfg)
         self.weights_ = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
                          for k, v in result.state.items()}
@@ -299,18 +296,19 @@ class GNNModel(RankingModel):
         net = self.network()
         device = next(net.parameters()).device
         data = self.prepare(graph)
-        segments = [s.to(device) for s in make_segments(data, self.settings_["segment_size"])]
-        common = {"batch": self.predict_batch, "orderings": self.tta, "device": device}
+        s = self.settings_
+        segments = [seg.to(device) for seg in make_segments(data, s["segment_size"])]
+        common = {"batch": s["predict_batch"], "orderings": self.tta, "device": device}
         if isinstance(graph, TileGraph):
-            return predict_scores(net, segments, data.config_feat, seed=self.seed, **common)
+            return predict_scores(net, segments, data.config_feat, seed=s["seed"], **common)
         plan = LayoutPlan(net, segments)
         reference: list[ReferenceContext] | None = None
         out = np.empty(graph.num_configs)
         for start, codes in iter_code_blocks(graph, PREDICT_BLOCK):
             if start == 0:
                 reference = self._reference_sets(graph.num_configs, codes, plan, device)
-            out[start:start + codes.shape[0]] = predict_scores(net, segments, codes, seed=self.seed + start,
-                                                               plan=plan, context=self.predict_context,
+            out[start:start + codes.shape[0]] = predict_scores(net, segments, codes, seed=s["seed"] + start,
+                                                               plan=plan, context=s["predict_context"],
                                                                reference=reference, **common)
         return out
 
@@ -319,12 +317,13 @@ class GNNModel(RankingModel):
         """The ``tta`` reference sets of a layout graph of ``num_configs`` configs, taken from the codes of its first
         block ``first`` (:data:`models.gnn.infer.REFERENCE_WINDOW`); ``None`` unless attention compares configs
         with a reference and the graph has more configs than one batch."""
+        s = self.settings_
         attention = any(w.attention for w in plan.blocks)
-        if not attention or self.predict_context != "reference" or num_configs <= self.predict_batch:
+        if not attention or s["predict_context"] != "reference" or num_configs <= s["predict_batch"]:
             return None
-        drawn = self.reference_configs or self.predict_batch - 1
-        return [ReferenceContext(plan, first[torch.from_numpy(reference_rows(num_configs, drawn, self.seed, d))]
-                                 .to(device), self.predict_batch - 1) for d in range(max(self.tta, 1))]
+        return [ReferenceContext(plan, first[torch.from_numpy(reference_rows(num_configs, s["reference_configs"],
+                                                                             s["seed"], d))].to(device),
+                                 s["predict_batch"] - 1) for d in range(max(self.tta, 1))]
 
 
 class GNNAttentionModel(GNNModel):

@@ -104,6 +104,9 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
 class RankNet(nn.Module):
     """Scores the configs of one graph.
 
+    Every argument is required: the defaults live in :class:`models.gnn.train.TrainConfig` (and its per-kind
+    :data:`models.gnn.train.DEFAULTS`), whose :meth:`~models.gnn.train.TrainConfig.make_net` builds this network.
+
     Args:
         kind: ``"tile"`` or ``"layout"``.
         num_features: node feature columns ``F`` (after the feature pipeline).
@@ -116,9 +119,8 @@ class RankNet(nn.Module):
         dropout: dropout probability.
     """
 
-    def __init__(self, kind: str, num_features: int, *, hidden: int = 64, layers: int = 3, opcode_dim: int = 16,
-                 bidirectional: bool = True, attention: bool = False, join: str = "early",
-                 dropout: float = 0.1) -> None:
+    def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
+                 bidirectional: bool, attention: bool, join: str, dropout: float) -> None:
         super().__init__()
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")

@@ -3,6 +3,7 @@ every epoch with resume, seeded sampling, and learning curves as CSV and PNG.
 
 A run lives in one folder (``run_dir``)::
 
+    settings.json    the run's settings (:class:`TrainConfig` as a dict), written when the run starts
     checkpoint.pt    everything needed to resume: settings, weights, optimiser, schedule, RNG states, history, best
     curves.csv       epoch, train_loss, valid_metric, lr, seconds (one row per finished epoch)
     curves.png       the same, plotted
@@ -16,7 +17,8 @@ holds the latest run. The checkpoint holds only tensors and plain values and is 
 ``torch.load(weights_only=True)``; one that cannot be read that way or does not fit the settings it names is
 renamed to ``checkpoint.pt.corrupt``, named in a warning, and training starts afresh.
 
-The valid metric is the collection's: mean Kendall tau (layout) or mean tile score (tile) over the valid graphs.
+The valid metric is the collection's: mean Kendall tau (layout) or mean tile score (tile) over the valid graphs, each
+:func:`competition.metrics.graph_score` of the predicted scores (ties broken by config index, as in a submission).
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from competition.metrics import kendall_tau, predicted_order, tile_score
+from competition.metrics import graph_score
 from competition.npzio import atomic_path, atomic_write_text
 from features.cache import UnusableFileError, load_plain, set_aside
 from models.gnn.gst import HistoryTable, gst_scores
@@ -53,14 +55,15 @@ from models.gnn.infer import (
     config_codes,
     reference_rows,
 )
-from models.gnn.losses import LossFn, get_loss
+from models.gnn.losses import LOSSES, LossFn, get_loss
 from models.gnn.net import RankNet, Segment
 
 CHECKPOINT = "checkpoint.pt"
 CURVES_CSV = "curves.csv"
 CURVES_PNG = "curves.png"
 MODEL_FILE = "model.json"
-RUN_FILES = (CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
+SETTINGS_FILE = "settings.json"
+RUN_FILES = (SETTINGS_FILE, CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
 """The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
 CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds")
 _CHECKPOINT_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -71,34 +74,59 @@ _CHECKPOINT_TYPES: dict[str, type | tuple[type, ...]] = {
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    """Everything that shapes a training run (a changed value starts the run over instead of resuming it)."""
+    """Every setting of one GNN training run, frozen: a changed value starts the run over instead of resuming it, and
+    :func:`settings_hash` of it names the folder the run is moved to when a run with other settings takes its place.
+
+    The GNN hyper-parameters' defaults live here and nowhere else: the fields without a default differ by kind of
+    collection and come from :data:`DEFAULTS`; the others are the same for both kinds.
+    :class:`models.gnn.model.GNNModel` builds a run's settings from the kind's :data:`DEFAULTS` entry with
+    ``dataclasses.replace`` (its hyper-parameters left at ``None`` keep these values), and :meth:`make_net` passes
+    them to :class:`RankNet`, which has no defaults of its own.
+
+    ``hops="all"`` keeps whole graphs (no pruning), ``train_configs="all"`` every config of a training graph.
+    ``num_features`` and ``data_key`` come from the data (set by :meth:`GNNModel.fit`).
+    """
 
     kind: str
-    num_features: int
-    hidden: int = 64
-    layers: int = 3
+    hidden: int
+    layers: int
+    lr: float
+    loss: str
+    epochs: int
+    configs_per_graph: int
+    steps_per_graph: int
+    patience: int
+    hops: int | Literal["all"]
+    train_configs: int | Literal["all"]
     opcode_dim: int = 16
     bidirectional: bool = True
     attention: bool = False
     join: str = "early"
     dropout: float = 0.0
-    loss: str = "hinge"
-    epochs: int = 20
-    configs_per_graph: int = 32
-    steps_per_graph: int = 1
-    lr: float = 1e-3
     weight_decay: float = 1e-5
-    patience: int = 5
-    segment_size: int | None = None
+    pad: bool = True
+    segment_size: int | None = None  # None: full-graph training (no Graph Segment Training)
     backprop_segments: int = 1
     keep_prob: float = 0.5
     predict_batch: int = 128
     predict_context: str = DEFAULT_PREDICT_CONTEXT
-    reference_configs: int | None = DEFAULT_REFERENCE_CONFIGS
+    reference_configs: int = DEFAULT_REFERENCE_CONFIGS
     seed: int = 0
+    num_features: int = 0  # node feature columns after the feature pipeline
     data_key: str = ""  # identifies the training data (pipeline hash and graphs), so other data starts over
+
+    def __post_init__(self) -> None:
+        choices = {"kind": ("tile", "layout"), "join": ("early", "late"), "loss": tuple(LOSSES),
+                   "predict_context": PREDICT_CONTEXTS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+        if self.hops != "all" and not (isinstance(self.hops, int) and 1 <= self.hops <= 5):
+            raise ValueError(f"hops must be 1 to 5 or 'all' (whole graphs); got {self.hops!r}")
+        if self.train_configs != "all" and not (isinstance(self.train_configs, int) and self.train_configs >= 1):
+            raise ValueError(f"train_configs must be a positive count or 'all'; got {self.train_configs!r}")
 
     def make_net(self) -> RankNet:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
@@ -108,6 +136,21 @@ class TrainConfig:
     @property
     def uses_gst(self) -> bool:
         return self.segment_size is not None
+
+    @property
+    def max_train_configs(self) -> int | None:
+        """``train_configs`` as the cache's ``max_configs`` (``None`` for every config)."""
+        return None if self.train_configs == "all" else self.train_configs
+
+
+DEFAULTS: dict[str, TrainConfig] = {
+    "tile": TrainConfig(kind="tile", hidden=64, layers=3, lr=1e-3, loss="listmle", epochs=6, configs_per_graph=32,
+                        steps_per_graph=1, patience=3, hops="all", train_configs="all"),
+    "layout": TrainConfig(kind="layout", hidden=32, layers=3, lr=1e-2, loss="hinge", epochs=10,
+                          configs_per_graph=32, steps_per_graph=4, patience=4, hops=1, train_configs=1000),
+}
+"""Each kind's default settings (sized to train all five collections of the demo world on a 2-core CPU within the
+``make submit`` budget); ``num_features`` and ``data_key`` are filled in from the data."""
 
 
 @dataclass
@@ -250,16 +293,10 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
     return total / np.maximum(counts, 1)
 
 
-def graph_metric(kind: str, scores: np.ndarray, y: np.ndarray) -> float:
-    """Kendall tau (layout) or the tile score (tile) of one graph's scores."""
-    if kind == "tile":
-        return tile_score(predicted_order(scores), y)
-    return kendall_tau(scores, y)
-
-
 def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torch.device, *,
              orderings: int = 1) -> float:
-    """The mean valid metric over ``items`` (NaN when there are none with known runtimes)."""
+    """The mean valid metric over ``items`` (NaN when there are none with known runtimes): the score each graph's
+    submission row would get (:func:`~competition.metrics.graph_score`)."""
     values = []
     for item in items:
         y = item.y.numpy()
@@ -270,7 +307,7 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
         scores = predict_scores(net, segs, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
                                 seed=cfg.seed, device=device, mixed_precision=False, context=cfg.predict_context,
                                 reference_configs=cfg.reference_configs)
-        values.append(graph_metric(cfg.kind, scores, y))
+        values.append(graph_score(cfg.kind, y, scores=scores))
     return float(np.mean(values)) if values else float("nan")
 
 
@@ -467,6 +504,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
     best_metric, best_epoch, bad_epochs, start_epoch, stopped = -math.inf, 0, 0, 1, ""
     ckpt = _open_run(run, settings) if run is not None else None
+    if run is not None:  # after _open_run, which moves another run's files (its settings.json too) away first
+        atomic_write_text(run / SETTINGS_FILE, json.dumps(settings, indent=1, sort_keys=True) + "\n")
     if run is not None and ckpt is not None:
         try:
             net.load_state_dict(ckpt["best_state"])  # only checks that the kept weights fit this network

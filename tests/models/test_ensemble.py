@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection
-from competition.metrics import predicted_order, score_graph
-from models.ensemble import Ensemble, graph_metric, normalize_scores, simplex_grid
+from competition.metrics import graph_score, predicted_order, score_graph
+from models.ensemble import Ensemble, normalize_scores, simplex_grid
 
 TILE = Collection.TILE_XLA
 LAYOUT = Collection.LAYOUT_XLA_DEFAULT
@@ -32,7 +32,7 @@ def _world(num_graphs: int = 4, seed: int = 0) -> tuple[dict[str, dict[str, np.n
 
 
 def _mean_metric(scores: dict[str, np.ndarray], labels: dict[str, np.ndarray], collection: Collection) -> float:
-    return float(np.mean([graph_metric(collection, s, labels[sid]) for sid, s in scores.items()
+    return float(np.mean([graph_score(collection, labels[sid], scores=s) for sid, s in scores.items()
                           if sid.startswith(collection.value + ":")]))
 
 
@@ -73,11 +73,15 @@ def test_simplex_grid():
 
 
 @pytest.mark.parametrize("collection", [TILE, LAYOUT])
-def test_graph_metric_matches_the_submission_score(collection: Collection):
+def test_the_fitting_metric_is_the_submission_score(collection: Collection):
+    from models.ensemble import _metric_rows
+
     rng = np.random.default_rng(3)
     y = rng.uniform(1.0, 3.0, 50)
-    s = np.round(rng.random(50), 1)  # many ties: broken by index, as in the written submission
-    assert graph_metric(collection, s, y) == score_graph(collection, predicted_order(s), y).score
+    s = np.round(rng.random((3, 50)), 1)  # many ties: broken by index, as in the written submission
+    expected = [score_graph(collection, predicted_order(row)[:5 if collection.is_tile else None], y).score
+                for row in s]
+    assert _metric_rows(collection, s, y).tolist() == expected
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
 
 def _net(attention: bool, bidirectional: bool = True, seed: int = 0) -> RankNet:
     torch.manual_seed(seed)
-    net = RankNet("layout", 5, hidden=8, layers=3, attention=attention, bidirectional=bidirectional).eval()
+    net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
+                  join="early", dropout=0.0).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)

@@ -12,6 +12,8 @@ from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, RankNet, ma
 
 # A 4-node graph, edges producer -> consumer: 0 -> 2, 1 -> 2, 2 -> 3.
 EDGES = torch.tensor([[0, 1, 2], [2, 2, 3]])
+# RankNet takes every setting explicitly (its defaults live in models.gnn.train): these, unless a test says otherwise.
+NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0)
 
 
 
@@ -167,7 +169,7 @@ def _tile_data(batch: int = 4, seed: int = 0) -> tuple[Data, torch.Tensor]:
 def test_ranknet_layout_scores_one_per_config():
     torch.manual_seed(0)
     data, cf = _layout_data(batch=4)
-    net = RankNet("layout", F, hidden=8, layers=2).eval()
+    net = RankNet("layout", F, **NET).eval()
     scores = net(make_segments(data), cf)
     assert scores.shape == (4,) and scores.dtype == torch.float32 and torch.isfinite(scores).all()
     # Different configs get different scores (the config enters the network).
@@ -179,7 +181,7 @@ def test_ranknet_layout_scores_one_per_config():
 def test_ranknet_tile_scores_one_per_config(join: str, attention: bool):
     torch.manual_seed(0)
     data, cf = _tile_data(batch=4)
-    net = RankNet("tile", F, hidden=8, layers=2, join=join, attention=attention).eval()
+    net = RankNet("tile", F, **{**NET, "join": join, "attention": attention}).eval()
     scores = net(make_segments(data), cf)
     assert scores.shape == (4,) and torch.isfinite(scores).all()
     assert len(set(scores.tolist())) == 4
@@ -187,16 +189,16 @@ def test_ranknet_tile_scores_one_per_config(join: str, attention: bool):
 
 def test_ranknet_rejects_unknown_kind_and_join():
     with pytest.raises(ValueError, match="kind"):
-        RankNet("graph", F)
+        RankNet("graph", F, **NET)
     with pytest.raises(ValueError, match="join"):
-        RankNet("tile", F, join="middle")
+        RankNet("tile", F, **{**NET, "join": "middle"})
 
 
 @pytest.mark.parametrize("kind", ["layout", "tile"])
 def test_ranknet_with_attention_is_permutation_equivariant(kind: str):
     torch.manual_seed(0)
     data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=6)
-    net = RankNet(kind, F, hidden=8, layers=2, attention=True, join="late").eval()
+    net = RankNet(kind, F, **{**NET, "attention": True, "join": "late"}).eval()
     segs = make_segments(data)
     scores = net(segs, cf)
     perm = torch.tensor([5, 2, 0, 4, 1, 3])
@@ -209,7 +211,7 @@ def test_ranknet_with_attention_is_permutation_equivariant(kind: str):
 def test_ranknet_without_attention_scores_configs_independently(kind: str):
     torch.manual_seed(0)
     data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=6)
-    net = RankNet(kind, F, hidden=8, layers=2, attention=False).eval()
+    net = RankNet(kind, F, **NET).eval()
     segs = make_segments(data)
     full = net(segs, cf)
     torch.testing.assert_close(net(segs, cf[[0, 1, 2]]), full[[0, 1, 2]])
@@ -222,7 +224,7 @@ def test_ranknet_segments_sum_like_the_whole_graph_without_edges():
     torch.manual_seed(0)
     data, cf = _layout_data(batch=3)
     data.edge_index = torch.zeros(2, 0, dtype=torch.long)
-    net = RankNet("layout", F, hidden=8, layers=2, attention=True).eval()
+    net = RankNet("layout", F, **{**NET, "attention": True}).eval()
     whole = net(make_segments(data), cf)
     torch.testing.assert_close(net(make_segments(data, 2), cf), whole)
 

@@ -19,11 +19,12 @@ from features.cache import collection_slug
 from models.base import NotFittedError, load_model
 from models.gnn.model import GNNAttentionModel, GNNModel
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, RankNet, make_segments
-from models.gnn.train import CHECKPOINT, CURVES_CSV, CURVES_PNG, predict_scores
+from models.gnn.train import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE, predict_scores
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 SMALL = dict(hidden=16, layers=2, device="cpu", seed=0)
 QUICK = dict(SMALL, epochs=3, steps_per_graph=1, configs_per_graph=16)
+NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0)
 # The module itself: ``models.gnn.train`` as an attribute is the ``train`` function that models/gnn/__init__.py
 # re-exports, so ``import models.gnn.train as m`` would bind the function.
 gnn_train = importlib.import_module("models.gnn.train")
@@ -74,7 +75,7 @@ def test_small_model_learns_the_tiny_world(train_only_root: Path, learned: GNNMo
 def test_run_folder_has_checkpoint_and_curves(tiny_world: Path, cache_dir: str, tmp_path: Path):
     model = _fit(tiny_world, cache_dir, str(tmp_path / "runs"))
     run = _run_dir(tmp_path / "runs")
-    assert sorted(p.name for p in run.iterdir()) == [CHECKPOINT, CURVES_CSV, CURVES_PNG]
+    assert sorted(p.name for p in run.iterdir()) == sorted([CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE])
     with (run / CURVES_CSV).open(newline="") as f:
         rows = list(csv.reader(f))
     assert rows[0] == ["epoch", "train_loss", "valid_metric", "lr", "seconds"]
@@ -205,7 +206,7 @@ def test_gst_training_runs_and_predicts(tiny_world: Path, cache_dir: str, monkey
         return real_gst(net, segments, *args, **kwargs)
 
     monkeypatch.setattr(gnn_train, "gst_scores", counting)
-    model = _fit(tiny_world, cache_dir, None, segment_size=50, hops=None, epochs=2, keep_prob=0.5)
+    model = _fit(tiny_world, cache_dir, None, segment_size=50, hops="all", epochs=2, keep_prob=0.5)
     assert calls and min(calls) > 1  # every step went through GST, on graphs of several segments
     assert model.settings_["segment_size"] == 50
     root = find_data_root(tiny_world)
@@ -240,7 +241,7 @@ def _layout_graph(configs: int = 10) -> tuple[list, torch.Tensor]:
 
 def test_predict_scores_with_attention_is_seeded():
     torch.manual_seed(0)
-    net = RankNet("layout", 5, hidden=8, layers=2, attention=True).train()
+    net = RankNet("layout", 5, **{**NET, "attention": True}).train()
     segs, cf = _layout_graph(10)
     a = predict_scores(net, segs, cf, batch=4, orderings=3, seed=0, context="batches")
     b = predict_scores(net, segs, cf, batch=4, orderings=3, seed=0, context="batches")
@@ -257,7 +258,7 @@ def test_predict_scores_with_attention_is_seeded():
 
 def test_predict_scores_without_attention_ignores_batching():
     torch.manual_seed(0)
-    net = RankNet("layout", 5, hidden=8, layers=2, attention=False).eval()
+    net = RankNet("layout", 5, **NET).eval()
     segs, cf = _layout_graph(10)
     whole = predict_scores(net, segs, cf, batch=128)
     np.testing.assert_allclose(predict_scores(net, segs, cf, batch=3, orderings=5, seed=7), whole, rtol=1e-6)
@@ -288,7 +289,7 @@ def test_reference_context_scores_stream_like_the_whole_graph(tiny_world: Path, 
     monkeypatch.setattr(importlib.import_module("models.gnn.infer"), "REFERENCE_WINDOW", 5)
     root = find_data_root(tiny_world)
     model = GNNAttentionModel(**{**QUICK, "epochs": 1}, predict_batch=4, tta=2, predict_context="reference",
-                              reference_configs=None, runs_dir=None, cache_dir=cache_dir).fit(root, LAYOUT,
+                              reference_configs=3, runs_dir=None, cache_dir=cache_dir).fit(root, LAYOUT,
                                                                                               progress=False)
     graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
     assert graph.num_configs > 8  # several blocks of 5
