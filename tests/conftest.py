@@ -28,3 +28,19 @@ def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("tiny-world")
     return generate_world(out, scale="tiny", seed=TINY_SEED, limit=2, workers=1, progress=False)
+
+
+CREDENTIAL_VARS = ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_CONFIG_DIR",
+                   "XDG_CONFIG_HOME")
+
+
+@pytest.fixture
+def no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No Kaggle credentials anywhere: the variables unset, ``$KAGGLE_CONFIG_DIR`` an empty folder (returned)."""
+    for var in CREDENTIAL_VARS:
+        monkeypatch.delenv(var, raising=False)
+    config = tmp_path / "kaggle-config"
+    config.mkdir()
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(config))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return config

@@ -20,7 +20,6 @@ from competition.collections import Collection, Split
 from competition.reader import find_data_root
 from competition.submission import validate_submission
 
-CREDENTIAL_VARS = ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE", "XDG_CONFIG_HOME")
 GRAPH = "npz_all/npz/tile/xla/train/a.npz"
 
 
@@ -74,17 +73,6 @@ class FakeApi:
         if self.error is not None:
             raise self.error
         return argparse.Namespace(message="Successfully submitted to Google - Fast or Slow? Predict AI Model Runtime")
-
-
-@pytest.fixture
-def no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for var in CREDENTIAL_VARS:
-        monkeypatch.delenv(var, raising=False)
-    config = tmp_path / "kaggle-config"
-    config.mkdir()
-    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(config))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return config
 
 
 @pytest.fixture

@@ -66,8 +66,8 @@ orderings averaged)."""
 DEFAULT_PREDICT_CONTEXT = "reference"
 DEFAULT_REFERENCE_CONFIGS = 1024
 """Configs drawn per reference set. On 32 demo valid and test graphs (``python -m benchmarks.gnn
---predict-quality``), one reference set of 1,016 configs scored 0.0115 Kendall tau above four orderings of random
-batches of 128 (standard error 0.0037, higher on 28 of 32 graphs), one of 127 configs the same as they did."""
+--predict-quality``), one reference set of 1,024 configs scored 0.0115 Kendall tau above four orderings of random
+batches of 128 (standard error 0.0037, higher on 27 of 32 graphs), one of 127 configs the same as they did."""
 DEFAULT_TTA = 1
 """Reference sets (or random orderings) averaged at prediction: one large reference set is as good as four small
 ones (same measurement) at a quarter of the cost."""
@@ -87,6 +87,21 @@ def reference_rows(num_configs: int, size: int, seed: int, draw: int = 0) -> npt
     window = min(num_configs, REFERENCE_WINDOW)
     rng = np.random.default_rng([seed, draw, num_configs])
     return np.sort(rng.choice(window, size=min(size, window), replace=False)).astype(np.int64)
+
+
+def reference_sets(plan: LayoutPlan, codes: torch.Tensor, num_configs: int, *, batch: int, drawn: int, seed: int,
+                   draws: int) -> list[ReferenceContext]:
+    """The ``draws`` reference sets of a graph of ``num_configs`` configs: ``drawn`` configs each
+    (:func:`reference_rows`), standing for ``batch - 1`` others.
+
+    Args:
+        plan: the graph's plan.
+        codes: the codes of the graph's configs from its first one on: all of them, or at least the first
+            ``min(num_configs, REFERENCE_WINDOW)`` (a streamed graph's first block).
+    """
+    return [ReferenceContext(plan, codes[torch.from_numpy(reference_rows(num_configs, drawn, seed, d))
+                                         .to(codes.device)].to(plan.device), batch - 1)
+            for d in range(max(draws, 1))]
 
 
 def config_codes(config_feat: npt.NDArray[np.float32] | torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,7 @@ from models.gnn.infer import (
     ReferenceContext,
     config_codes,
     iter_code_blocks,
-    reference_rows,
+    reference_sets,
 )
 from models.gnn.net import RankNet, make_segments
 from models.gnn.train import DEFAULTS, Item, TrainConfig, predict_scores, resolve_device, train
@@ -306,13 +306,13 @@ class GNNModel(RankingModel):
         out = np.empty(graph.num_configs)
         for start, codes in iter_code_blocks(graph, PREDICT_BLOCK):
             if start == 0:
-                reference = self._reference_sets(graph.num_configs, codes, plan, device)
+                reference = self._reference_sets(graph.num_configs, codes, plan)
             out[start:start + codes.shape[0]] = predict_scores(net, segments, codes, seed=s["seed"] + start,
                                                                plan=plan, context=s["predict_context"],
                                                                reference=reference, **common)
         return out
 
-    def _reference_sets(self, num_configs: int, first: torch.Tensor, plan: LayoutPlan, device: torch.device
+    def _reference_sets(self, num_configs: int, first: torch.Tensor, plan: LayoutPlan
                         ) -> list[ReferenceContext] | None:
         """The ``tta`` reference sets of a layout graph of ``num_configs`` configs, taken from the codes of its first
         block ``first`` (:data:`models.gnn.infer.REFERENCE_WINDOW`); ``None`` unless attention compares configs
@@ -321,9 +321,8 @@ class GNNModel(RankingModel):
         attention = any(w.attention for w in plan.blocks)
         if not attention or s["predict_context"] != "reference" or num_configs <= s["predict_batch"]:
             return None
-        return [ReferenceContext(plan, first[torch.from_numpy(reference_rows(num_configs, s["reference_configs"],
-                                                                             s["seed"], d))].to(device),
-                                 s["predict_batch"] - 1) for d in range(max(self.tta, 1))]
+        return reference_sets(plan, first, num_configs, batch=s["predict_batch"], drawn=s["reference_configs"],
+                              seed=s["seed"], draws=self.tta)
 
 
 class GNNAttentionModel(GNNModel):

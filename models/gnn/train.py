@@ -53,7 +53,7 @@ from models.gnn.infer import (
     LayoutPlan,
     ReferenceContext,
     config_codes,
-    reference_rows,
+    reference_sets,
 )
 from models.gnn.losses import LOSSES, LossFn, get_loss
 from models.gnn.net import RankNet, Segment
@@ -266,10 +266,9 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
                 if not attention:
                     return layout_plan.scores(codes).double().cpu().numpy()
                 if context == "reference" and (n > batch or reference is not None):
-                    drawn = reference_configs or batch - 1
-                    sets = reference if reference is not None else [
-                        ReferenceContext(layout_plan, codes[torch.from_numpy(reference_rows(n, drawn, seed, d))
-                                                            .to(device)], batch - 1) for d in range(max(orderings, 1))]
+                    sets = reference if reference is not None else reference_sets(
+                        layout_plan, codes, n, batch=batch, drawn=reference_configs or batch - 1, seed=seed,
+                        draws=orderings)
                     return np.mean([layout_plan.scores(codes, r).double().cpu().numpy() for r in sets], axis=0)
 
                 def score(idx: np.ndarray) -> torch.Tensor:

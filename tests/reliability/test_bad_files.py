@@ -478,8 +478,8 @@ CATALOGUE: list[Case] = [
                                               r"\d+, configurable node \d+, column 17"),
     *_pair(nan_in_config_runtime, r"\[config_runtime\]: " + _DTYPE + "float64$", TRAIN, (XR, TRAIN)),
     *_pair(inf_in_config_runtime, r"\[config_runtime\]: " + _DTYPE + "float64$", VALID, (ND, VALID)),
-    Case(negative_runtime, (TILE, TRAIN), r"\[config_runtime\]: expected runtimes >= 0 ns; found -5 at config 1"),
-    Case(negative_runtime, (XD, VALID), r"\[config_runtime\]: expected runtimes >= 0 ns; found -5 at config 1"),
+    *_pair(negative_runtime, r"\[config_runtime\]: expected runtimes >= 0 ns; found -5 at config 1", TRAIN,
+           (XD, VALID)),
     Case(zero_runtimes, (TILE, TRAIN), r"\[config_runtime\]: expected runtimes > 0 ns in a train file .*; found "
                                        r"all \d+ runtimes are 0"),
     Case(zero_runtimes, (TILE, VALID), r"\[config_runtime\]: expected runtimes > 0 ns in a valid file .*; found "
@@ -490,10 +490,8 @@ CATALOGUE: list[Case] = [
                                      r"all \d+ runtimes are 0"),
     Case(zero_runtimes, (TILE, TEST), code=EXIT_OK),  # how test files hide their labels
     Case(zero_runtimes, (XD, TEST), code=EXIT_OK),
-    Case(partly_zero_runtimes, (TILE, VALID), r"\[config_runtime\]: expected all runtimes > 0 ns \(or all 0 in a "
-                                              r"test file\); found 1 of \d+ runtimes are 0 \(first at config 2\)"),
-    Case(partly_zero_runtimes, (ND, TRAIN), r"\[config_runtime\]: expected all runtimes > 0 ns \(or all 0 in a "
-                                            r"test file\); found 1 of \d+ runtimes are 0 \(first at config 2\)"),
+    *_pair(partly_zero_runtimes, r"\[config_runtime\]: expected all runtimes > 0 ns \(or all 0 in a test file\); "
+                                 r"found 1 of \d+ runtimes are 0 \(first at config 2\)", VALID, (ND, TRAIN)),
     Case(zero_normalizers, (TILE, TRAIN), r"\[config_runtime_normalizers\]: expected normalizers > 0 ns; found 0 "
                                           r"at config 0 \(\d+ in all\)"),
     Case(negative_normalizer, (TILE, VALID), r"\[config_runtime_normalizers\]: expected normalizers > 0 ns; found "
@@ -501,16 +499,11 @@ CATALOGUE: list[Case] = [
     Case(negative_normalizer, (TILE, TEST), r"\[config_runtime_normalizers\]: expected normalizers >= 0 ns \(test "
                                             r"file\); found -1 at config 0"),
     Case(zero_normalizers, (TILE, TEST), code=EXIT_OK),  # unused where runtimes are hidden
-    Case(edge_out_of_range, (TILE, TRAIN), r"\[edge_index\]: expected node indices in \[0, (\d+)\) \(N=\1\); found "
-                                           r"row 0 = \[\1, \d+\]"),
-    Case(edge_out_of_range, (XD, TEST), r"\[edge_index\]: expected node indices in \[0, (\d+)\) \(N=\1\); found "
-                                        r"row 0 = \[\1, \d+\]"),
-    Case(negative_edge, (TILE, TEST), r"\[edge_index\]: expected node indices in \[0, \d+\) .*; found row 0 = "
-                                      r"\[\d+, -1\]"),
-    Case(negative_edge, (NR, VALID), r"\[edge_index\]: expected node indices in \[0, \d+\) .*; found row 0 = "
-                                     r"\[\d+, -1\]"),
-    Case(self_loop, (TILE, VALID), r"\[edge_index\]: expected no self loops .*; found self loop at row 0"),
-    Case(self_loop, (XR, TRAIN), r"\[edge_index\]: expected no self loops .*; found self loop at row 0"),
+    *_pair(edge_out_of_range, r"\[edge_index\]: expected node indices in \[0, (\d+)\) \(N=\1\); found row 0 = "
+                              r"\[\1, \d+\]", TRAIN, (XD, TEST)),
+    *_pair(negative_edge, r"\[edge_index\]: expected node indices in \[0, \d+\) .*; found row 0 = \[\d+, -1\]",
+           TEST, (NR, VALID)),
+    *_pair(self_loop, r"\[edge_index\]: expected no self loops .*; found self loop at row 0", VALID, (XR, TRAIN)),
     *_pair(tombstoned_opcode, r"\[node_opcode\]: expected opcode ids in 0\.\.120 except the tombstoned 97 and 101; "
                               r"found 97 at node 0", TRAIN, (XD, TEST)),
     *_pair(opcode_beyond_table, r"\[node_opcode\]: expected opcode ids in 0\.\.120 .*; found 121 at node 1", VALID,

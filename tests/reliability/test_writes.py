@@ -324,20 +324,10 @@ def test_synth_workers_end_with_their_killed_parent_and_a_rerun_cleans_up(tmp_pa
     assert find_data_root(out).available()
 
 
-CREDENTIAL_VARS = ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE",
-                   "KAGGLE_CONFIG_DIR", "XDG_CONFIG_HOME")
-
-
 @pytest.fixture
-def kaggle_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def kaggle_json(no_credentials: Path) -> Path:
     """Where the kaggle package reads its token in this test: ``$KAGGLE_CONFIG_DIR/kaggle.json`` (not yet there)."""
-    for var in CREDENTIAL_VARS:
-        monkeypatch.delenv(var, raising=False)
-    config = tmp_path / "kaggle-config"
-    config.mkdir()
-    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(config))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return config / "kaggle.json"
+    return no_credentials / "kaggle.json"
 
 
 FIX = ('it should hold {"username": "...", "key": "..."}: fix it, or save a new API token from '
