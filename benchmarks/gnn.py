@@ -6,7 +6,8 @@ its own. Five parts:
 
 1. **Graph Segment Training versus full-graph training** on whole (unpruned) synthetic ``xla`` layout graphs of
    growing size: peak memory and seconds per epoch side by side, with the ratio full / GST; then the valid
-   Kendall tau both reach on a small generated world of such graphs (``GNNModel(hops="all")``).
+   Kendall tau both reach on a small generated world of such graphs (``GNNModel(hops="all")``). With
+   ``--gst-study`` only (long), part 1c: that gap taken apart one cause at a time (:data:`GST_STUDY`).
 2. **Throughput**: configs per second of training steps (forward, backward, optimiser) for the default layout model
    (hops 1, demo world) with and without cross-config attention and for tile, and of prediction
    (:func:`models.gnn.train.predict_scores`). Runs on CUDA when available (``resolve_device("auto")``).
@@ -163,7 +164,8 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
             "device": str(device)}
 
 
-def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int, seed: int) -> dict:
+def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int, seed: int,
+                 backprop_segments: int = 1, keep_prob: float = 0.5) -> dict:
     """Fit ``GNNModel(hops="all")`` full-graph or GST on the small world; valid Kendall tau two ways."""
     import numpy as np
 
@@ -175,7 +177,8 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
     c = Collection.LAYOUT_XLA_RANDOM
     model = GNNModel(hops="all", segment_size=segment_size, hidden=32, layers=3, configs_per_graph=16,
                      steps_per_graph=2, epochs=epochs, patience=epochs, train_configs="all",
-                     runs_dir=None, cache_dir=str(cache), seed=seed)
+                     runs_dir=None, cache_dir=str(cache), seed=seed, backprop_segments=backprop_segments,
+                     keep_prob=keep_prob)
     t0 = time.perf_counter()
     model.fit(root, c, progress=False)
     seconds = time.perf_counter() - t0
@@ -445,7 +448,8 @@ def _dispatch(part: list[str]) -> dict:
     if name == "gst":
         return part_gst(Path(a[0]), _opt(a[1]), int(a[2]), int(a[3]), int(a[4]), int(a[5]))
     if name == "quality":
-        return part_quality(Path(a[0]), Path(a[1]), _opt(a[2]), int(a[3]), int(a[4]))
+        extra = (int(a[5]), float(a[6])) if len(a) > 5 else ()  # backprop_segments, keep_prob
+        return part_quality(Path(a[0]), Path(a[1]), _opt(a[2]), int(a[3]), int(a[4]), *extra)
     if name == "throughput":
         return part_throughput(Path(a[0]), a[1], a[2] == "1", int(a[3]))
     if name == "ablation":
@@ -501,6 +505,39 @@ def bench_gst(work: Path, quick: bool) -> None:
         label = "full graph" if seg is None else f"GST segment {seg}"
         print(f"{label:>22s} {q['best_metric']:14.4f} {q['best_epoch']:7d} {q['rescored']:13.4f} "
               f"{q['seconds']:7.1f} {q['peak_mib']:6.0f}Mi", flush=True)
+
+
+GST_STUDY = [
+    ("full graph", None, 4, 1, 0.5),
+    ("GST (defaults)", 1000, 4, 1, 0.5),
+    ("segments, all trained", 1000, 4, 64, 0.5),
+    ("GST, no segment dropout", 1000, 4, 1, 1.0),
+    ("GST, 3 trained", 1000, 4, 3, 0.5),
+    ("GST, 8 epochs", 1000, 8, 1, 0.5),
+    ("GST, 16 epochs", 1000, 16, 1, 0.5),
+]
+"""Part 1c's runs: (label, segment_size, epochs, backprop_segments, keep_prob). "segments, all trained" trains every
+segment every step (no history table, no dropout), so its gap to the full graph is the edges cut between segments
+alone; "no segment dropout" keeps every stale embedding; the epoch rows give GST the steps its 4x faster epochs
+buy."""
+
+
+def bench_gst_study(work: Path, seeds: list[int]) -> None:
+    """Part 1c: where GST's gap to full-graph training comes from, one cause at a time, on part 1b's world."""
+    import numpy as np
+
+    w = _run_part("world", work / "world", 200, 5000, 5500, 6000, 6500, 7000, 8000, "valid", 5000, 6500, 8000)
+    print(f"\n1c. Where GST's gap comes from: part 1b's world (train nodes {w['nodes']['train']}, valid nodes "
+          f"{w['nodes']['valid']}), GNNModel(hops='all', hidden=32, configs_per_graph=16, steps_per_graph=2), "
+          f"segments of 1,000 nodes; valid Kendall tau over every config, mean over seeds {seeds} (± half range)")
+    print(f"{'training':>26s} {'epochs':>6s} {'trained':>7s} {'keep':>5s} {'valid tau':>16s} {'fit s':>7s} {'peak':>8s}")
+    for label, seg, epochs, backprop, keep in GST_STUDY:
+        rs = [_run_part("quality", work / "world", work / "cache", seg, epochs, seed, backprop, keep)
+              for seed in seeds]
+        taus = np.array([r["rescored"] for r in rs])
+        print(f"{label:>26s} {epochs:6d} {backprop if seg else '-':>7} {keep if seg else '-':>5} "
+              f"{taus.mean():8.4f} ± {np.ptp(taus) / 2:.4f} {np.mean([r['seconds'] for r in rs]):7.1f} "
+              f"{max(r['peak_mib'] for r in rs):6.0f}Mi", flush=True)
 
 
 def bench_throughput(data: Path, quick: bool) -> None:
@@ -664,6 +701,9 @@ def main() -> None:
     ap.add_argument("--before-configs", type=int, default=256, help="configs for --before (default 256)")
     ap.add_argument("--profile", action="store_true", help="part 4: print cProfile's top functions")
     ap.add_argument("--workdir", default=None, help="part 4: scratch folder kept between runs (default: temporary)")
+    ap.add_argument("--gst-study", action="store_true",
+                    help="run only part 1c: GST against full-graph training, one cause of the gap at a time "
+                         "(cut edges, stale or dropped segments, steps), over --seeds (long)")
     ap.add_argument("--predict-quality", action="store_true",
                     help="run only part 5: gnn-attn quality per (predict_batch, tta) on the --data world (long)")
     args = ap.parse_args()
@@ -681,6 +721,14 @@ def main() -> None:
         bench_ablation(Path(args.ablation_data), args.seeds, args.epochs)
     elif args.predict_quality:
         bench_predict_quality(Path(args.data), args.seeds[0])
+    elif args.gst_study:
+        work = Path(args.workdir or tempfile.mkdtemp(prefix="fastslow-bench-gst-"))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            bench_gst_study(work, args.seeds)
+        finally:
+            if not args.workdir:
+                shutil.rmtree(work, ignore_errors=True)
     elif args.predict_scale:
         work = Path(args.workdir or tempfile.mkdtemp(prefix="fastslow-bench-predict-"))
         work.mkdir(parents=True, exist_ok=True)

@@ -441,6 +441,21 @@ def format_comparison(reports: dict[str, ScoreReport], oracle: dict[Collection, 
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate_models` measured on one data root.
+
+    Attributes:
+        reports: ``{split: {model: report}}``.
+        oracle: ``{split: oracle score per collection}`` (``None`` on real data, which has no noiseless runtimes).
+    """
+
+    root: DataRoot
+    synthetic: bool
+    reports: dict[Split, dict[str, ScoreReport]]
+    oracle: dict[Split, dict[Collection, float] | None]
+
+
 def evaluate_models(
     data: str | Path | None = None,
     *,
@@ -450,14 +465,14 @@ def evaluate_models(
     progress: bool = True,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
     params: Mapping[str, ModelParams] | None = None,
-) -> dict[Split, dict[str, ScoreReport]]:
+) -> Evaluation:
     """Fit each model on train and score it on every labelled split asked for (test only on synthetic data).
 
     ``params`` gives hyper-parameters per model name (default: each model's defaults); the ones used are printed and
     written to ``<out_dir>/settings-<model>.json``. Early stopping scores the valid split.
 
     Returns:
-        ``{split: {model: report}}``; the comparison tables are printed.
+        The reports per split and model, and the oracle per split; the comparison tables are printed.
     """
     from models.registry import default_models
 
@@ -473,10 +488,11 @@ def evaluate_models(
         for split in splits:
             write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value], labels[split].rows())
             out[split][name] = score_predictions(preds[split.value], labels[split])
+    oracle = {split: oracle_scores(labels[split]) for split in splits}
     for split in splits:
         scored = f"; scored on {protocol.describe()}" if split == Split.VALID else ""
         print(f"\n{split.value} split ({'synthetic world' if synthetic else 'real data'}: {root.root}{scored})")
-        print(format_comparison(out[split], oracle_scores(labels[split])))
+        print(format_comparison(out[split], oracle[split]))
     if synthetic:
         print("Synthetic scores say whether the machinery works; they say nothing about the Kaggle leaderboard.")
-    return out
+    return Evaluation(root, synthetic, out, oracle)

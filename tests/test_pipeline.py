@@ -60,11 +60,11 @@ def test_evaluate_prints_models_side_by_side_with_the_oracle(tiny_world: Path, t
     from competition.pipeline import evaluate_models
 
     res = evaluate_models(tiny_world, models=["random", "default-first"], out_dir=tmp_path, progress=False)
-    assert set(res) == {Split.VALID, Split.TEST}
+    assert set(res.reports) == set(res.oracle) == {Split.VALID, Split.TEST}
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("collection"))
     assert header.split() == ["collection", "random", "default-first", "oracle"]
-    for split, reports in res.items():
+    for split, reports in res.reports.items():
         assert set(reports) == {"random", "default-first"}
         assert all(r.complete for r in reports.values())
         row = next(line for line in out.split(f"{split.value} split")[1].splitlines() if line.startswith("combined"))

@@ -1,0 +1,177 @@
+"""The ablation table of the GNN: one idea at a time against the default `gnn-attn`, on several world seeds.
+
+Each variant is fitted on the train split of every world (early stopping on valid, as the pipeline does) and scored
+on the test split through the world's hidden runtimes; the table gives, per layout collection, the mean over the
+worlds, the standard deviation, and the percentage of the oracle (per world, then averaged), and per variant the
+difference to the default with its spread over the worlds (the mean of the per-world differences, which is the
+fair comparison since every variant sees the same worlds)::
+
+    python -m benchmarks.ablations --scale demo --world-seeds 0 1
+    python -m benchmarks.ablations --scale bench --world-seeds 0 1 --variants default configs-64 listmle
+
+A variant keeps what helps when its gain is larger than its spread. Worlds are generated (or reused) under
+``data/synthetic-<scale>[-seed<k>]`` (:func:`competition.worlds.world_dir`); nothing is written to ``runs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from competition.collections import Collection, Split
+from competition.labels import SplitLabels, load_labels
+from competition.pipeline import predict_split
+from competition.protocol import DEFAULT_PROTOCOL
+from competition.reader import find_data_root
+from competition.stats import oracle_scores
+from competition.submission import score_predictions
+from competition.worlds import world_dir
+
+LAYOUT = [c for c in Collection if not c.is_tile]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One line of the table.
+
+    Attributes:
+        name: its label.
+        help: what it changes.
+        model: the registered model fitted.
+        params: hyper-parameters on top of the model's defaults (every collection).
+        seeds: a seed ensemble: fit with seeds ``0..seeds-1`` and average the rank-normalised predictions.
+        with_gbdt: add `gbdt` and combine both with the pipeline's ensemble (weights fitted on valid).
+    """
+
+    name: str
+    help: str
+    model: str = "gnn-attn"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    seeds: int = 1
+    with_gbdt: bool = False
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("default", "gnn-attn with its defaults"),
+    Variant("no-attention", "the plain GNN (no cross-configuration attention)", model="gnn"),
+    Variant("configs-16", "16 configs per graph and step instead of 32", params={"configs_per_graph": 16}),
+    Variant("configs-64", "64 configs per graph and step instead of 32", params={"configs_per_graph": 64}),
+    Variant("listmle", "ListMLE loss instead of the pairwise hinge", params={"loss": "listmle"}),
+    Variant("hops2-layers4", "deeper pruning (2 hops) with 4 layers", params={"hops": 2, "layers": 4}),
+    Variant("gst", "Graph Segment Training, segments of 1,000 nodes", params={"segment_size": 1000}),
+    Variant("epochs-20", "20 epochs instead of 10 (patience 4)", params={"epochs": 20}),
+    Variant("seeds-3", "a seed ensemble: 3 fits (seeds 0, 1, 2), rank-averaged", seeds=3),
+    Variant("ensemble-gbdt", "the pipeline's ensemble of gnn-attn and gbdt (weights fitted on valid)",
+            with_gbdt=True),
+)}
+
+
+def _fit_predict(model: str, root: Any, collections: Sequence[Collection], params: Mapping[str, Any],
+                 progress: bool) -> dict[str, dict[str, np.ndarray]]:
+    from models.registry import ModelParams
+
+    common = {**params, **({"runs_dir": None} if model.startswith("gnn") else {})}
+    return predict_split(model, root, collections, params=ModelParams(common=common), progress=progress)
+
+
+def run_variant(variant: Variant, root: Any, collections: Sequence[Collection], labels: Mapping[Split, SplitLabels],
+                progress: bool = False) -> dict[str, np.ndarray]:
+    """The variant's test predictions on one world."""
+    from models.ensemble import Ensemble, normalize_scores
+
+    fits = [_fit_predict(variant.model, root, collections, {**variant.params, **({"seed": s} if s else {})},
+                         progress) for s in range(variant.seeds)]
+    if variant.seeds > 1:  # the mean of the per-graph rank-normalised scores of each fit
+        preds = {split: {sid: np.mean([normalize_scores(f[split][sid]) for f in fits], axis=0)
+                         for sid in fits[0][split]} for split in fits[0]}
+    else:
+        preds = fits[0]
+    if not variant.with_gbdt:
+        return preds[Split.TEST.value]
+    gbdt = _fit_predict("gbdt", root, collections, {}, progress)
+    valid = {variant.model: preds[Split.VALID.value], "gbdt": gbdt[Split.VALID.value]}
+    test = {variant.model: preds[Split.TEST.value], "gbdt": gbdt[Split.TEST.value]}
+    ens = Ensemble(method="auto", normalization="auto").fit(valid, labels[Split.VALID].targets())
+    return ens.predict(test)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.ablations", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--scale", default="demo", choices=["tiny", "demo", "bench", "full"],
+                        help="world scale (bench is the quality table's; demo is 5 times quicker)")
+    parser.add_argument("--world-seeds", nargs="+", type=int, default=[0, 1], metavar="SEED",
+                        help="world seeds: each variant is fitted and scored on every world")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="NAME",
+                        help="variants to run, 'default' first (always run): " + "; ".join(
+                            f"{v.name}: {v.help}" for v in VARIANTS.values()))
+    parser.add_argument("--collections", nargs="+", default=[c.value for c in LAYOUT], metavar="C",
+                        help="collections to fit and score")
+    parser.add_argument("--worlds-dir", default="data", help="where the worlds are generated or found")
+    parser.add_argument("--progress", action="store_true", help="show progress bars")
+    args = parser.parse_args(argv)
+    from competition.synthetic.world import generate_world
+
+    collections = [Collection(c) for c in args.collections]
+    names = ["default", *(n for n in args.variants if n != "default")]
+    scores: dict[str, dict[Collection, list[float]]] = {n: {c: [] for c in collections} for n in names}
+    oracles: dict[Collection, list[float]] = {c: [] for c in collections}
+    started = time.perf_counter()
+    for k, seed in enumerate(args.world_seeds, 1):
+        path = world_dir(args.scale, seed, args.worlds_dir)
+        generate_world(path, scale=args.scale, seed=seed, progress=args.progress)
+        root = find_data_root(path)
+        labels = {s: load_labels(root, collections, s, DEFAULT_PROTOCOL) for s in (Split.VALID, Split.TEST)}
+        oracle = oracle_scores(labels[Split.TEST]) or {}
+        for c in collections:
+            oracles[c].append(oracle.get(c, math.nan))
+        for j, name in enumerate(names, 1):
+            t0 = time.perf_counter()
+            report = score_predictions(run_variant(VARIANTS[name], root, collections, labels, args.progress),
+                                       labels[Split.TEST])
+            for c in collections:
+                scores[name][c].append(report.scores()[c])
+            print(f"[world {k}/{len(args.world_seeds)} seed {seed}] {name} ({j}/{len(names)}): "
+                  + ", ".join(f"{c.value} {report.scores()[c]:.4f}" for c in collections)
+                  + f"  ({time.perf_counter() - t0:.0f} s; {(time.perf_counter() - started) / 60:.1f} min so far)",
+                  flush=True)
+    print(format_table(scores, oracles, args.scale, args.world_seeds))
+    return 0
+
+
+def format_table(scores: Mapping[str, Mapping[Collection, Sequence[float]]],
+                 oracles: Mapping[Collection, Sequence[float]], scale: str, seeds: Sequence[int]) -> str:
+    """Per variant and collection: mean ± sd over the worlds and % of oracle; then the mean difference to
+    ``default`` over the collections, ± the sd over the worlds of that per-world difference."""
+    collections = list(oracles)
+    base = scores["default"]
+    lines = [f"\ntest split, {scale} worlds (seeds {' '.join(map(str, seeds))}): mean ± sd over the worlds, "
+             f"% of the oracle; 'vs default' = mean over the collections of the per-world difference, ± its sd",
+             f"{'variant':15s}" + "".join(f"{c.value:>24s}" for c in collections) + f"{'vs default':>18s}"]
+    lines.append("-" * len(lines[-1]))
+    for name, per in scores.items():
+        cells = ""
+        for c in collections:
+            v = np.asarray(per[c])
+            sd = float(np.std(v, ddof=1)) if len(v) > 1 else math.nan
+            pct = float(np.mean(100 * v / np.asarray(oracles[c])))
+            cells += f"{f'{v.mean():.4f}±{sd:.3f} {pct:3.0f}%':>24s}"
+        diff = np.mean([np.asarray(per[c]) - np.asarray(base[c]) for c in collections], axis=0)  # per world
+        dsd = float(np.std(diff, ddof=1)) if len(diff) > 1 else math.nan
+        vs = "" if name == "default" else f"{diff.mean():+.4f}±{dsd:.4f}"
+        lines.append(f"{name:15s}{cells}{vs:>18s}")
+    orc = "".join(f"{float(np.mean(oracles[c])):>24.4f}" for c in collections)
+    lines.append(f"{'oracle':15s}{orc}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

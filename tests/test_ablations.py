@@ -1,0 +1,35 @@
+"""The ablation harness: every variant is a valid setting of its model, and the table's figures by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks.ablations import VARIANTS, format_table
+from competition.collections import Collection
+from models.registry import MODELS, param_problem
+
+XD, NR = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_variant_is_a_valid_setting_of_its_model(name: str):
+    v = VARIANTS[name]
+    assert v.model in MODELS and v.seeds >= 1
+    for key, value in v.params.items():
+        assert param_problem(MODELS[v.model], key, value) is None, (name, key)
+
+
+def test_table_gives_mean_spread_percent_and_paired_difference():
+    scores = {"default": {XD: [0.4, 0.6], NR: [0.8, 0.9]}, "x": {XD: [0.5, 0.6], NR: [0.8, 1.0]}}
+    oracles = {XD: [0.8, 0.75], NR: [1.0, 1.0]}
+    lines = format_table(scores, oracles, "demo", [0, 1]).splitlines()
+    row = next(line for line in lines if line.startswith("x ")).split()
+    # xla:default: mean 0.55, sd 0.05*sqrt2 = 0.0707, % = mean(62.5, 80) = 71.25
+    assert row[1:3] == ["0.5500±0.071", "71%"]
+    # per world, the difference averaged over the collections: (0.1 + 0) / 2 = 0.05 and (0 + 0.1) / 2 = 0.05
+    assert row[-1] == "+0.0500±0.0000"
+    oracle = next(line for line in lines if line.startswith("oracle")).split()
+    assert [float(x) for x in oracle[1:]] == [0.775, 1.0]
+    assert not math.isnan(float(row[3].split("±")[0]))
