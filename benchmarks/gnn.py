@@ -122,7 +122,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
     from models.gnn.losses import get_loss
     from models.gnn.model import feature_pipeline
     from models.gnn.net import make_segments
-    from models.gnn.train import DEFAULTS, Item, resolve_device, seed_everything, training_step
+    from models.gnn.train import DEFAULTS, Item, Slot, resolve_device, seed_everything, training_step
 
     device = resolve_device("auto")
     graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
@@ -151,7 +151,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
     def epoch(n: int) -> float:
         t0 = time.perf_counter()
         for _ in range(n):  # the same step as models.gnn.train.train
-            training_step(net, on_device, cfg, opt, loss_fn, table, gen=gen, np_rng=np_rng, device=device)
+            training_step(net, [Slot(0, on_device, gen, np_rng)], cfg, opt, loss_fn, table, device=device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0
@@ -205,7 +205,7 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
 
     device = resolve_device("auto")
     c = Collection(collection)
-    kind = "tile" if c.is_tile else "layout"
+    kind = c.kind
     d = DEFAULTS[kind]
     pipeline = feature_pipeline(kind, d.hops, True)
     ds = ProcessedGraphs(find_data_root(data), c, Split.TRAIN, pre_transform=Compose([pipeline, DedupConfigs("min")]),
@@ -515,6 +515,8 @@ GST_STUDY = [
     ("GST, 3 trained", 1000, 4, 3, 0.5),
     ("GST, 8 epochs", 1000, 8, 1, 0.5),
     ("GST, 16 epochs", 1000, 16, 1, 0.5),
+    ("GST, 3 trained, keep all", 1000, 4, 3, 1.0),
+    ("GST, keep all, 8 epochs", 1000, 8, 1, 1.0),
 ]
 """Part 1c's runs: (label, segment_size, epochs, backprop_segments, keep_prob). "segments, all trained" trains every
 segment every step (no history table, no dropout), so its gap to the full graph is the edges cut between segments

@@ -84,7 +84,7 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
     from models.gnn.model import DEFAULTS, feature_pipeline
 
     root, c = _root(world), Collection(collection)
-    kind = "tile" if c.is_tile else "layout"
+    kind = c.kind
     d = DEFAULTS[kind]
     pipeline = feature_pipeline(kind, d.hops, True)
     out: dict = {}
@@ -122,7 +122,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
     out["fit"] = {"seconds": time.perf_counter() - t0, "graphs": len(list_graphs(root, c, Split.TRAIN))}
     if model.startswith("gnn"):
         out["fit"]["epochs_run"] = len(fitted.history_)
-        out["fit"]["default_epochs"] = make_model(model).train_config("tile" if c.is_tile else "layout").epochs
+        out["fit"]["default_epochs"] = make_model(model).train_config(c.kind).epochs
     preds: dict[str, dict[str, np.ndarray]] = {}
     for split in (Split.VALID, Split.TEST):
         t0 = time.perf_counter()

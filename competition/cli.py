@@ -67,20 +67,12 @@ def _collections(values: Sequence[str] | None) -> list[Collection]:
 
 
 def _add_data_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--data", metavar="DIR", default=None,
-        help="data root (a folder holding npz_all/npz/ or npz/, or that folder itself). Default: the first found of "
-             "$FASTSLOW_DATA, a Kaggle mount under /kaggle/input, ./data, ./data/kaggle (where `fastslow kaggle "
-             "download` unpacks) and ./data/synthetic-demo (the world `make submit` generates); `fastslow data "
-             "where` shows which",
-    )
+    from competition.reader import DATA_ROOT_HELP
+
+    p.add_argument("--data", metavar="DIR", default=None, help=DATA_ROOT_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # Imported here, not at the top: until main() runs, a Ctrl-C would end in Python's own traceback.
-    from competition.leaderboard import DEFAULT_PATH as DEFAULT_LEADERBOARD
-    from competition.protocol import add_valid_configs_arg
-
     parser = argparse.ArgumentParser(
         prog="fastslow",
         description="Toolkit for the TpuGraphs 'Fast or Slow?' competition: read the real data or generate a\n"
@@ -92,10 +84,39 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log debug messages, and print the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    # One function per command, in the order `fastslow --help` lists them. Modules they need are imported
+    # inside them, not at the top: until main() runs, a Ctrl-C would end in Python's own traceback.
+    _data_parsers(sub)
+    _validate_parser(sub)
+    _score_parser(sub)
+    _leaderboard_parser(sub)
+    _evaluate_parser(sub)
+    _features_parsers(sub)
+    _train_parser(sub)
+    _submit_parser(sub)
+
+    from competition.kaggle import add_parser as add_kaggle_parser
+    from competition.report import add_parser as add_report_parser
+
+    add_kaggle_parser(sub)
+    add_report_parser(sub)
+    _verbose_everywhere(parser)
+    return parser
+
+
+def _data_parsers(sub: argparse._SubParsersAction) -> None:
+    """``fastslow data`` and its actions: synth, stats, validate, where."""
     data = sub.add_parser("data", help="generate, inspect and validate data",
                           description="Generate, inspect and validate TpuGraphs data.")
     dsub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    _synth_parser(dsub)
+    _stats_parser(dsub)
+    _data_validate_parser(dsub)
+    _where_parser(dsub)
 
+
+def _synth_parser(dsub: argparse._SubParsersAction) -> None:
+    """``fastslow data synth``."""
     synth = dsub.add_parser(
         "synth", help="generate a synthetic world in the real on-disk format",
         description="Generate a synthetic TpuGraphs world (npz_all/npz/..., secret/ with hidden test runtimes, "
@@ -121,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     synth.set_defaults(func=_cmd_synth, outputs={"out": "folder"})
 
+
+def _stats_parser(dsub: argparse._SubParsersAction) -> None:
+    """``fastslow data stats``."""
     stats = dsub.add_parser(
         "stats", help="print counts, opcode histogram, runtime spread, duplicates, oracle score",
         description="Per collection: file counts, node/edge/configurable-node/config counts, opcode histogram, "
@@ -136,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--no-progress", action="store_true", help="hide progress bars")
     stats.set_defaults(func=_cmd_stats)
 
+
+def _data_validate_parser(dsub: argparse._SubParsersAction) -> None:
+    """``fastslow data validate`` (a data root; ``fastslow validate`` checks a submission)."""
     val = dsub.add_parser(
         "validate", help="check every file of a data root and list the problems",
         description="Check what train and submit need: keys, dtypes, shapes and consistency of every npz file, "
@@ -158,10 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     val.set_defaults(func=_cmd_validate)
 
+
+def _where_parser(dsub: argparse._SubParsersAction) -> None:
+    """``fastslow data where``."""
     where = dsub.add_parser("where", help="show which data root is used and how many graphs it has",
                             description="Resolve the data root as every command does, and count its graphs.")
     _add_data_arg(where)
     where.set_defaults(func=_cmd_where)
+
+
+def _validate_parser(sub: argparse._SubParsersAction) -> None:
+    """``fastslow validate`` (a submission file)."""
+    from competition.protocol import add_valid_configs_arg
 
     validate = sub.add_parser(
         "validate", help="check a submission file; exits 1 on any problem",
@@ -175,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="split whose graphs the file ranks (default: %(default)s)")
     add_valid_configs_arg(validate)
     validate.set_defaults(func=_cmd_validate_submission)
+
+
+def _score_parser(sub: argparse._SubParsersAction) -> None:
+    """``fastslow score``."""
+    from competition.leaderboard import DEFAULT_PATH as DEFAULT_LEADERBOARD
+    from competition.protocol import add_valid_configs_arg
 
     score = sub.add_parser(
         "score", help="score a submission offline and record it in the leaderboard",
@@ -198,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_valid_configs_arg(score)
     score.set_defaults(func=_cmd_score, outputs={"leaderboard": "file"})
 
+
+def _leaderboard_parser(sub: argparse._SubParsersAction) -> None:
+    """``fastslow leaderboard``."""
+    from competition.leaderboard import DEFAULT_PATH as DEFAULT_LEADERBOARD
+
     board = sub.add_parser("leaderboard", help="show the offline leaderboard, best first, and plot it",
                            description="Print the leaderboard history best first and write a PNG plot of the scores "
                                        "per collection over time.")
@@ -208,13 +254,26 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default: %(default)s)")
     board.set_defaults(func=_cmd_leaderboard, outputs={"plot": "file"})
 
+
+def _evaluate_parser(sub: argparse._SubParsersAction) -> None:
+    """``fastslow evaluate``."""
+    from competition.protocol import add_valid_configs_arg
+
     evaluate = sub.add_parser(
         "evaluate", help="compare models side by side per collection, with the oracle ceiling",
         description="Fit each model on the train split and print, per collection and combined, the score of every "
                     "model and (synthetic data) the oracle ceiling, on the valid split and on the synthetic test "
-                    "split. Writes each model's predictions as submissions/<split>-<model>.csv.",
+                    "split. Writes each model's predictions as submissions/<split>-<model>.csv. With --world-seeds, "
+                    "the same on one synthetic world per seed, then the mean, the spread (standard deviation over "
+                    "the worlds) and the percentage of the oracle per collection.",
     )
     _add_data_arg(evaluate)
+    evaluate.add_argument("--world-seeds", nargs="+", type=int, metavar="SEED", default=None,
+                          help="evaluate on one synthetic world per seed (generated once under "
+                               "data/synthetic-<scale>[-seed<k>], reused after) and summarise over them, instead of "
+                               "one data root; not with --data")
+    evaluate.add_argument("--scale", default="bench", choices=["tiny", "demo", "bench", "full"],
+                          help="scale of the --world-seeds worlds (default: %(default)s, the quality table's)")
     evaluate.add_argument("--models", nargs="+", metavar="NAME", default=None,
                           help="models to compare (default: random default-first gbdt gnn-attn)")
     evaluate.add_argument("--out-dir", default="submissions", metavar="DIR",
@@ -224,9 +283,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_valid_configs_arg(evaluate)
     evaluate.set_defaults(func=_cmd_evaluate, outputs={"out_dir": "folder"})
 
+
+def _features_parsers(sub: argparse._SubParsersAction) -> None:
+    """``fastslow features`` and its action prune-stats."""
     feats = sub.add_parser("features", help="inspect feature pipelines",
                            description="Inspect what the feature pipelines do to the graphs.")
     fsub = feats.add_subparsers(dest="features_command", metavar="ACTION", required=True)
+    _prune_stats_parser(fsub)
+
+
+def _prune_stats_parser(fsub: argparse._SubParsersAction) -> None:
+    """``fastslow features prune-stats``."""
     prune = fsub.add_parser(
         "prune-stats", help="nodes and edges before/after pruning, per collection",
         description="Apply a pruning transform to every graph of a split (nodes and edges only) and print, per "
@@ -246,24 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--no-progress", action="store_true", help="hide progress bars")
     prune.set_defaults(func=_cmd_prune_stats)
 
-    trainp = sub.add_parser(
-        "train", help="fit a model per collection and save it (GNN runs keep checkpoints and learning curves)",
-        description="Fit a registered model on the train split of each collection (early stopping on valid where "
-                    "the model supports it), save it as runs/<model>/<collection>/model.json, and print the "
-                    "valid score per collection. A GNN run keeps checkpoint.pt, curves.csv and curves.png in the "
-                    "same folder; re-running with the same settings resumes an interrupted run.",
-    )
-    _add_data_arg(trainp)
-    trainp.add_argument("--model", default="gnn", metavar="NAME",
-                        help="registered model name: gnn, gnn-attn, gbdt, default-first, random "
-                             "(default: %(default)s)")
-    trainp.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
-    trainp.add_argument("--runs-dir", default="runs", metavar="DIR",
-                        help="where runs and saved models go (default: %(default)s)")
-    _add_param_args(trainp)
-    trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    add_valid_configs_arg(trainp)
-    trainp.set_defaults(func=_cmd_train, outputs={"runs_dir": "folder"})
+
+def _submit_parser(sub: argparse._SubParsersAction) -> None:
+    """``fastslow submit``."""
+    from competition.protocol import add_valid_configs_arg
 
     submit = sub.add_parser(
         "submit", help="run the whole pipeline: data, models, submission, validation, offline score",
@@ -291,13 +344,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_valid_configs_arg(submit)
     submit.set_defaults(func=_cmd_submit, outputs={"out_dir": "folder"})
 
-    from competition.kaggle import add_parser as add_kaggle_parser
-    from competition.report import add_parser as add_report_parser
 
-    add_kaggle_parser(sub)
-    add_report_parser(sub)
-    _verbose_everywhere(parser)
-    return parser
+def _train_parser(sub: argparse._SubParsersAction) -> None:
+    """``fastslow train``."""
+    from competition.protocol import add_valid_configs_arg
+
+    trainp = sub.add_parser(
+        "train", help="fit a model per collection and save it (GNN runs keep checkpoints and learning curves)",
+        description="Fit a registered model on the train split of each collection (early stopping on valid where "
+                    "the model supports it), save it as runs/<model>/<collection>/model.json, and print the "
+                    "valid score per collection. A GNN run keeps checkpoint.pt, curves.csv and curves.png in the "
+                    "same folder; re-running with the same settings resumes an interrupted run.",
+    )
+    _add_data_arg(trainp)
+    trainp.add_argument("--model", default="gnn", metavar="NAME",
+                        help="registered model name: gnn, gnn-attn, gbdt, default-first, random "
+                             "(default: %(default)s)")
+    trainp.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
+    trainp.add_argument("--runs-dir", default="runs", metavar="DIR",
+                        help="where runs and saved models go (default: %(default)s)")
+    _add_param_args(trainp)
+    trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_valid_configs_arg(trainp)
+    trainp.set_defaults(func=_cmd_train, outputs={"runs_dir": "folder"})
 
 
 def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
@@ -327,7 +396,6 @@ def _cmd_validate_submission(args: argparse.Namespace) -> int:
 def _cmd_score(args: argparse.Namespace) -> int:
     from competition.labels import load_labels
     from competition.leaderboard import append_row
-    from competition.pipeline import is_synthetic
     from competition.reader import find_data_root, list_graphs
     from competition.stats import oracle_scores
     from competition.submission import SubmissionError, score_submission, validate_submission
@@ -345,7 +413,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if not report.collections:
         print(f"error: {args.file}: nothing to score (no rows)", file=sys.stderr)
         return EXIT_PROBLEMS
-    synthetic = is_synthetic(root)
+    synthetic = root.is_synthetic
     print(report.format_table(oracle_scores(labels.of(report.collections)) if synthetic else None))
     if args.per_graph:
         for c, res in report.collections.items():
@@ -381,6 +449,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from models.registry import default_models
 
     params = _model_params(args, args.models or default_models())
+    if args.world_seeds is not None:
+        from competition.worlds import evaluate_worlds
+
+        if args.data is not None:
+            raise UsageError("--world-seeds generates its own worlds: give it or --data, not both")
+        if len(set(args.world_seeds)) != len(args.world_seeds):
+            raise UsageError(f"--world-seeds: a seed is given twice ({' '.join(map(str, args.world_seeds))})")
+        evaluate_worlds(args.world_seeds, scale=args.scale, models=args.models, out_dir=args.out_dir,
+                        progress=not args.no_progress, protocol=_protocol(args), params=params)
+        return 0
     evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress,
                     protocol=_protocol(args), params=params)
     return 0
@@ -388,7 +466,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _cmd_prune_stats(args: argparse.Namespace) -> int:
     from competition.reader import find_data_root
-    from features.report import format_pruning_report, pruning_report
+    from features.prune_stats import format_pruning_stats, pruning_stats
     from features.transforms import CollapseChains, PruneToConfigurable
 
     root = find_data_root(args.data)
@@ -396,9 +474,9 @@ def _cmd_prune_stats(args: argparse.Namespace) -> int:
         transform = CollapseChains(hops=args.hops, direction=args.direction, mode=args.collapse)
     else:
         transform = PruneToConfigurable(hops=args.hops, direction=args.direction)
-    rows = pruning_report(root, transform, _collections(args.collections), Split(args.split),
-                          progress=not args.no_progress)
-    print(format_pruning_report(rows, transform))
+    rows = pruning_stats(root, transform, _collections(args.collections), Split(args.split),
+                         progress=not args.no_progress)
+    print(format_pruning_stats(rows, transform))
     return 0
 
 
@@ -639,7 +717,6 @@ def _listed_or_none(root: DataRoot, c: Collection, s: Split) -> list[Path]:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from competition.pipeline import is_synthetic
     from competition.reader import find_data_root, validate_file, validate_root
     from competition.submission import sample_problems
 
@@ -647,7 +724,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     collections = _collections(args.collections)
     splits = [Split(s) for s in args.splits] if args.splits else list(Split)
     _note_hidden(root, collections, splits)
-    whole = validate_root(root, collections, splits, synthetic=is_synthetic(root))
+    whole = validate_root(root, collections, splits, synthetic=root.is_synthetic)
     if Split.TEST in splits:
         whole += sample_problems(root, collections)
     for p in whole:
@@ -669,7 +746,7 @@ def _cmd_where(args: argparse.Namespace) -> int:
     from competition.reader import find_data_root
 
     root = find_data_root(args.data)
-    print(f"data root: {root.root}\n  found by: {root.source}\n  npz tree: {root.npz_dir} ({root.layout_kind})")
+    print(f"data root: {root.root}\n  found by: {root.source}\n  npz tree: {root.npz_dir} ({root.tree_format})")
     print(f"  sample submission: {root.sample_submission or '-'}\n  secret runtimes: {root.secret_dir or '-'}")
     for (c, s), n in sorted(root.available().items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)):
         print(f"  {c.value:20s} {s.value:5s} {n:6d} graphs")

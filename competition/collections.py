@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import PurePosixPath
+from typing import Literal
+
+Kind = Literal["tile", "layout"]
 
 
 class Collection(StrEnum):
@@ -22,6 +25,16 @@ class Collection(StrEnum):
     @property
     def is_layout(self) -> bool:
         return not self.is_tile
+
+    @property
+    def kind(self) -> Kind:
+        """``tile`` or ``layout``: what the graph files hold and how a graph is scored."""
+        return "tile" if self.is_tile else "layout"
+
+    @property
+    def slug(self) -> str:
+        """A folder name for the collection: ``layout:xla:random`` -> ``layout-xla-random``."""
+        return self.value.replace(":", "-")
 
     @property
     def source(self) -> str:

@@ -347,7 +347,7 @@ def combined_score(scores: Mapping[Collection, float]) -> float:
 
 
 @dataclass(frozen=True)
-class ScoreReport:
+class SubmissionScores:
     """Scores of a submission, per collection.
 
     Attributes:

@@ -38,9 +38,9 @@ from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
 from competition.stats import oracle_scores
 from competition.submission import (
-    ScoreReport,
     SubmissionError,
     SubmissionProblem,
+    SubmissionScores,
     orders_text,
     score_orders,
     score_predictions,
@@ -78,8 +78,8 @@ class PipelineResult:
     synthetic: bool
     best_model: str
     submission: Path
-    valid_reports: dict[str, ScoreReport] = field(default_factory=dict)
-    test_report: ScoreReport | None = None
+    valid_reports: dict[str, SubmissionScores] = field(default_factory=dict)
+    test_report: SubmissionScores | None = None
     seconds: float = 0.0
     ensemble: Ensemble | None = None
     ensemble_path: Path | None = None
@@ -105,12 +105,7 @@ def resolve_data(data: str | Path | None, synth_dir: str | Path = DEFAULT_SYNTH_
               "(scores on it say nothing about the Kaggle leaderboard).")
         generate_world(synth_dir, scale=scale, seed=seed, progress=progress)
         root = find_data_root(synth_dir)
-    return root, is_synthetic(root)
-
-
-def is_synthetic(root: DataRoot) -> bool:
-    """A synthetic world carries its generator's ``world.json``."""
-    return (root.root / "world.json").exists()
+    return root, root.is_synthetic
 
 
 def _ids(collection: Collection, paths: Sequence[Path]) -> list[str]:
@@ -207,7 +202,7 @@ class _Scoring:
     def __post_init__(self) -> None:
         self.oracles = oracle_scores(self.labels)
 
-    def valid(self, producer: str, predictions: dict[str, np.ndarray], components: str = "") -> ScoreReport:
+    def valid(self, producer: str, predictions: dict[str, np.ndarray], components: str = "") -> SubmissionScores:
         """Score ``predictions`` in memory, write them as ``valid-<producer>.csv``, record the score in the
         leaderboard. The rows scored are the rows written (:func:`~competition.submission.submission_orders`).
 
@@ -216,7 +211,7 @@ class _Scoring:
                 ``valid-<producer>.csv.rejected``.
         """
         orders = submission_orders(predictions, self.labels.rows())
-        report: ScoreReport | None = None
+        report: SubmissionScores | None = None
         reason: str | None = None
         try:
             report = score_orders(orders, self.labels)
@@ -331,7 +326,7 @@ def run_pipeline(
                          f"run does not fit (models: {', '.join(names)})")
     scoring = _Scoring(root, load_labels(root, collections, Split.VALID, protocol), out_dir, board, synthetic)
     weights = collection_weights(root, collections) if budget.limited else None
-    valid_reports: dict[str, ScoreReport] = {}
+    valid_reports: dict[str, SubmissionScores] = {}
     valid_predictions: dict[str, dict[str, np.ndarray]] = {}
     test_predictions: dict[str, dict[str, np.ndarray]] = {}
     best: str | None = None
@@ -402,7 +397,7 @@ def _run_ensemble(
     test_predictions: dict[str, dict[str, np.ndarray]],
     *,
     params: dict[str, object] | None,
-) -> tuple[Ensemble, Path, ScoreReport, dict[str, np.ndarray]]:
+) -> tuple[Ensemble, Path, SubmissionScores, dict[str, np.ndarray]]:
     """Fit the ensemble on the valid split, score its cross-validated valid predictions, predict the test split.
 
     Weights are never fitted on the graphs they score: the valid report comes from
@@ -423,7 +418,7 @@ def _run_ensemble(
     return ens, path, report, ens.predict(test_predictions)
 
 
-def format_comparison(reports: dict[str, ScoreReport], oracle: dict[Collection, float] | None = None) -> str:
+def format_comparison(reports: dict[str, SubmissionScores], oracle: dict[Collection, float] | None = None) -> str:
     """One row per collection (and the combined score), one column per model, and the oracle ceiling if known."""
     names = list(reports)
     width = max([10, *(len(n) + 2 for n in names)])
@@ -452,7 +447,7 @@ class Evaluation:
 
     root: DataRoot
     synthetic: bool
-    reports: dict[Split, dict[str, ScoreReport]]
+    reports: dict[Split, dict[str, SubmissionScores]]
     oracle: dict[Split, dict[Collection, float] | None]
 
 
@@ -480,7 +475,7 @@ def evaluate_models(
     collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
     splits = [s for s in splits if s != Split.TEST or synthetic]
     labels = {split: load_labels(root, collections, split, protocol) for split in splits}
-    out: dict[Split, dict[str, ScoreReport]] = {s: {} for s in splits}
+    out: dict[Split, dict[str, SubmissionScores]] = {s: {} for s in splits}
     for name in models or default_models():
         preds = predict_split(name, root, collections, params=(params or {}).get(name), eval_split=Split.VALID,
                               settings_file=Path(out_dir) / f"settings-{name}.json", progress=progress,

@@ -4,7 +4,7 @@ The same reader serves the real Kaggle download and the synthetic world, which s
 
 * :func:`find_data_root` resolves the data root (``--data``, ``$FASTSLOW_DATA``, a Kaggle mount, ``./data``,
   ``./data/kaggle``, ``./data/synthetic-demo``).
-* :func:`list_graphs` and :func:`iter_graphs` walk one collection and split.
+* :func:`list_graphs` lists the graph files of one collection and split.
 * :func:`load_graph` reads one file into a :class:`TileGraph` or a :class:`LayoutGraph`. Every array is read
   eagerly except a layout file's ``node_config_feat`` (gigabytes once decompressed), which is only ever streamed:
   :meth:`LayoutGraph.config_features` reads chosen configs, :meth:`LayoutGraph.iter_config_blocks` walks them.
@@ -31,7 +31,7 @@ from typing import Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from competition.collections import Collection, Split
+from competition.collections import Collection, Kind, Split
 from competition.errors import DataFileError, DataRootNotFound
 from competition.npzio import DEFAULT_BLOCK_BYTES, MemberInfo, NpzReader
 from competition.opcodes import VALID_OPCODES
@@ -52,8 +52,7 @@ KAGGLE_GLOB_DEPTH = 4
 # Layout slot values: -1 marks an unused slot, 0..5 a dimension index (at most 6 dims per tensor).
 LAYOUT_VALUE_RANGE = (-1, 5)
 
-LayoutKind = Literal["kaggle", "tarball"]
-Kind = Literal["tile", "layout"]
+TreeFormat = Literal["kaggle", "tarball"]
 RowSelection = slice | Sequence[int] | npt.NDArray[np.integer] | None
 
 _GET_DATA = (
@@ -61,6 +60,12 @@ _GET_DATA = (
     "the competition rules accepted), or `fastslow data synth --scale demo "
     f"--out data/synthetic-demo` (a synthetic world in the same format); then pass --data DIR or set {ENV_VAR}=DIR."
 )
+DATA_ROOT_HELP = (
+    "data root (a folder holding npz_all/npz/ or npz/, or that folder itself). Default: the first found of "
+    f"${ENV_VAR}, a Kaggle mount under {KAGGLE_INPUT}, ./data, ./data/kaggle (where `fastslow kaggle download` "
+    "unpacks) and ./data/synthetic-demo (the world `make submit` generates); `fastslow data where` shows which"
+)
+"""The ``--data`` help of every command that finds the data root with :func:`find_data_root`: its search order."""
 _ROOT_SHAPES = (
     "a folder holding npz_all/npz/ (the Kaggle download) or npz/ (the official tarball) with tile/ or layout/ "
     "inside, or that npz/ folder itself"
@@ -79,7 +84,7 @@ class DataRoot:
     Args:
         root: the folder holding ``npz_all/`` or ``npz/`` (and ``sample_submission.csv``, ``secret/`` if any).
         npz_dir: the folder holding ``tile/`` and ``layout/``.
-        layout_kind: ``kaggle`` (``root/npz_all/npz``) or ``tarball`` (``root/npz``).
+        tree_format: ``kaggle`` (``root/npz_all/npz``) or ``tarball`` (``root/npz``).
         sample_submission: ``root/sample_submission.csv`` if present.
         secret_dir: ``root/secret`` if present (synthetic worlds: hidden test runtimes, same relative paths as
             below ``npz_dir``).
@@ -88,10 +93,15 @@ class DataRoot:
 
     root: Path
     npz_dir: Path
-    layout_kind: LayoutKind
+    tree_format: TreeFormat
     sample_submission: Path | None
     secret_dir: Path | None
     source: str
+
+    @property
+    def is_synthetic(self) -> bool:
+        """A synthetic world: its root carries the generator's manifest, ``world.json``."""
+        return (self.root / "world.json").exists()
 
     def collection_dir(self, collection: Collection, split: Split) -> Path:
         """The folder of one collection and split, e.g. ``npz_dir/layout/xla/random/train`` (may not exist)."""
@@ -117,15 +127,15 @@ def _as_root(d: Path, source: str) -> DataRoot | None:
     if not d.is_dir():
         return None
     if _has_tree(d / "npz_all" / "npz"):
-        root, npz_dir, kind = d, d / "npz_all" / "npz", "kaggle"
+        root, npz_dir, fmt = d, d / "npz_all" / "npz", "kaggle"
     elif _has_tree(d / "npz"):
-        # Pointing at npz_all/ itself is the Kaggle layout seen one level down.
-        root, npz_dir, kind = (d.parent, d / "npz", "kaggle") if d.name == "npz_all" else (d, d / "npz", "tarball")
+        # Pointing at npz_all/ itself is the Kaggle tree seen one level down.
+        root, npz_dir, fmt = (d.parent, d / "npz", "kaggle") if d.name == "npz_all" else (d, d / "npz", "tarball")
     elif _has_tree(d):
         if d.name == "npz" and d.parent.name == "npz_all":
-            root, kind = d.parent.parent, "kaggle"
+            root, fmt = d.parent.parent, "kaggle"
         else:
-            root, kind = (d.parent if d.name == "npz" else d), "tarball"
+            root, fmt = (d.parent if d.name == "npz" else d), "tarball"
         npz_dir = d
     else:
         return None
@@ -134,7 +144,7 @@ def _as_root(d: Path, source: str) -> DataRoot | None:
     return DataRoot(
         root=root,
         npz_dir=npz_dir,
-        layout_kind=kind,  # type: ignore[arg-type]
+        tree_format=fmt,  # type: ignore[arg-type]
         sample_submission=sample if sample.is_file() else None,
         secret_dir=secret if secret.is_dir() else None,
         source=source,
@@ -892,7 +902,7 @@ def _problems(
         collection = Collection(collection) if collection is not None else path_collection
         kind: Kind
         if collection is not None:
-            kind = "tile" if Collection(collection).is_tile else "layout"
+            kind = Collection(collection).kind
         else:
             kind = _kind_from_keys(path, keys)
             collection = Collection.TILE_XLA if kind == "tile" else None
@@ -1051,46 +1061,6 @@ def validate_file(
     except DataFileError as exc:
         problems.append(exc)
     return problems
-
-
-def iter_graphs(
-    root: DataRoot,
-    collection: Collection,
-    split: Split,
-    *,
-    validate: bool = True,
-    deep: bool = False,
-    skip_bad: bool = False,
-    on_error: Callable[[DataFileError], None] | None = None,
-) -> Iterator[TileGraph | LayoutGraph]:
-    """Yield the graphs of one collection and split, in stem order.
-
-    Args:
-        root: the data root.
-        collection: which collection.
-        split: which split.
-        validate: as for :func:`load_graph`.
-        deep: as for :func:`load_graph`.
-        skip_bad: skip a bad file with a logged warning instead of raising.
-        on_error: called with each bad file's error (whether it is then skipped or raised).
-
-    Yields:
-        One record per file.
-
-    Raises:
-        DataFileError: a bad file, unless ``skip_bad``.
-    """
-    for path in list_graphs(root, collection, split):
-        try:
-            graph = load_graph(path, collection, validate=validate, deep=deep)
-        except DataFileError as exc:
-            if on_error is not None:
-                on_error(exc)
-            if not skip_bad:
-                raise
-            log.warning("skipping bad file: %s", exc)
-            continue
-        yield graph
 
 
 def load_secret_runtime(

@@ -36,7 +36,7 @@ from competition.labels import HiddenLabelsError, SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, read_rows
 from competition.npzio import temp_sibling
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
-from competition.reader import DataRoot, find_data_root, list_graphs
+from competition.reader import DATA_ROOT_HELP, DataRoot, find_data_root, list_graphs
 
 DEFAULT_OUT_DIR = Path("submissions") / "report"
 DEFAULT_RUNS_DIR = Path("runs")
@@ -476,7 +476,7 @@ def _pruning_section(out: Path, root: DataRoot, collections: Sequence[Collection
         sec.missing(f"No {split.value} graphs under {root.npz_dir}.")
         return sec
     try:
-        from features.report import pruning_report
+        from features.prune_stats import pruning_stats
         from features.transforms import PruneToConfigurable
     except ImportError as exc:
         sec.missing(f"The feature pipelines cannot be imported ({exc}); install the project with its extras.")
@@ -484,7 +484,7 @@ def _pruning_section(out: Path, root: DataRoot, collections: Sequence[Collection
     transform = PruneToConfigurable(hops=1, direction="both")
     with tempfile.TemporaryDirectory(prefix="fastslow-prune-") as tmp:
         view, counts = _sampled_root(root, present, split, max_graphs, Path(tmp))
-        rows = pruning_report(view, transform, present, split, progress=progress)
+        rows = pruning_stats(view, transform, present, split, progress=progress)
     sampled = {c: n for c, n in counts.items() if n[0] < n[1]}
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -666,7 +666,6 @@ def build_report(
     Raises:
         ValueError: ``out_dir`` is a file, or a non-empty folder that is not a report.
     """
-    from competition.pipeline import is_synthetic
     from competition.stats import oracle_scores
     from competition.submission import SubmissionError, read_submission, score_submission
 
@@ -677,7 +676,7 @@ def build_report(
     runs_dir = Path(runs_dir)
     root = root if isinstance(root, DataRoot) else find_data_root(root)
     _check_out_dir(out_dir)
-    synthetic = is_synthetic(root)
+    synthetic = root.is_synthetic
     collections = [c for c in Collection if list_graphs(root, c, split)]
     labels: SplitLabels | None
     try:
@@ -770,9 +769,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "collection with the oracle ceiling, the per-graph score distribution and predicted-versus-true "
                     "ranks of one submission, pruning statistics, and the learning curves found under --runs.",
     )
-    p.add_argument("--data", metavar="DIR", default=None,
-                   help="data root (a folder holding npz_all/npz/ or npz/, or that folder itself). Default: "
-                        "$FASTSLOW_DATA, then a Kaggle mount under /kaggle/input, then ./data")
+    p.add_argument("--data", metavar="DIR", default=None, help=DATA_ROOT_HELP)
     p.add_argument("--submission", metavar="FILE", default=None,
                    help="submission CSV to study (default: the best one of --split on the leaderboard)")
     p.add_argument("--split", choices=[Split.VALID.value, Split.TEST.value], default=Split.VALID.value,

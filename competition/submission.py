@@ -31,7 +31,7 @@ from competition.metrics import (
     TILE_TOP_K,
     CollectionResult,
     GraphResult,
-    ScoreReport,
+    SubmissionScores,
     score_graph,
     submitted_order,
 )
@@ -124,18 +124,6 @@ def format_order(order: npt.ArrayLike) -> str:
     return ";".join(str(int(i)) for i in np.asarray(order, dtype=np.int64))
 
 
-def format_top_configs(collection: Collection, scores: npt.ArrayLike, rows: npt.ArrayLike | None = None) -> str:
-    """The ``TopConfigs`` field from per-config scores: :func:`~competition.metrics.submitted_order`, joined.
-
-    Args:
-        collection: decides how many indices are written: ``min(5, C)`` for tile, all C for layout.
-        scores: ``[C]`` predicted scores, lower = faster; ties keep ascending index order.
-        rows: the graph's config index of each score (a valid subset, see :mod:`competition.protocol`);
-            ``None`` when ``scores`` covers every config.
-    """
-    return format_order(submitted_order(collection, scores, rows))
-
-
 def _items(mapping: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]]
            ) -> list[tuple[str, npt.ArrayLike]]:
     items = list(mapping.items()) if isinstance(mapping, Mapping) else list(mapping)
@@ -215,22 +203,6 @@ def write_submission(
         ValueError: an ID with no known collection prefix, or an ID given twice.
     """
     return atomic_write_text(path, submission_text(predictions, rows))
-
-
-def write_submission_orders(
-    path: str | os.PathLike[str],
-    orders: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]],
-) -> Path:
-    """Write a submission from explicit orders (int ``[m]`` config indices, fastest first), written as given.
-
-    Args:
-        path: the CSV to write.
-        orders: submission ID -> order.
-
-    Returns:
-        The path written.
-    """
-    return atomic_write_text(path, orders_text(orders))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -614,14 +586,14 @@ def _chosen(ids: Iterable[str], collections: Iterable[Collection] | None) -> lis
     return [c for c in Collection if c in wanted]
 
 
-def _report(good: list[_Row], labels: SplitLabels, chosen: list[Collection], raw: bool) -> ScoreReport:
+def _submission_scores(good: list[_Row], labels: SplitLabels, chosen: list[Collection], raw: bool) -> SubmissionScores:
     """Score rows that passed their checks, each against its graph's labels."""
     results: dict[Collection, list[GraphResult]] = {c: [] for c in chosen}
     for row in sorted(good, key=lambda r: r.id):
         lab = labels[row.id]
         results[lab.collection].append(score_graph(lab.collection, lab.local_order(row.order),
                                                    lab.target(raw=raw), stem=lab.stem))
-    return ScoreReport({c: CollectionResult(c, g) for c, g in results.items()},
+    return SubmissionScores({c: CollectionResult(c, g) for c, g in results.items()},
                        labels.protocol.describe() if labels.split == Split.VALID else "")
 
 
@@ -631,7 +603,7 @@ def score_orders(
     *,
     raw: bool = False,
     collections: Iterable[Collection] | None = None,
-) -> ScoreReport:
+) -> SubmissionScores:
     """Validate and score submission rows held in memory, exactly as :func:`score_submission` scores the file
     holding them (:func:`orders_text`).
 
@@ -652,11 +624,11 @@ def score_orders(
                                  scored)
     if problems:
         raise SubmissionError(IN_MEMORY, problems)
-    return _report(good, scored, chosen, raw)
+    return _submission_scores(good, scored, chosen, raw)
 
 
 def score_predictions(predictions: Mapping[str, npt.ArrayLike], labels: SplitLabels, *, raw: bool = False
-                      ) -> ScoreReport:
+                      ) -> SubmissionScores:
     """Score per-graph scores (lower = faster) in memory: the score of the submission written from them.
 
     Args:
@@ -677,7 +649,7 @@ def score_submission(
     collections: Iterable[Collection] | None = None,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
     labels: SplitLabels | None = None,
-) -> ScoreReport:
+) -> SubmissionScores:
     """Validate and score a submission file against labelled data.
 
     Labels come from the graph files for train and valid, and from the ``secret/`` tree for test (synthetic
@@ -695,7 +667,7 @@ def score_submission(
         labels: the split's labels when already loaded (their protocol then stands for ``protocol``).
 
     Returns:
-        A :class:`ScoreReport` with every graph's result.
+        A :class:`SubmissionScores` with every graph's result.
 
     Raises:
         SubmissionError: the file is invalid for these collections.
@@ -713,4 +685,4 @@ def score_submission(
     problems, good = _check_rows(rows, problems, seen, expected, split, chosen, labels.protocol, labels)
     if problems:
         raise SubmissionError(path, problems)
-    return _report(good, labels, chosen, raw)
+    return _submission_scores(good, labels, chosen, raw)

@@ -1,7 +1,7 @@
 """Feature pipelines shared by every model (transforms, tabular features, the processed-graph cache)."""
 
 from competition.opcodes import OPCODE_GROUP_NAMES, OPCODE_GROUPS
-from features.cache import BuildReport, ProcessedGraphs, evenly_spaced_configs
+from features.cache import BuildStats, ProcessedGraphs, evenly_spaced_configs
 from features.data import CONFIG_ATTRS, NODE_ATTRS, graph_to_data, num_configs, select_configs
 from features.transforms import (
     DEFAULT_LOG_COLUMNS,
@@ -28,7 +28,7 @@ __all__ = [
     "OPCODE_GROUPS",
     "OPCODE_GROUP_NAMES",
     "PLACEHOLDER_OPCODE",
-    "BuildReport",
+    "BuildStats",
     "CollapseChains",
     "DedupConfigs",
     "DotConvFeatures",

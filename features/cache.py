@@ -131,8 +131,8 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def collection_slug(collection: Collection) -> str:
-    """A folder name for a collection: ``layout:xla:random`` -> ``layout-xla-random``."""
-    return Collection(collection).value.replace(":", "-")
+    """Kept for the callers not yet moved to :attr:`Collection.slug` (which owns the folder name)."""
+    return Collection(collection).slug
 
 
 def pipeline_description(pre_transform: Transform | None, max_configs: int | None,
@@ -202,7 +202,7 @@ class SourceFile:
 
 
 @dataclass(frozen=True)
-class BuildReport:
+class BuildStats:
     """What :meth:`ProcessedGraphs.build` did.
 
     Attributes:
@@ -315,7 +315,7 @@ class ProcessedGraphs(Sequence[Data]):
     @property
     def split_dir(self) -> Path:
         """``cache_dir/<collection slug>/<split>``: holds one folder per pipeline."""
-        return self.cache_dir / collection_slug(self.collection) / self.split.value
+        return self.cache_dir / self.collection.slug / self.split.value
 
     @property
     def processed_dir(self) -> Path:
@@ -366,7 +366,7 @@ class ProcessedGraphs(Sequence[Data]):
         return (str(source.path), self.collection.value, str(self.processed_dir / source.cache_name),
                 self.pre_transform, self.max_configs, self.protocol)
 
-    def build(self) -> BuildReport:
+    def build(self) -> BuildStats:
         """Process every graph whose cached file is missing or stale, in parallel over files.
 
         Files already complete are kept, so a build resumes where an interrupted one stopped. Cached files of
@@ -400,7 +400,7 @@ class ProcessedGraphs(Sequence[Data]):
                         stats[futures[future].stem] = future.result()
                         bar.update()
         self._write_manifest(stats)
-        return BuildReport(built=len(todo), reused=len(self.sources) - len(todo), removed=removed,
+        return BuildStats(built=len(todo), reused=len(self.sources) - len(todo), removed=removed,
                            seconds=time.perf_counter() - t0)
 
     def _remove_leftovers(self) -> int:

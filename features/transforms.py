@@ -239,9 +239,6 @@ class PadLayoutMinusOne(BaseTransform):
             data.config_feat = config_feat
         return data
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
 
 def _group_table() -> torch.Tensor:
     return torch.tensor(OPCODE_GROUP_OF, dtype=torch.long)
@@ -263,9 +260,6 @@ class OpcodeGroupFeatures(BaseTransform):
         data.x = torch.cat([data.x, onehot], 1)
         return data
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
 
 class ShapeAlignmentFeatures(BaseTransform):
     """Append TPU alignment features of the shape dims (cols 21-26): ``d % 128``, ``d // 128``, ``d % 8``.
@@ -281,9 +275,6 @@ class ShapeAlignmentFeatures(BaseTransform):
         dims = data.x[:, COLS_SHAPE]
         data.x = torch.cat([data.x, dims.remainder(128), dims.div(128, rounding_mode="floor"), dims.remainder(8)], 1)
         return data
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 DOT_CONV_COLUMNS: tuple[str, ...] = (
@@ -398,9 +389,6 @@ class DotConvFeatures(BaseTransform):
         data.x = torch.cat([data.x, feats], 1)
         return data
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
 
 DEFAULT_LOG_COLUMNS: tuple[int, ...] = (*range(21, 30), *range(37, 45), *range(107, 125))
 """Heavy-tailed ``x`` columns: 21-29 (shape dims, sum, product, tuple count), 37-44 (window size dims, sum,
@@ -430,6 +418,14 @@ class LogTransform(BaseTransform):
         return f"{type(self).__name__}(columns={list(self.columns)})"
 
 
+def _not_fitted(transform: BaseTransform) -> Exception:
+    """scikit-learn's ``NotFittedError`` for a fitted transform applied before ``fit`` (imported only then: scikit-learn
+    is slow to import and nothing else here needs it)."""
+    from sklearn.exceptions import NotFittedError
+
+    return NotFittedError(f"{type(transform).__name__} is not fitted: call fit(train_datas) or from_state_dict first")
+
+
 class DropConstantColumns(BaseTransform):
     """Drop the ``x`` columns that are constant across the training graphs (fitted).
 
@@ -457,7 +453,7 @@ class DropConstantColumns(BaseTransform):
 
     def forward(self, data: Data) -> Data:
         if not hasattr(self, "kept_"):
-            raise RuntimeError("DropConstantColumns is not fitted: call fit(train_datas) or from_state_dict first")
+            raise _not_fitted(self)
         if data.x.shape[1] != self.num_columns_:
             raise ValueError(f"DropConstantColumns: fitted on {self.num_columns_} columns, x has {data.x.shape[1]}")
         data.x = data.x[:, self.kept_]
@@ -512,7 +508,7 @@ class Normalize(BaseTransform):
 
     def forward(self, data: Data) -> Data:
         if not hasattr(self, "mean_"):
-            raise RuntimeError("Normalize is not fitted: call fit(train_datas) or from_state_dict first")
+            raise _not_fitted(self)
         data.x = (data.x - self.mean_) / self.std_
         return data
 

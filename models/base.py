@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
+import sklearn.exceptions
 
 from competition.collections import Collection, Split
 from competition.npzio import atomic_write_text
@@ -31,8 +32,9 @@ FORMAT_VERSION = 1
 Graph = TileGraph | LayoutGraph
 
 
-class NotFittedError(ValueError, AttributeError):
-    """A model that needs fitting was asked to predict before :meth:`RankingModel.fit`."""
+class NotFittedError(sklearn.exceptions.NotFittedError):
+    """A model that needs fitting was asked to predict before :meth:`RankingModel.fit` (scikit-learn's error, so
+    code that catches that one catches this)."""
 
 
 class RankingModel(abc.ABC):

@@ -261,7 +261,7 @@ def test_download_unpacks_atomically_and_is_kept_on_rerun(tmp_path: Path, fake_a
     assert (target / "sample_submission.csv").is_file() and (target / kg.MARKER).is_file()
     assert _siblings(target) == []  # no temporary folder, no zip left
     root = find_data_root(target)
-    assert root.root == target and root.layout_kind == "kaggle"
+    assert root.root == target and root.tree_format == "kaggle"
     out = capsys.readouterr().out
     assert f"data root: {target} (2 graphs)\n" in out
     assert f"pass --data {target} or run `export FASTSLOW_DATA={target}`" in out

@@ -13,7 +13,7 @@ from competition.collections import Collection
 from competition.labels import ranking_target
 from competition.metrics import (
     CollectionResult,
-    ScoreReport,
+    SubmissionScores,
     combined_score,
     graph_score,
     kendall_tau,
@@ -152,7 +152,7 @@ def test_score_graph_layout_and_result_types():
     assert res.score == pytest.approx((1 - 1 / 3) / 2)
     frame = res.to_frame()
     assert frame["stem"].to_list() == ["b", "a"], "worst graph first"
-    report = ScoreReport({Collection.LAYOUT_XLA_RANDOM: res})
+    report = SubmissionScores({Collection.LAYOUT_XLA_RANDOM: res})
     assert not report.complete and report.combined == pytest.approx(res.score)
     table = report.format_table({Collection.LAYOUT_XLA_RANDOM: 1.0})
     assert "layout:xla:random" in table and "over 1 of 5" in table
@@ -163,6 +163,6 @@ def test_combined_is_the_unweighted_mean_of_five():
     assert combined_score(values) == pytest.approx(2.0 / 5)
     with pytest.raises(ValueError):
         combined_score({})
-    report = ScoreReport({c: CollectionResult(c, [score_graph(c, [0, 1], [1, 2], stem="x")])
+    report = SubmissionScores({c: CollectionResult(c, [score_graph(c, [0, 1], [1, 2], stem="x")])
                           for c in Collection})
     assert report.complete and report.combined == 1.0

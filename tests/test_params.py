@@ -16,7 +16,6 @@ from torch import nn
 from competition.cli import main
 from competition.collections import Collection, Split
 from competition.reader import find_data_root
-from features.cache import collection_slug
 from models.gbdt import GBDTModel
 from models.gnn.layers import GNNBlock
 from models.gnn.model import SETTINGS, GNNAttentionModel, GNNModel
@@ -74,7 +73,7 @@ def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tin
                                                                             tmp_path: Path):
     root = find_data_root(tiny_world)
     first = GNNModel(**QUICK, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(root, LAYOUT, progress=False)
-    run = tmp_path / "gnn" / collection_slug(LAYOUT)
+    run = tmp_path / "gnn" / LAYOUT.slug
     saved = json.loads((run / SETTINGS_FILE).read_text())
     assert saved == first.settings_ == asdict(TrainConfig(**saved))
     assert saved["epochs"] == 1 and saved["hidden"] == 8 and saved["num_features"] > 0
@@ -101,7 +100,7 @@ def test_the_caller_names_the_early_stopping_split(tiny_world: Path):
 
 
 def _epochs_run(runs: Path, model: str, c: Collection) -> int:
-    with (runs / model / collection_slug(c) / CURVES_CSV).open() as f:
+    with (runs / model / c.slug / CURVES_CSV).open() as f:
         return len(list(csv.DictReader(f)))
 
 
@@ -121,7 +120,7 @@ def test_submit_params_and_config_change_what_is_trained(tiny_world: Path, tmp_p
     for c in Collection:
         epochs = 2 if c == LAYOUT else 1
         assert _epochs_run(runs, "gnn", c) == epochs
-        assert json.loads((runs / "gnn" / collection_slug(c) / SETTINGS_FILE).read_text())["epochs"] == epochs
+        assert json.loads((runs / "gnn" / c.slug / SETTINGS_FILE).read_text())["epochs"] == epochs
         line = next(s for s in printed.splitlines() if s.startswith(f"gnn {c.value} settings: "))
         assert f"epochs={epochs}," in line and "hidden=8," in line and "dropout=0.0," in line
     beside = json.loads((out / "settings-gnn.json").read_text())

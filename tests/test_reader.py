@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,6 @@ from competition.reader import (
     TileGraph,
     find_data_root,
     infer_collection_split,
-    iter_graphs,
     list_graphs,
     load_graph,
     load_secret_runtime,
@@ -375,21 +373,6 @@ def test_listing_and_available(tmp_path: Path):
     assert root.collection_dir(LAYOUT, Split.VALID) == tmp_path / "npz_all/npz/layout/xla/random/valid"
 
 
-def test_iter_graphs_raises_or_skips_bad_files(tmp_path: Path, caplog: pytest.LogCaptureFixture):
-    write(tmp_path, TILE, tile_arrays(), stem="a")
-    bad = broken_tile(tmp_path, node_opcode=np.array([63, 97, 2, 59], np.uint8))
-    write(tmp_path, TILE, tile_arrays(), stem="c")
-    root = find_data_root(tmp_path)
-    with pytest.raises(DataFileError, match="bad.npz"):
-        list(iter_graphs(root, TILE, Split.TRAIN))
-    seen: list[DataFileError] = []
-    with caplog.at_level(logging.WARNING, logger="competition.reader"):
-        graphs = list(iter_graphs(root, TILE, Split.TRAIN, skip_bad=True, on_error=seen.append))
-    assert [g.stem for g in graphs] == ["a", "c"]
-    assert [e.path for e in seen] == [bad]
-    assert "skipping bad file" in caplog.text and "bad.npz [node_opcode]" in caplog.text
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Secret runtimes
 # ---------------------------------------------------------------------------------------------------------------
@@ -449,15 +432,29 @@ def test_explicit_kaggle_tree(tmp_path: Path, nowhere: dict):
                             "explicit path")
     assert find_data_root(str(npz.parent), **nowhere).root == tmp_path / "comp", "npz_all/ itself"
     assert find_data_root(npz, **nowhere).root == tmp_path / "comp", "npz_all/npz itself"
-    assert find_data_root(npz, **nowhere).layout_kind == "kaggle"
+    assert find_data_root(npz, **nowhere).tree_format == "kaggle"
 
 
 def test_explicit_tarball_tree(tmp_path: Path, nowhere: dict):
     npz = make_tree(tmp_path / "tpugraphs", kaggle=False)
     for given in (tmp_path / "tpugraphs", npz):
         root = find_data_root(given, **nowhere)
-        assert (root.root, root.npz_dir, root.layout_kind) == (tmp_path / "tpugraphs", npz, "tarball")
+        assert (root.root, root.npz_dir, root.tree_format) == (tmp_path / "tpugraphs", npz, "tarball")
         assert root.sample_submission is None
+
+
+def test_a_root_with_the_generator_manifest_is_synthetic(tmp_path: Path, nowhere: dict):
+    make_tree(tmp_path / "world")
+    assert not find_data_root(tmp_path / "world", **nowhere).is_synthetic
+    (tmp_path / "world" / "world.json").write_text("{}")
+    assert find_data_root(tmp_path / "world", **nowhere).is_synthetic
+
+
+def test_collection_kind_and_slug():
+    assert [(c.kind, c.slug) for c in Collection] == [
+        ("tile", "tile-xla"), ("layout", "layout-xla-default"), ("layout", "layout-xla-random"),
+        ("layout", "layout-nlp-default"), ("layout", "layout-nlp-random")]
+    assert all(Collection.parse(c.slug) is c for c in Collection)
 
 
 def test_explicit_path_that_does_not_qualify_fails_at_once(tmp_path: Path, nowhere: dict):
@@ -488,7 +485,7 @@ def test_kaggle_mount(tmp_path: Path, nowhere: dict):
     make_tree(nowhere["kaggle_input"] / "some-other-dataset" / "copy")
     npz = make_tree(nowhere["kaggle_input"] / "competitions" / "predict-ai-model-runtime", sample=True)
     root = find_data_root(**nowhere)
-    assert (root.npz_dir, root.layout_kind, root.source) == (npz, "kaggle", "Kaggle mount")
+    assert (root.npz_dir, root.tree_format, root.source) == (npz, "kaggle", "Kaggle mount")
     assert root.sample_submission == npz.parent.parent / "sample_submission.csv"
 
 

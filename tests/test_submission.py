@@ -18,13 +18,13 @@ from competition.reader import find_data_root, list_graphs, load_secret_runtime
 from competition.submission import (
     SubmissionError,
     SubmissionProblem,
-    format_top_configs,
+    orders_text,
     read_submission,
     score_submission,
     submission_id,
+    submission_text,
     validate_submission,
     write_submission,
-    write_submission_orders,
 )
 
 
@@ -50,11 +50,10 @@ def perfect(tiny_world: Path, tmp_path: Path) -> Path:
 # -- writing and reading ---------------------------------------------------------------------------------------
 
 
-def test_format_top_configs_tile_and_layout():
+def test_top_configs_of_tile_and_layout_rows():
     scores = [0.5, 0.1, 0.5, 0.0, 0.9, 0.2, 0.5]
-    assert format_top_configs(Collection.TILE_XLA, scores) == "3;1;5;0;2"
-    assert format_top_configs(Collection.TILE_XLA, [2.0, 1.0]) == "1;0"
-    assert format_top_configs(Collection.LAYOUT_NLP_RANDOM, scores) == "3;1;5;0;2;6;4"
+    text = submission_text({"tile:xla:a": scores, "tile:xla:b": [2.0, 1.0], "layout:nlp:random:c": scores})
+    assert text == "ID,TopConfigs\nlayout:nlp:random:c,3;1;5;0;2;6;4\ntile:xla:a,3;1;5;0;2\ntile:xla:b,1;0\n"
 
 
 def test_write_sorts_rows_and_rejects_bad_ids(tmp_path: Path):
@@ -65,7 +64,7 @@ def test_write_sorts_rows_and_rejects_bad_ids(tmp_path: Path):
     with pytest.raises(ValueError, match="not one of"):
         write_submission(tmp_path / "t.csv", {"tile:tpu:b": [1]})
     assert not (tmp_path / "t.csv").exists()
-    write_submission_orders(tmp_path / "o.csv", {"layout:nlp:random:x": [2, 0, 1]})
+    (tmp_path / "o.csv").write_text(orders_text({"layout:nlp:random:x": [2, 0, 1]}))
     assert read_submission(tmp_path / "o.csv")["layout:nlp:random:x"].tolist() == [2, 0, 1]
 
 
@@ -197,7 +196,8 @@ def test_bad_header_stops_validation(tiny_world: Path, tmp_path: Path):
 def test_valid_split_expects_the_graph_files(tiny_world: Path, tmp_path: Path):
     root = find_data_root(tiny_world)
     orders = {submission_id(c, p.stem): [0] for c in Collection for p in list_graphs(root, c, Split.VALID)}
-    path = write_submission_orders(tmp_path / "v.csv", orders)
+    path = tmp_path / "v.csv"
+    path.write_text(orders_text(orders))
     problems = validate_submission(path, root, Split.VALID)
     # every valid graph has more than 5 configs: each row is one problem, whatever its collection
     assert sorted(p.id for p in problems) == sorted(orders)

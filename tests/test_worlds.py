@@ -75,3 +75,28 @@ def test_evaluate_worlds_end_to_end_on_two_tiny_worlds(tmp_path: Path, capsys: p
     assert len(cells[None].oracle) == 2 and "over 2 tiny worlds (seeds 0 5)" in out
     with pytest.raises(ValueError, match="twice"):
         evaluate_worlds([1, 1], scale="tiny", worlds_dir=tmp_path / "w")
+
+
+def test_cli_refuses_world_seeds_with_data_or_twice(tiny_world: Path, capsys: pytest.CaptureFixture[str]):
+    from competition.cli import main
+
+    for args, expected in ((["--world-seeds", "0", "--data", str(tiny_world)], "give it or --data, not both"),
+                           (["--world-seeds", "3", "3"], "a seed is given twice (3 3)")):
+        with pytest.raises(SystemExit) as exc:
+            main(["evaluate", *args, "--models", "random"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and expected in err[0]
+
+
+def test_cli_evaluates_over_world_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch):
+    from competition.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "--world-seeds", "0", "2", "--scale", "tiny", "--models", "default-first",
+                 "--out-dir", "out", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "data" / "synthetic-tiny-seed2" / "world.json").is_file()
+    summary = out.split("test split over 2 tiny worlds (seeds 0 2)")[1]
+    assert next(line for line in summary.splitlines() if line.startswith("combined")).split()[2].endswith("%")

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import NotFittedError
 from torch_geometric.data import Data
 from torch_geometric.transforms import Compose
 
@@ -249,7 +250,7 @@ def test_drop_constant_columns_fit_apply_state():
     restored = DropConstantColumns.from_state_dict(drop.state_dict())
     assert restored.state_dict() == {"kept": [1, 2], "num_columns": 3}
     assert restored(Data(x=torch.tensor([[9.0, 8.0, 7.0]]))).x.tolist() == [[8.0, 7.0]]
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="DropConstantColumns is not fitted"):
         DropConstantColumns()(Data(x=torch.zeros(1, 3)))
 
 
@@ -261,6 +262,8 @@ def test_normalize_fit_apply_state():
     out = restored(Data(x=torch.tensor([[1.0, 10.0], [4.0, 10.0]])))
     assert out.x.tolist() == [[-1.0, 0.0], [2.0, 0.0]]
     assert repr(restored) == "Normalize(std_floor=1e-06, fitted on 2 columns)"
+    with pytest.raises(NotFittedError, match="Normalize is not fitted"):
+        Normalize()(Data(x=torch.zeros(1, 2)))
 
 
 def tile_configs() -> Data:

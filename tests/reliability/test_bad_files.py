@@ -372,7 +372,7 @@ def _pair(damage: Damage, problem: str, tile: Split, layout: tuple[Collection, S
 
 
 def _missing(key: str, on: tuple[Collection, Split]) -> Case:
-    kind = "tile" if on[0].is_tile else "layout"
+    kind = on[0].kind
     return Case(MISSING[key], on, rf"\[{key}\]: expected member '{key}' \({kind} file\); found missing \(members: ")
 
 

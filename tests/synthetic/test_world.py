@@ -26,7 +26,7 @@ def _digest(root: Path) -> dict[str, str]:
 def test_tree_matches_kaggle_layout(tiny_world: Path):
     root = find_data_root(tiny_world)
     assert root.npz_dir == tiny_world / "npz_all" / "npz"
-    assert root.layout_kind == "kaggle"
+    assert root.tree_format == "kaggle"
     for c in Collection:
         for s in Split:
             assert len(list_graphs(root, c, s)) == 2, (c, s)

@@ -1,4 +1,5 @@
-"""How much a pruning pipeline keeps: nodes and edges before and after, per collection, and its speed."""
+"""How much a pruning pipeline keeps: nodes and edges before and after, per collection, and its speed (what
+``fastslow features prune-stats`` prints and the HTML report plots)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ class PruningRow:
         return self.nodes_before / self.seconds if self.seconds > 0 else float("inf")
 
 
-def pruning_report(root: DataRoot, transform: BaseTransform, collections: Sequence[Collection],
-                   split: Split = Split.TRAIN, *, progress: bool = True) -> list[PruningRow]:
+def pruning_stats(root: DataRoot, transform: BaseTransform, collections: Sequence[Collection],
+                  split: Split = Split.TRAIN, *, progress: bool = True) -> list[PruningRow]:
     """Apply ``transform`` to every graph (nodes and edges only: no configs are read) and total the sizes.
 
     ``seconds`` counts the transform alone, not the reading.
@@ -54,8 +55,8 @@ def pruning_report(root: DataRoot, transform: BaseTransform, collections: Sequen
     return rows
 
 
-def format_pruning_report(rows: Sequence[PruningRow], transform: BaseTransform) -> str:
-    """A table of :func:`pruning_report`'s rows."""
+def format_pruning_stats(rows: Sequence[PruningRow], transform: BaseTransform) -> str:
+    """A table of :func:`pruning_stats`'s rows."""
     lines = [f"pipeline: {transform!r}".replace("\n", " "),
              f"{'collection':20s} {'graphs':>6s} {'nodes before':>13s} {'after':>9s} {'kept':>6s} "
              f"{'edges before':>13s} {'after':>9s} {'kept':>6s} {'nodes/s':>11s}"]
