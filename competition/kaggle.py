@@ -504,6 +504,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers: what ``parser.add_subparsers()`` returned; each sub-command sets ``func`` (Namespace -> exit
             code) with ``set_defaults``.
     """
+    from competition.reader import DATA_ROOT_HELP
+
     kaggle = subparsers.add_parser(
         "kaggle", help="download the competition data, submit to Kaggle",
         description=f"Talk to Kaggle about the competition {COMPETITION!r}. Needs Kaggle credentials "
@@ -533,9 +535,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sm.add_argument("file", metavar="FILE", help="the submission CSV")
     sm.add_argument("-m", "--message", required=True, help="the submission's description on Kaggle")
-    sm.add_argument("--data", metavar="DIR", default=None,
-                    help="data root to validate against (default: $FASTSLOW_DATA, then a Kaggle mount under "
-                         "/kaggle/input, then ./data)")
+    sm.add_argument("--data", metavar="DIR", default=None, help=f"{DATA_ROOT_HELP}. The submission is validated against it")
     sm.add_argument("--dry-run", action="store_true",
                     help="validate and print what would be sent (file, size, rows, SHA-256, competition, message) "
                          "without contacting Kaggle; needs no credentials")

@@ -37,6 +37,13 @@ class NotFittedError(sklearn.exceptions.NotFittedError):
     code that catches that one catches this)."""
 
 
+def init_params(obj: object) -> dict[str, Any]:
+    """``obj``'s hyper-parameters as given to its ``__init__``, in the signature's order (each kept as an attribute of
+    the same name): what a model's and the ensemble's ``get_params`` return."""
+    names = [p for p in inspect.signature(type(obj).__init__).parameters if p != "self"]
+    return {p: getattr(obj, p) for p in names}
+
+
 class RankingModel(abc.ABC):
     """Scores the configs of one graph; lower score means predicted faster.
 
@@ -82,8 +89,7 @@ class RankingModel(abc.ABC):
 
     def get_params(self) -> dict[str, Any]:
         """Hyper-parameters as given to ``__init__``."""
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {p: getattr(self, p) for p in names}
+        return init_params(self)
 
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
         """The hyper-parameters this model fits ``collection`` with, defaults filled in: what the pipeline prints and

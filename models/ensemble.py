@@ -44,7 +44,7 @@ from competition.collections import Collection
 from competition.metrics import graph_score
 from competition.npzio import atomic_write_text
 from competition.submission import parse_submission_id
-from models.base import read_json_doc
+from models.base import NotFittedError, init_params, read_json_doc
 
 METHODS = ("auto", "weighted", "best", "mean")
 NORMALIZATIONS = ("auto", "rank", "minmax")
@@ -239,8 +239,7 @@ class Ensemble:
 
     def get_params(self) -> dict[str, Any]:
         """Hyper-parameters as given to ``__init__``."""
-        return {"method": self.method, "normalization": self.normalization, "folds": self.folds,
-                "seed": self.seed, "max_configs": self.max_configs}
+        return init_params(self)
 
     def __repr__(self) -> str:
         return f"Ensemble({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
@@ -292,11 +291,12 @@ class Ensemble:
             ``{ID: float64 scores [C]}`` (lower = faster), IDs sorted.
 
         Raises:
-            ValueError: not fitted, a collection not fitted on, a needed model missing or missing an ID, shapes
+            NotFittedError: not fitted (a ``ValueError``, as scikit-learn's).
+            ValueError: a collection not fitted on, a needed model missing or missing an ID, shapes
                 that disagree, or non-finite scores.
         """
         if not hasattr(self, "collections_"):
-            raise ValueError("this Ensemble is not fitted: call fit(predictions, labels) first")
+            raise NotFittedError("this Ensemble is not fitted: call fit(predictions, labels) first")
         ids = sorted({sid for per in predictions.values() for sid in per})
         by_collection: dict[Collection, list[str]] = {}
         for sid in ids:

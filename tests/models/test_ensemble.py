@@ -10,6 +10,7 @@ import pytest
 
 from competition.collections import Collection
 from competition.metrics import graph_score, predicted_order, score_graph
+from models.base import NotFittedError
 from models.ensemble import Ensemble, normalize_scores, simplex_grid
 
 TILE = Collection.TILE_XLA
@@ -218,7 +219,7 @@ def test_load_refuses_foreign_files(tmp_path: Path):
 
 def test_errors_name_missing_models_and_ids():
     preds, labels = _world()
-    with pytest.raises(ValueError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         Ensemble().predict(preds)
     ens = Ensemble(method="mean").fit(preds, labels)
     with pytest.raises(ValueError, match="lack model.*B"):
