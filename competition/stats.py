@@ -1,7 +1,8 @@
 """Statistics of a data root, real or synthetic: what ``fastslow data stats`` prints.
 
-Per collection: file counts per split; node, edge, configurable-node and config counts; the opcode histogram;
-the distribution of runtime / best runtime within each graph; the share of duplicated configs; and, where the
+Per collection: file counts per split; node, edge, configurable-node and config counts, edges per node and
+``node_splits`` segments; the opcode histogram; the distribution of runtime / best runtime within each graph; the
+share of duplicated configs (overall and per graph) and how much re-measured configs differ; and, where the
 ``secret/`` tree holds noiseless runtimes (synthetic worlds), the oracle score: the score of the submission that
 ranks the configs by their noiseless runtimes, against the noisy observed ones, a ceiling no model can pass.
 """
@@ -63,6 +64,10 @@ class CollectionStats:
     worst_over_default: list[float] = field(default_factory=list)
     duplicates: int = 0
     duplicate_rows: int = 0
+    duplicate_shares: list[float] = field(default_factory=list)
+    repeat_diffs: list[npt.NDArray[np.float64]] = field(default_factory=list)
+    repeat_spreads: list[float] = field(default_factory=list)
+    segments: list[int] = field(default_factory=list)
     oracle: dict[str, list[float]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
@@ -73,9 +78,37 @@ class CollectionStats:
         return {"median": float(np.median(r)), "p75": float(np.quantile(r, 0.75)),
                 "p90": float(np.quantile(r, 0.9)), "max": float(r.max())}
 
+    def opcode_share(self, *names: str) -> float:
+        """Share of all nodes whose opcode is one of ``names``."""
+        ids = {k for k, v in OPCODE_NAMES.items() if v in names}
+        return sum(v for k, v in self.opcodes.items() if k in ids) / max(sum(self.opcodes.values()), 1)
+
     def oracle_score(self, split: str) -> float | None:
         vals = self.oracle.get(split)
         return float(np.mean(vals)) if vals else None
+
+
+def repeat_differences(hashes: npt.NDArray[np.int64],
+                       runtime: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """How much re-measured configs differ: for every row repeating an earlier one (equal ``hashes``), the relative
+    difference ``|runtime / first runtime - 1|`` to the group's first row; and per group of equal rows, its spread
+    ``max / min - 1``.
+
+    Returns:
+        ``(differences, spreads)``, float64, empty when no row repeats.
+    """
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    again = np.arange(hashes.size) != first[inverse]
+    if not again.any():
+        return np.zeros(0), np.zeros(0)
+    base = runtime[first[inverse]]
+    diffs = np.abs(runtime[again] / base[again] - 1.0)
+    groups = np.unique(inverse[again])
+    lo = np.full(first.size, np.inf)
+    hi = np.zeros(first.size)
+    np.minimum.at(lo, inverse, runtime)
+    np.maximum.at(hi, inverse, runtime)
+    return diffs, hi[groups] / lo[groups] - 1.0
 
 
 def _secret_path(root: DataRoot, collection: Collection, split: Split, stem: str) -> Path | None:
@@ -136,7 +169,15 @@ def collection_stats(root: DataRoot, collection: Collection, *, progress: bool =
                 st.config_nodes.append(g.num_config_nodes)
                 hashes = np.concatenate([row_hashes(b) for _, b in g.iter_config_blocks()])
             st.duplicate_rows += hashes.size
-            st.duplicates += hashes.size - np.unique(hashes).size
+            repeats = hashes.size - np.unique(hashes).size
+            st.duplicates += repeats
+            st.duplicate_shares.append(repeats / max(hashes.size, 1))
+            if not collection.is_tile:
+                st.segments.append(int(g.node_splits.size) - 1)
+            if not g.is_test and repeats and runtime.min() > 0:
+                diffs, spreads = repeat_differences(hashes, runtime)
+                st.repeat_diffs.append(diffs)
+                st.repeat_spreads.extend(spreads.tolist())
             if not g.is_test and runtime.size and runtime.min() > 0:
                 y = runtime / normalizers if normalizers is not None else runtime
                 st.ratios.append(y / y.min())
@@ -170,12 +211,20 @@ def format_stats(st: CollectionStats, top_opcodes: int = 12) -> str:
              "files (train/valid/test): " + " / ".join(str(st.files.get(s.value, 0)) for s in Split)]
     lines.append(f"nodes   min/median/max: {_q(st.nodes)}")
     lines.append(f"edges   min/median/max: {_q(st.edges)}")
+    if st.nodes:
+        per = np.asarray(st.edges, dtype=np.float64) / np.maximum(np.asarray(st.nodes, dtype=np.float64), 1)
+        lines.append(f"edges per node        : {per.min():.2f} / {np.median(per):.2f} / {per.max():.2f}")
+    if st.segments:
+        lines.append(f"node_splits segments  : {_q(st.segments)}")
     if st.collection.is_layout:
         lines.append(f"configurable nodes    : {_q(st.config_nodes)}")
     lines.append(f"configs min/median/max: {_q(st.configs)}")
     total = sum(st.opcodes.values()) or 1
     top = ", ".join(f"{OPCODE_NAMES.get(int(k), k)} {v / total:.1%}" for k, v in st.opcodes.most_common(top_opcodes))
     lines.append(f"opcodes (top {top_opcodes})  : {top}")
+    if st.opcodes:
+        lines.append(f"select+compare {st.opcode_share('select', 'compare'):.1%}, "
+                     f"constant {st.opcode_share('constant'):.1%} of nodes")
     q = st.ratio_quantiles()
     if q:
         what = "runtime/best (normalised)" if st.collection.is_tile else "runtime/best"
@@ -187,6 +236,14 @@ def format_stats(st: CollectionStats, top_opcodes: int = 12) -> str:
                      f"worst/default: {np.min(st.worst_over_default):.2f} .. {np.max(st.worst_over_default):.2f}")
     if st.duplicate_rows:
         lines.append(f"duplicated configs    : {st.duplicates / st.duplicate_rows:.1%} of {st.duplicate_rows:,} rows")
+        shares = np.asarray(st.duplicate_shares)
+        lines.append(f"duplicates per graph  : median {np.median(shares):.2%}, p90 {np.quantile(shares, 0.9):.1%}, "
+                     f"max {shares.max():.2%}; {int((shares >= 0.5).sum())} of {shares.size} graphs at 50% or more")
+    if st.repeat_diffs:
+        d = np.concatenate(st.repeat_diffs)
+        lines.append(f"re-measured configs   : differ by median {np.median(d):.3%}, p90 {np.quantile(d, 0.9):.3%}, "
+                     f"max {d.max():.2%} ({d.size:,} repeats); a group's runs spread at most "
+                     f"{1 + max(st.repeat_spreads):.2f}x")
     if st.skipped:
         lines.append(f"skipped (unreadable): {len(st.skipped)} file(s)")
     for split in (Split.VALID, Split.TEST, Split.TRAIN):

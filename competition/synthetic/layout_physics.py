@@ -480,11 +480,12 @@ class LayoutProblem:
         ``default``: each config differs from the default (choice 0) in 1 to :data:`DEFAULT_MAX_MUTATIONS` nodes
         (drawn with replacement, so sometimes fewer), each set to a uniform choice among those that change at most
         one of its tensors' layouts, as a tuner stepping out from the default would: spreads stay narrow (the real
-        default collections span a few percent) and duplicates come naturally. ``random``: each config mutates a random subset of the nodes, each to a
-        uniform explicit choice; the subset's share is ``u ** RANDOM_EXPONENT`` (u uniform, at least one node). A
+        default collections span a few percent). ``random``: each config mutates a random subset of the nodes, each
+        to a uniform explicit choice; the subset's share is ``u ** RANDOM_EXPONENT`` (u uniform, at least one node). A
         uniform draw on every node would put every config far from the best (sums of many independent terms
         concentrate); the real random-search records instead have half their configs within 0.2% of the best and a
-        tail to about 5x, which this heavy-tailed mutated share reproduces.
+        tail to about 5x, which this heavy-tailed mutated share reproduces. Draws may repeat a config;
+        :meth:`sample_distinct` keeps the distinct ones, as a search records them.
 
         Args:
             search: ``"default"`` or ``"random"``.
@@ -516,3 +517,46 @@ class LayoutProblem:
             nodes = rng.choice(nc, size=int(k[i]), replace=False)
             out[i, nodes] = 1 + (rng.random(nodes.size) * explicit[nodes]).astype(np.int32)
         return out
+
+    def sample_distinct(self, search: str, n: int, rng: np.random.Generator,
+                        rounds: int = 8) -> npt.NDArray[np.int32]:
+        """Up to ``n`` distinct configs, in the order ``search`` draws them (:meth:`sample_configs`): a search
+        does not measure a config it has measured. Fewer come back when the configs the search reaches are fewer
+        (a graph with few configurable nodes under the ``default`` search), after ``rounds`` redraws.
+
+        Returns:
+            int32 ``[m, NC]``, ``m <= n``, no two rows equal.
+        """
+        rows = self.sample_configs(search, n, rng)
+        keys = row_keys(rows)
+        _, first = np.unique(keys, return_index=True)
+        if first.size < n:  # (all distinct: keep the rows, no copy of a possibly large array)
+            first.sort()
+            rows, keys = rows[first], keys[first]
+        for _ in range(rounds):
+            if rows.shape[0] >= n:
+                break
+            more = self.sample_configs(search, max(2 * (n - rows.shape[0]), 64), rng)
+            mkeys = row_keys(more)
+            _, idx = np.unique(mkeys, return_index=True)
+            idx = np.sort(idx)
+            idx = idx[~np.isin(mkeys[idx], keys)]
+            rows = np.concatenate([rows, more[idx]])
+            keys = np.concatenate([keys, mkeys[idx]])
+        return rows[:n]
+
+
+_KEY_WEIGHTS = np.random.default_rng(20230815).integers(1, 2**62, size=1 << 16, dtype=np.int64) | 1
+
+
+def row_keys(rows: npt.NDArray[np.integer], block: int = 4096) -> npt.NDArray[np.int64]:
+    """A 64-bit key per config row (choice per node): equal rows, equal keys; distinct rows collide with
+    negligible probability. Computed in blocks, so memory stays at ``block`` rows."""
+    n, width = rows.shape
+    w = np.resize(_KEY_WEIGHTS, width)
+    out = np.empty(n, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for s in range(0, n, block):
+            b = rows[s: s + block].astype(np.int64) + 1
+            out[s: s + block] = (b * w).sum(axis=1) ^ ((b * b) @ w[::-1])
+    return out

@@ -14,6 +14,11 @@ The synthetic TPU-like machine (a score on it says nothing about the Kaggle lead
 * Measurements are the true time times ``exp(e)``, ``e`` normal with sigma :data:`NOISE_SIGMA` clipped to
   :data:`NOISE_CLIP` sigmas: two measurements of one config then differ by a median of about 0.03% and at most
   ``2 * NOISE_CLIP * NOISE_SIGMA`` (about 0.2%), as duplicated configs do in the real records.
+* A tile measurement times one kernel of microseconds, not a whole program of milliseconds, so it is far noisier
+  (:func:`measure_tile`): a relative sigma :data:`TILE_NOISE_SIGMA` (re-measured configs differ by a few percent),
+  plus an absolute timer jitter :data:`TILE_JITTER_NS` that dominates the shortest kernels, and on a busy host
+  (:data:`TILE_BUSY_SHARE` of the kernels) some runs are slowed by interference: repeated runs of one config
+  spread up to about 2x.
 
 All times are nanoseconds (float64 while computed, int64 once measured).
 """
@@ -52,6 +57,21 @@ NOISE_SIGMA: float = 3.1e-4
 
 NOISE_CLIP: float = 3.2
 """Noise draws are clipped to this many sigmas, so two measurements never differ by more than ~0.2%."""
+
+TILE_NOISE_SIGMA: float = 0.015
+"""Sigma of the relative log-normal noise of one tile measurement: re-measured configs differ by a median of ~1.4%."""
+
+TILE_JITTER_NS: float = 5.0
+"""Absolute timer and launch jitter of one tile measurement, ns (as a sigma): 5% of a 100 ns kernel."""
+
+TILE_BUSY_SHARE: float = 0.05
+"""Share of tile kernels measured on a busy host, whose runs are sometimes slowed by interference."""
+
+TILE_BUSY_HIT: float = 0.3
+"""On a busy host, the chance that one run is slowed."""
+
+TILE_BUSY_SLOWDOWN: float = 0.4
+"""A slowed run takes ``1 + X`` times as long, ``X`` exponential with this mean (about 2x at its p90)."""
 
 
 def physical_elements(dims: Sequence[int], minor_to_major: Sequence[int]) -> int:
@@ -98,3 +118,25 @@ def measure(true_ns: npt.ArrayLike, rng: np.random.Generator) -> npt.NDArray[np.
     true = np.asarray(true_ns, dtype=np.float64)
     e = np.clip(rng.standard_normal(true.shape), -NOISE_CLIP, NOISE_CLIP) * NOISE_SIGMA
     return np.maximum(np.rint(true * np.exp(e)), 1).astype(np.int64)
+
+
+def measure_tile(true_ns: npt.ArrayLike, rng: np.random.Generator, busy: bool = False) -> npt.NDArray[np.int64]:
+    """Measure tile kernel runtimes: relative plus timer noise, and interference on a busy host.
+
+    Args:
+        true_ns: noiseless runtimes in ns, any shape.
+        rng: the generator drawing the noise.
+        busy: the kernel was measured on a busy host (see :data:`TILE_BUSY_SHARE`).
+
+    Returns:
+        int64 ns of the same shape: ``round(true * exp(e) * slow)``, ``e ~ N(0, s)`` clipped to ``NOISE_CLIP``
+        sigmas with ``s = sqrt(TILE_NOISE_SIGMA**2 + (TILE_JITTER_NS / true)**2)``, and ``slow`` 1, or on a busy
+        host with probability :data:`TILE_BUSY_HIT` ``1 + Exp(TILE_BUSY_SLOWDOWN)`` (at least 1 ns).
+    """
+    true = np.asarray(true_ns, dtype=np.float64)
+    sigma = np.sqrt(TILE_NOISE_SIGMA**2 + (TILE_JITTER_NS / np.maximum(true, 1.0)) ** 2)
+    out = true * np.exp(np.clip(rng.standard_normal(true.shape), -NOISE_CLIP, NOISE_CLIP) * sigma)
+    if busy:
+        slow = rng.random(true.shape) < TILE_BUSY_HIT
+        out = out * (1.0 + slow * rng.exponential(TILE_BUSY_SLOWDOWN, true.shape))
+    return np.maximum(np.rint(out), 1).astype(np.int64)

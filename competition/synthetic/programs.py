@@ -12,13 +12,22 @@
 * ``dlrm`` / ``mlp``: recommender and plain MLP graphs (``gather`` embeddings, ``concatenate``, a batched ``dot``
   interaction, dense layers).
 
-Each comes in inference and training variants. A training step mirrors the forward pass with its gradients
-(convolutions / dots / select-and-scatter / scatter), all-reduces the weight gradients across devices, applies a
-momentum update per weight, and sits in a ``while`` loop whose body and condition are separate computations.
-``nlp`` programs are one transformer family swept over layers, hidden size, heads, batch and sequence length, so
-they resemble each other far more than ``xla`` programs do.
+Each comes in inference variants (some running several batches in a ``while`` loop, results leaving through
+``outfeed``) and training variants. A training step (:func:`_train_step`) mirrors the forward pass with its
+gradients (convolutions / dots / select-and-scatter / scatter, ReLU and dropout gradients as compare + select),
+all-reduces the weight gradients across devices, may clip them by their global norm, and updates every weight with
+momentum, AdamW or LAMB (whose trust ratio is guarded by compare / select), at a learning rate chosen by a warm-up /
+decay ``conditional``; an f16 step scales its loss dynamically (``is-finite`` checks, a ``select`` per update, a
+second conditional for the scale). The step sits in a ``while`` loop whose body and condition are separate
+computations, so the real ``node_splits`` rule (cut after cluster / while / cond computations) gives 3 to 7
+segments. Equal scalar constants and their broadcasts are one node per computation, as XLA's CSE leaves them.
 
-Node counts are steered to a target by fitting the count as linear in the number of layers / blocks.
+``nlp`` programs are one transformer family: real TF-Hub architectures (:data:`NLP_MODELS`, 2 to 24 layers, hidden
+128 to 1024) at several batch sizes, trained or run, named as the real files are, so they resemble each other far
+more than ``xla`` programs do.
+
+``xla`` node counts are steered to a target by fitting the count as linear in the number of layers / blocks; an
+``nlp`` program is the real architecture whose node count is nearest the target.
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ _ELEMENTWISE_ROOTS = frozenset({
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "exponential", "rsqrt", "tanh", "select",
     "convert", "logistic", "negate",
 })
+
+
+# The initial value of a reduction of each kind (what its constant operand holds).
+_INIT = {"add": "zero", "maximum": "lowest", "minimum": "highest", "and": "true", "or": "false"}
 
 
 def _prod(dims: tuple[int, ...] | list[int]) -> int:
@@ -90,7 +103,9 @@ class _Emitter:
         self.prog = prog
         self.comp = comp
         self.nparam = 0
-        self.cse: dict[tuple[str, tuple[int, ...]], int] = {}
+        self.consts: dict[tuple[str, str], int] = {}
+        self.cse: dict[tuple[str, tuple[int, ...], str], int] = {}
+        self.splats: dict[tuple[int, tuple[int, ...]], int] = {}
 
     def sh(self, x: int) -> Shape:
         return self.comp.instructions[x].shape
@@ -102,19 +117,29 @@ class _Emitter:
         self.nparam += 1
         return self.op("parameter", shape, parameter_number=self.nparam - 1)
 
-    def const(self, dtype: str, dims: tuple[int, ...] = ()) -> int:
-        return self.op("constant", Shape(dtype, dims))
+    def const(self, dtype: str, value: str = "zero") -> int:
+        """The scalar constant ``value`` (a name: ``zero``, ``one``, ``eps``...) of ``dtype``: one node per value and
+        dtype in the computation, because XLA's common-subexpression pass merges equal constants."""
+        key = (dtype, value)
+        if key not in self.consts:
+            self.consts[key] = self.op("constant", Shape(dtype))
+        return self.consts[key]
 
-    def full(self, dtype: str, dims: tuple[int, ...]) -> int:
-        """A scalar constant broadcast to ``dims`` (how XLA spells ``zeros`` / ``eps`` tensors)."""
-        key = (dtype, dims)
-        # CSE merges equal constants, so many consumers share one broadcast; the coin stands for "same value".
-        if key in self.cse and self.prog.rng.random() < 0.6:
-            return self.cse[key]
-        c = self.const(dtype)
-        y = self.op("broadcast", Shape(dtype, dims), (c,), dimensions=()) if dims else c
-        self.cse[key] = y
-        return y
+    def full(self, dtype: str, dims: tuple[int, ...], value: str = "zero") -> int:
+        """The constant ``value`` broadcast to ``dims`` (how XLA spells ``zeros`` / ``eps`` tensors); equal
+        broadcasts are merged like equal constants."""
+        key = (dtype, dims, value)
+        if key not in self.cse:
+            c = self.const(dtype, value)
+            self.cse[key] = self.op("broadcast", Shape(dtype, dims), (c,), dimensions=()) if dims else c
+        return self.cse[key]
+
+    def splat(self, x: int, dims: tuple[int, ...]) -> int:
+        """Scalar ``x`` broadcast to ``dims``, once per shape."""
+        key = (x, dims)
+        if key not in self.splats:
+            self.splats[key] = self.bcast(x, dims, ()) if dims else x
+        return self.splats[key]
 
     def ew(self, opcode: str, *xs: int) -> int:
         s = self.sh(xs[0])
@@ -140,7 +165,7 @@ class _Emitter:
 
     def reduce(self, x: int, axes: tuple[int, ...], kind: str = "add") -> int:
         s = self.sh(x)
-        init = self.const(s.element_type)
+        init = self.const(s.element_type, _INIT[kind])
         out = tuple(d for k, d in enumerate(s.dims) if k not in axes)
         return self.op("reduce", Shape(s.element_type, out), (x, init), dimensions=tuple(axes),
                        called=(self.prog.reducer(kind, s.element_type),))
@@ -183,7 +208,7 @@ class _Emitter:
 
     def window_op(self, x: int, window: Window, kind: str) -> int:
         s = self.sh(x)
-        init = self.const(s.element_type)
+        init = self.const(s.element_type, _INIT[kind])
         out = tuple(
             (d + lo + hi - k) // st + 1
             for d, k, st, lo, hi in zip(s.dims, window.size, window.stride, window.pad_low, window.pad_high,
@@ -206,6 +231,10 @@ class _Net:
         self.wgrads: list[tuple[int, int]] = []
         self._last_param = -1  # the parameter behind the latest weight() (before any convert)
         self.alt_layout_p = float(prog.rng.uniform(0.0, 0.35))
+        # Cross-layer weight sharing (ALBERT): the first layer's weights are recorded, later layers replay them.
+        self.shared: list[tuple[int, int]] | None = None
+        self.replay = False
+        self.share_pos = 0
 
     # -- plumbing ------------------------------------------------------------------------------------------
     def push(self, back: _Back) -> None:
@@ -226,9 +255,17 @@ class _Net:
         return g
 
     def weight(self, dims: tuple[int, ...]) -> int:
+        if self.shared is not None and self.replay:
+            p, y = self.shared[self.share_pos]
+            self.share_pos += 1
+            self._last_param = p
+            return y
         p = self.e.param(Shape(self.master, dims))
         self._last_param = p
-        return self.e.convert(p, self.dt) if self.master != self.dt else p
+        y = self.e.convert(p, self.dt) if self.master != self.dt else p
+        if self.shared is not None:
+            self.shared.append((p, y))
+        return y
 
     def grad(self, param: int, g: int) -> None:
         self.wgrads.append((param, g))
@@ -301,14 +338,14 @@ class _Net:
         beta = self.weight((c,))
         bparam = self._last_param
         if self.train:
-            count = e.full(self.dt, (c,))
+            count = e.full(self.dt, (c,), f"count:{_prod([s.dims[a] for a in axes])}")
             mean = e.ew("divide", e.reduce(x, axes), count)
             cen = e.ew("subtract", x, self.vec_bcast(mean, s.dims, feat))
             var = e.ew("divide", e.reduce(e.ew("multiply", cen, cen), axes), count)
         else:
             mean, var = e.param(Shape(self.dt, (c,))), e.param(Shape(self.dt, (c,)))
             cen = e.ew("subtract", x, self.vec_bcast(mean, s.dims, feat))
-        inv = e.ew("rsqrt", e.ew("add", var, e.full(self.dt, (c,))))
+        inv = e.ew("rsqrt", e.ew("add", var, e.full(self.dt, (c,), "eps")))
         scale = e.ew("multiply", inv, gamma)
         y = e.ew("add", e.ew("multiply", cen, self.vec_bcast(scale, s.dims, feat)),
                  self.vec_bcast(beta, s.dims, feat))
@@ -361,11 +398,12 @@ class _Net:
         e = self.e
         s = e.sh(x)
         summed = e.reduce(x, spatial)
-        y = e.ew("divide", summed, e.full(self.dt, e.sh(summed).dims))
+        count = f"count:{_prod([s.dims[a] for a in spatial])}"
+        y = e.ew("divide", summed, e.full(self.dt, e.sh(summed).dims, count))
         keep = tuple(a for a in range(s.rank) if a not in spatial)
 
         def back(g: int) -> int:
-            g = e.ew("divide", g, e.full(self.dt, e.sh(g).dims))
+            g = e.ew("divide", g, e.full(self.dt, e.sh(g).dims, count))
             return e.bcast(g, s.dims, keep)
 
         self.push(back)
@@ -444,10 +482,11 @@ class _Net:
         beta = self.weight((h,))
         bparam = self._last_param
         red = s.dims[:-1]
-        mean = e.ew("divide", e.reduce(x, (r - 1,)), e.full(self.dt, red))
+        count = f"count:{h}"
+        mean = e.ew("divide", e.reduce(x, (r - 1,)), e.full(self.dt, red, count))
         cen = e.ew("subtract", x, e.bcast(mean, s.dims, lead))
-        var = e.ew("divide", e.reduce(e.ew("multiply", cen, cen), (r - 1,)), e.full(self.dt, red))
-        inv = e.ew("rsqrt", e.ew("add", var, e.full(self.dt, red)))
+        var = e.ew("divide", e.reduce(e.ew("multiply", cen, cen), (r - 1,)), e.full(self.dt, red, count))
+        inv = e.ew("rsqrt", e.ew("add", var, e.full(self.dt, red, "eps")))
         xhat = e.ew("multiply", cen, e.bcast(inv, s.dims, lead))
         y = e.ew("add", e.ew("multiply", xhat, e.bcast(gamma, s.dims, (r - 1,))), e.bcast(beta, s.dims, (r - 1,)))
 
@@ -455,9 +494,9 @@ class _Net:
             self.grad(bparam, e.reduce(g, lead))
             self.grad(gparam, e.reduce(e.ew("multiply", g, xhat), lead))
             gx = e.ew("multiply", g, e.bcast(gamma, s.dims, (r - 1,)))
-            m1 = e.bcast(e.ew("divide", e.reduce(gx, (r - 1,)), e.full(self.dt, red)), s.dims, lead)
-            m2 = e.bcast(e.ew("divide", e.reduce(e.ew("multiply", gx, xhat), (r - 1,)), e.full(self.dt, red)),
-                         s.dims, lead)
+            m1 = e.bcast(e.ew("divide", e.reduce(gx, (r - 1,)), e.full(self.dt, red, count)), s.dims, lead)
+            m2 = e.bcast(e.ew("divide", e.reduce(e.ew("multiply", gx, xhat), (r - 1,)),
+                              e.full(self.dt, red, count)), s.dims, lead)
             t = e.ew("subtract", e.ew("subtract", gx, m1), e.ew("multiply", xhat, m2))
             return e.ew("multiply", t, e.bcast(inv, s.dims, lead))
 
@@ -468,13 +507,14 @@ class _Net:
         e = self.e
         dims = e.sh(x).dims
         cube = e.ew("multiply", e.ew("multiply", x, x), x)
-        inner = e.ew("multiply", e.ew("add", x, e.ew("multiply", cube, e.full(self.dt, dims))),
-                     e.full(self.dt, dims))
+        inner = e.ew("multiply", e.ew("add", x, e.ew("multiply", cube, e.full(self.dt, dims, "gelu_cubic"))),
+                     e.full(self.dt, dims, "sqrt_2_over_pi"))
         t = e.ew("tanh", inner)
-        y = e.ew("multiply", e.ew("multiply", x, e.full(self.dt, dims)), e.ew("add", t, e.full(self.dt, dims)))
+        y = e.ew("multiply", e.ew("multiply", x, e.full(self.dt, dims, "half")),
+                 e.ew("add", t, e.full(self.dt, dims, "one")))
 
         def back(g: int) -> int:
-            dt = e.ew("subtract", e.full(self.dt, dims), e.ew("multiply", t, t))
+            dt = e.ew("subtract", e.full(self.dt, dims, "one"), e.ew("multiply", t, t))
             return e.ew("multiply", g, e.ew("add", e.ew("multiply", x, dt), t))
 
         self.push(back)
@@ -501,9 +541,9 @@ class _Net:
             return x
         e = self.e
         dims = e.sh(x).dims
-        rnd = e.op("rng", Shape(self.dt, dims), (e.const(self.dt), e.const(self.dt)))
-        keep = e.ew("compare", rnd, e.full(self.dt, dims))
-        y = e.op("select", Shape(self.dt, dims), (keep, e.ew("multiply", x, e.full(self.dt, dims)),
+        rnd = e.op("rng", Shape(self.dt, dims), (e.const(self.dt), e.const(self.dt, "one")))
+        keep = e.ew("compare", rnd, e.full(self.dt, dims, "dropout_rate"))
+        y = e.op("select", Shape(self.dt, dims), (keep, e.ew("multiply", x, e.full(self.dt, dims, "inv_keep")),
                                                   e.full(self.dt, dims)))
         self.push(lambda g: e.op("select", Shape(self.dt, dims), (keep, g, e.full(self.dt, dims))))
         return y
@@ -519,7 +559,22 @@ class _Net:
         self.push(lambda g: e.ew("add", self.back(t_main, g), self.back(t_skip, g)))
         return y
 
-    def attention(self, x: int, heads: int, mask: int) -> int:
+    def head_mix(self, x: int) -> int:
+        """Talking-heads attention: mix ``[b, heads, s, s]`` scores across heads with a ``[heads, heads]`` weight."""
+        e = self.e
+        w = self.weight((e.sh(x).dims[1],) * 2)
+        wparam = self._last_param
+        y = e.transpose(e.dot(x, w, (1,), (0,)), (0, 3, 1, 2))
+
+        def back(g: int) -> int:
+            gt = e.transpose(g, (0, 2, 3, 1))
+            self.grad(wparam, e.dot(x, gt, (0, 2, 3), (0, 1, 2)))
+            return e.transpose(e.dot(gt, w, (3,), (1,)), (0, 3, 1, 2))
+
+        self.push(back)
+        return y
+
+    def attention(self, x: int, heads: int, mask: int, talking: bool = False) -> int:
         e = self.e
         b, s, h = e.sh(x).dims
         dh = h // heads
@@ -532,9 +587,12 @@ class _Net:
         k, tk = self.capture(proj)
         v, tv = self.capture(proj)
         scores = e.dot(q, k, (3,), (3,), (0, 1), (0, 1))
-        scores = e.ew("multiply", scores, e.full(self.dt, (b, heads, s, s)))
+        scores = e.ew("multiply", scores, e.full(self.dt, (b, heads, s, s), "inv_sqrt_dh"))
         scores = e.ew("add", scores, e.bcast(mask, (b, heads, s, s), (0, 3)))
-        p, tp = self.capture(lambda: self.dropout(self.softmax(scores)))
+        if talking:
+            p, tp = self.capture(lambda: self.head_mix(self.dropout(self.softmax(self.head_mix(scores)))))
+        else:
+            p, tp = self.capture(lambda: self.dropout(self.softmax(scores)))
         ctx = e.dot(p, v, (3,), (2,), (0, 1), (0, 1))
 
         def core_back(g: int) -> int:
@@ -721,18 +779,19 @@ def _bert(net: _Net, cfg: dict, layers: int) -> int:
     e = net.e
     b, s, h, heads = cfg["batch"], cfg["seq"], cfg["hidden"], cfg["heads"]
     vocab = cfg["vocab"]
+    emb_dim = cfg.get("embed", h)  # ALBERT factorizes the embedding: a narrow table, then a projection to h
     ids = e.param(Shape("s32", (b, s)))
     mask_in = e.param(Shape("s32", (b, s)))
-    table = net.weight((vocab, h))
+    table = net.weight((vocab, emb_dim))
     tparam = net._last_param
     idx = e.reshape(ids, (b, s, 1))
-    emb = e.op("gather", Shape(net.dt, (b, s, h)), (table, idx))
-    pos = net.weight((cfg["max_pos"], h))
-    pos = e.slice(pos, (0, 0), (s, h))
-    x = e.ew("add", emb, e.bcast(pos, (b, s, h), (1, 2)))
+    emb = e.op("gather", Shape(net.dt, (b, s, emb_dim)), (table, idx))
+    pos = net.weight((cfg["max_pos"], emb_dim))
+    pos = e.slice(pos, (0, 0), (s, emb_dim))
+    x = e.ew("add", emb, e.bcast(pos, (b, s, emb_dim), (1, 2)))
 
     def emb_back(g: int) -> int:
-        dt = e.op("scatter", Shape(net.dt, (vocab, h)), (e.full(net.dt, (vocab, h)), idx, g),
+        dt = e.op("scatter", Shape(net.dt, (vocab, emb_dim)), (e.full(net.dt, (vocab, emb_dim)), idx, g),
                   called=(net.prog.reducer("add", net.dt),))
         net.grad(tparam, dt)
         return g
@@ -740,13 +799,24 @@ def _bert(net: _Net, cfg: dict, layers: int) -> int:
     net.push(emb_back)
     if not cfg.get("lite"):
         x = net.dropout(net.layernorm(x))
-    mask = e.ew("multiply", e.convert(mask_in, net.dt), e.full(net.dt, (b, s)))
-    for _ in range(layers):
+    if emb_dim != h:
+        x = net.dense(x, h)
+    mask = e.ew("multiply", e.convert(mask_in, net.dt), e.full(net.dt, (b, s), "mask_bias"))
+    talking = bool(cfg.get("talking"))
+    for li in range(layers):
+        if cfg.get("share"):
+            # ALBERT: every layer runs the first layer's weights (their gradients are summed in the step).
+            if li == 0:
+                net.shared = []
+            else:
+                net.replay, net.share_pos = True, 0
         xin = x
-        x = net.layernorm(net.add_residual(lambda xin=xin: net.dropout(net.attention(xin, heads, mask)), None, xin))
+        x = net.layernorm(net.add_residual(
+            lambda xin=xin: net.dropout(net.attention(xin, heads, mask, talking)), None, xin))
         xin = x
         x = net.layernorm(net.add_residual(
             lambda xin=xin: net.dropout(net.dense(net.gelu(net.dense(xin, 4 * h)), h)), None, xin))
+    net.shared, net.replay = None, False
     if cfg.get("lite"):
         # Small exports keep only the encoder: the sequence output is the result.
         return x
@@ -770,7 +840,7 @@ def _dlrm(net: _Net, cfg: dict, layers: int) -> int:
     for _ in range(tables):
         rows = int(net.prog.rng.integers(1000, 100_000))
         ids = e.convert(e.param(Shape("s64", (b, 1))), "s32")
-        ids = e.op("clamp", Shape("s32", (b, 1)), (e.full("s32", (b, 1)), ids, e.full("s32", (b, 1))))
+        ids = e.op("clamp", Shape("s32", (b, 1)), (e.full("s32", (b, 1)), ids, e.full("s32", (b, 1), f"max:{rows}")))
         tab = net.weight((rows, d))
         lookups.append((ids, rows, net._last_param))
         g_emb = e.op("gather", Shape(net.dt, (b, d)), (tab, ids))
@@ -822,19 +892,39 @@ _FAMILIES: dict[str, Callable[[_Net, dict, int], int]] = {
 # ----------------------------------------------------------------------------------------------------------------
 
 
+# The real nlp layout graphs are TF-Hub BERT-family encoders (names in shared/spec/real-sizes.md): a name stem,
+# its (layers, hidden) variants (heads = hidden / 64), and what sets the variant apart: ALBERT shares one layer's
+# weights across all layers and factorizes the embedding, talking-heads mixes attention scores across heads.
+NLP_MODELS: tuple[tuple[str, tuple[tuple[int, int], ...], dict], ...] = (
+    ("small_bert_bert_en_uncased_L-{L}_H-{H}_A-{A}",
+     tuple((layers, h) for layers in (2, 4, 6, 8, 10, 12) for h in (128, 256, 512, 768)), {}),
+    ("bert_en_uncased_L-{L}_H-{H}_A-{A}", ((12, 768), (24, 1024)), {}),
+    ("bert_en_cased_L-{L}_H-{H}_A-{A}", ((12, 768), (24, 1024)), {}),
+    ("bert_multi_cased_L-{L}_H-{H}_A-{A}", ((12, 768),), {"vocab": 119547}),
+    ("bert_en_wwm_uncased_L-{L}_H-{H}_A-{A}", ((24, 1024),), {}),
+    ("albert_en_base", ((12, 768),), {"share": True, "embed": 128, "vocab": 30000}),
+    ("albert_en_large", ((24, 1024),), {"share": True, "embed": 128, "vocab": 30000}),
+    ("electra_small", ((12, 256),), {}),
+    ("electra_base", ((12, 768),), {}),
+    ("electra_large", ((24, 1024),), {}),
+    ("talking-heads_base", ((12, 768),), {"talking": True}),
+    ("talking-heads_large", ((24, 1024),), {"talking": True}),
+)
+NLP_BATCH_SIZES: tuple[int, ...] = (16, 32, 64)
+
+
+def _draw_nlp_config(rng: np.random.Generator, target: int) -> dict:
+    """What an nlp program's size does not depend on: batch, sequence length, precision and training step."""
+    dtype = str(rng.choice(["f32", "bf16", "f16"], p=[0.6, 0.3, 0.1]))
+    return dict(family="transformer", batch=int(rng.choice(NLP_BATCH_SIZES)),
+                seq=int(rng.choice([128, 256, 512], p=[0.5, 0.25, 0.25])), vocab=30522, max_pos=512, classes=2,
+                dtype=dtype, devices=1, optimizer=str(rng.choice(["adamw", "lamb"], p=[0.6, 0.4])),
+                schedule=bool(rng.random() < 0.9), clip=bool(rng.random() < 0.7), loss_scale=dtype == "f16",
+                loop=bool(rng.random() < 0.4) and target >= 300, lite=target < 300)
+
+
 def _draw_config(source: str, rng: np.random.Generator, target: int) -> dict:
     dtype = str(rng.choice(["f32", "bf16", "f16"], p=[0.4, 0.4, 0.2]))
-    if source == "nlp":
-        layers_h = [(128, 2), (256, 4), (512, 8), (768, 12)]
-        h, heads = layers_h[int(rng.integers(len(layers_h)))]
-        cfg = dict(family="transformer", batch=int(rng.choice([8, 16, 32, 64])), seq=int(rng.choice([128, 256, 512])),
-                   hidden=h, heads=heads, vocab=30522, max_pos=512, classes=2,
-                   train=bool(rng.random() < (0.5 if target >= 600 else 0.0)),
-                   dtype="f32", devices=1)
-        kind = str(rng.choice(["small_bert_bert_en_uncased", "bert_en_cased", "electra_small", "talking_heads"]))
-        cfg["stem"] = kind
-        cfg["lite"] = target < 300
-        return cfg
     if target < 250:
         family = "mlp"
     else:
@@ -862,13 +952,19 @@ def _draw_config(source: str, rng: np.random.Generator, target: int) -> dict:
     else:
         cfg.update(batch=int(rng.choice([32, 128, 512])), width=int(rng.choice([256, 512, 1024])),
                    features=int(rng.choice([64, 784, 1024])), gelu=bool(rng.random() < 0.4))
+    # The training step: BERT-like models train with Adam-type optimizers and clip gradients; f16 needs dynamic loss
+    # scaling; most steps follow a learning-rate schedule. Inference sometimes runs several batches in a loop.
+    cfg.update(optimizer=str(rng.choice(["adamw", "lamb"])) if family == "bert" else "momentum",
+               schedule=bool(rng.random() < 0.8), clip=bool(rng.random() < (0.7 if family == "bert" else 0.2)),
+               loss_scale=dtype == "f16", loop=bool(rng.random() < 0.4))
     return cfg
 
 
 def _model_name(cfg: dict, rng: np.random.Generator, layers: int) -> str:
     mode = "train" if cfg["train"] else "test"
     if cfg["family"] == "transformer":
-        return (f"{cfg['stem']}_L-{layers}_H-{cfg['hidden']}_A-{cfg['heads']}_batch_size_{cfg['batch']}_{mode}")
+        stem = cfg["stem"].format(L=layers, H=cfg["hidden"], A=cfg["heads"])
+        return f"{stem}_batch_size_{cfg['batch']}_{mode}"
     fam = cfg["family"]
     dt = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}[cfg["dtype"]]
     topo = str(rng.choice(["2x2", "4x4", "8x8"]))
@@ -915,52 +1011,187 @@ def _params_to_tuple(comp: Computation, prog: _Program) -> list[Shape]:
     return elems
 
 
-def _build(source: str, cfg: dict, layers: int, seed: int, name: str) -> Module:
-    prog = _Program(name, np.random.default_rng(seed))
+def _conditional(prog: _Program, e: _Emitter, pred: int, args: list[int],
+                 branches: dict[str, Callable[[_Emitter, list[int]], list[int]]]) -> list[int]:
+    """``tf.cond``: a ``conditional`` on ``pred`` whose branches are computations ``cond_true_N`` / ``cond_false_N``
+    (``branches["true"]`` / ``["false"]`` build them from the get-tuple-elements of a tuple of ``args`` and return
+    their results); the results' get-tuple-elements are returned."""
     uid = prog.uid()
-    train = cfg["train"]
-    dt = cfg["dtype"]
-    master = "f32"
-    body_name = f"while_body_{uid}" if train else (f"cluster_{uid}__XlaCompiledKernel_true" if
-                                                   prog.rng.random() < 0.6 else f"main.{uid}")
-    comp = Computation(body_name)
-    e = _Emitter(prog, comp)
-    net = _Net(prog, e, train, dt, master)
-    counter = e.param(Shape("s32")) if train else -1
-    out = _FAMILIES[cfg["family"]](net, cfg, layers)
-    if not train:
-        return Module(name, [*prog.subs, comp])
+    arg_shapes = tuple(e.sh(a) for a in args)
+    names: list[str] = []
+    out_shapes: tuple[Shape, ...] = ()
+    for tag in ("true", "false"):
+        comp = Computation(f"cond_{tag}_{uid}")
+        be = _Emitter(prog, comp)
+        tp = be.op("parameter", Shape("tuple", tuple_shapes=arg_shapes), parameter_number=0)
+        ys = branches[tag](be, [be.gte(tp, k) for k in range(len(args))])
+        be.tuple_(ys)
+        shapes = tuple(be.sh(y) for y in ys)
+        if out_shapes and shapes != out_shapes:
+            raise ValueError(f"conditional branches return {out_shapes} and {shapes}")
+        out_shapes = shapes
+        prog.subs.append(comp)
+        names.append(comp.name)
+    arg = e.tuple_(args)
+    c = e.op("conditional", Shape("tuple", tuple_shapes=out_shapes), (pred, arg, arg), called=tuple(names))
+    return [e.gte(c, k) for k in range(len(out_shapes))]
 
-    # Loss and its gradient seed: reduce to a scalar, then broadcast back.
+
+def _learning_rate(prog: _Program, e: _Emitter, step: int) -> int:
+    """This step's learning rate (f32 scalar): linear warm-up, then polynomial decay, chosen by a conditional on the
+    step counter, as ``tf.cond`` lowers a schedule."""
+
+    def warmup(be: _Emitter, xs: list[int]) -> list[int]:
+        return [be.ew("multiply", be.convert(xs[0], "f32"), be.const("f32", "warmup_slope"))]
+
+    def decay(be: _Emitter, xs: list[int]) -> list[int]:
+        left = be.ew("subtract", be.const("f32", "one"),
+                     be.ew("divide", be.convert(xs[0], "f32"), be.const("f32", "total_steps")))
+        return [be.ew("multiply", be.const("f32", "base_lr"), be.ew("power", left, be.const("f32", "decay_power")))]
+
+    pred = e.ew("compare", step, e.const("s32", "warmup_steps"))
+    return _conditional(prog, e, pred, [step], {"true": warmup, "false": decay})[0]
+
+
+def _all_axes(e: _Emitter, x: int) -> tuple[int, ...]:
+    return tuple(range(e.sh(x).rank))
+
+
+def _optimizer(e: _Emitter, kind: str, w: int, g: int, lr: int) -> tuple[int, dict[int, int]]:
+    """One weight's update: the new weight and ``{slot parameter: new slot}`` (the slots are new loop-carried
+    parameters). ``momentum``: heavy-ball SGD; ``adamw``: Adam with decoupled weight decay; ``lamb``: AdamW's step
+    scaled per weight by the trust ratio ``|w| / |step|``, guarded against zero norms by compare / select."""
+    master = e.sh(w).element_type
+    dims = e.sh(w).dims
+    if kind == "momentum":
+        mom = e.param(e.sh(w))
+        m_new = e.ew("add", e.ew("multiply", mom, e.full(master, dims, "momentum")), g)
+        return e.ew("subtract", w, e.ew("multiply", m_new, e.splat(lr, dims))), {mom: m_new}
+    m, v = e.param(e.sh(w)), e.param(e.sh(w))
+    m_new = e.ew("add", e.ew("multiply", m, e.full(master, dims, "beta1")),
+                 e.ew("multiply", g, e.full(master, dims, "one_minus_beta1")))
+    v_new = e.ew("add", e.ew("multiply", v, e.full(master, dims, "beta2")),
+                 e.ew("multiply", e.ew("multiply", g, g), e.full(master, dims, "one_minus_beta2")))
+    step = e.ew("divide", m_new, e.ew("add", e.ew("sqrt", v_new), e.full(master, dims, "eps")))
+    step = e.ew("add", step, e.ew("multiply", w, e.full(master, dims, "weight_decay")))
+    rate = lr
+    if kind == "lamb":
+        w_norm = e.ew("sqrt", e.reduce(e.ew("multiply", w, w), _all_axes(e, w)))
+        s_norm = e.ew("sqrt", e.reduce(e.ew("multiply", step, step), _all_axes(e, step)))
+        zero, one = e.const(master), e.const(master, "one")
+        ratio = e.op("select", Shape(master), (e.ew("compare", s_norm, zero), e.ew("divide", w_norm, s_norm), one))
+        ratio = e.op("select", Shape(master), (e.ew("compare", w_norm, zero), ratio, one))
+        rate = e.ew("multiply", lr, ratio)
+        w_new = e.ew("subtract", w, e.ew("multiply", step, e.bcast(rate, dims, ())))
+    else:
+        w_new = e.ew("subtract", w, e.ew("multiply", step, e.splat(rate, dims)))
+    return w_new, {m: m_new, v: v_new}
+
+
+def _train_step(prog: _Program, e: _Emitter, net: _Net, cfg: dict, out: int, counter: int) -> dict[int, int]:
+    """Loss, backward pass and weight updates after the forward pass ``out``.
+
+    The gradients are all-reduced across devices, optionally clipped by their global norm, and with dynamic loss
+    scaling (f16) unscaled and checked for overflow: every update is then a ``select`` between the new and the
+    old value on "all gradients finite", and the scale itself is updated by a conditional. The learning rate comes
+    from a warm-up / decay conditional (``schedule``) or is a constant.
+
+    Returns:
+        ``{loop parameter: its new value}`` for every weight, optimizer slot and loss-scale state.
+    """
+    dt, master = cfg["dtype"], net.master
+    updates: dict[int, int] = {}
+    scale = good = -1
+    if cfg.get("loss_scale"):
+        scale, good = e.param(Shape("f32")), e.param(Shape("s32"))
+    # Loss and its gradient seed: reduce to a scalar, then broadcast back (scaled up under loss scaling).
     s = e.sh(out)
     loss = e.reduce(out, tuple(range(s.rank)))
-    g = e.bcast(e.ew("multiply", loss, e.const(dt)), s.dims, ())
+    if scale < 0:
+        seed = e.const(dt, "one")
+    else:
+        seed = e.convert(scale, dt) if dt != "f32" else scale
+    g = e.bcast(e.ew("multiply", loss, seed), s.dims, ())
     for b in reversed(net.tape):
         g = b(g)
-    updates: dict[int, int] = {}
+    grads: dict[int, int] = {}
     for w, dw in net.wgrads:
-        if w in updates:
-            continue
+        # A weight used several times (shared layers) gets the sum of its gradients.
+        grads[w] = e.ew("add", grads[w], dw) if w in grads else dw
+    for w, dw in grads.items():
         if cfg["devices"] > 1:
             dw = e.op("all-reduce", e.sh(dw), (dw,), called=(prog.reducer("add", e.sh(dw).element_type),))
         if e.sh(dw).element_type != master:
             dw = e.convert(dw, master)
-        mom = e.param(e.sh(w))
-        dims = e.sh(w).dims
-        m_new = e.ew("add", e.ew("multiply", mom, e.full(master, dims)), dw)
-        updates[w] = e.ew("subtract", w, e.ew("multiply", m_new, e.full(master, dims)))
-        updates[mom] = m_new
-    new_counter = e.ew("add", counter, e.const("s32"))
+        grads[w] = dw
+    finite = -1
+    if scale >= 0:
+        inv = e.ew("divide", e.const("f32", "one"), scale)
+        checks = []
+        for w, dw in grads.items():
+            dw = grads[w] = e.ew("multiply", dw, e.splat(inv, e.sh(dw).dims))
+            ok = e.op("is-finite", Shape("pred", e.sh(dw).dims), (dw,))
+            checks.append(e.reduce(ok, _all_axes(e, ok), "and"))
+        finite = checks[0]
+        for c in checks[1:]:
+            finite = e.ew("and", finite, c)
+
+        def grow(be: _Emitter, xs: list[int]) -> list[int]:
+            return [be.ew("multiply", xs[0], be.const("f32", "growth")), be.ew("add", xs[1], be.const("s32", "one"))]
+
+        def shrink(be: _Emitter, xs: list[int]) -> list[int]:
+            return [be.ew("multiply", xs[0], be.const("f32", "backoff")), be.const("s32")]
+
+        updates[scale], updates[good] = _conditional(prog, e, finite, [scale, good], {"true": grow, "false": shrink})
+    if cfg.get("clip"):
+        total = -1
+        for dw in grads.values():
+            sq = e.reduce(e.ew("multiply", dw, dw), _all_axes(e, dw))
+            total = sq if total < 0 else e.ew("add", total, sq)
+        clip = e.const(master, "clip_norm")
+        factor = e.ew("divide", clip, e.ew("maximum", e.ew("sqrt", total), clip))
+        grads = {w: e.ew("multiply", dw, e.splat(factor, e.sh(dw).dims)) for w, dw in grads.items()}
+    lr = _learning_rate(prog, e, counter) if cfg.get("schedule") else e.const("f32", "learning_rate")
+    for w, dw in grads.items():
+        w_new, slots = _optimizer(e, cfg.get("optimizer", "momentum"), w, dw, lr)
+        for var, new in [(w, w_new), *slots.items()]:
+            if finite >= 0:
+                new = e.op("select", e.sh(new), (e.splat(finite, e.sh(new).dims), new, var))
+            updates[var] = new
+    return updates
+
+
+def _build(source: str, cfg: dict, layers: int, seed: int, name: str) -> Module:
+    prog = _Program(name, np.random.default_rng(seed))
+    uid = prog.uid()
+    train = cfg["train"]
+    looped = train or bool(cfg.get("loop"))
+    master = "f32"
+    body_name = f"while_body_{uid}" if looped else (f"cluster_{uid}__XlaCompiledKernel_true" if
+                                                    prog.rng.random() < 0.6 else f"main.{uid}")
+    comp = Computation(body_name)
+    e = _Emitter(prog, comp)
+    net = _Net(prog, e, train, cfg["dtype"], master)
+    counter = e.param(Shape("s32")) if looped else -1
+    out = _FAMILIES[cfg["family"]](net, cfg, layers)
+    if not looped:
+        return Module(name, [*prog.subs, comp])
+    if train:
+        updates = _train_step(prog, e, net, cfg, out, counter)
+    else:
+        # An inference loop (several batches per device launch): results leave through the outfeed.
+        e.op("outfeed", Shape("token"), (out, e.op("after-all", Shape("token"))))
+        updates = {}
+    updates[counter] = e.ew("add", counter, e.const("s32", "one"))
     params = [i for i, ins in enumerate(comp.instructions) if ins.opcode == "parameter"]
-    outs = [new_counter if p == counter else updates.get(p, p) for p in params]
-    e.tuple_(outs)
+    e.tuple_([updates.get(p, p) for p in params])
     elems = _params_to_tuple(comp, prog)
 
     cond = Computation(f"while_cond_{uid}")
     ce = _Emitter(prog, cond)
     tp = ce.op("parameter", Shape("tuple", tuple_shapes=tuple(elems)), parameter_number=0)
     it = ce.gte(tp, 0)
-    ce.op("compare", Shape("pred"), (it, ce.const("s32")))
+    ce.op("compare", Shape("pred"), (it, ce.const("s32", "steps")))
 
     entry = Computation(f"cluster_{uid}__XlaCompiledKernel_true__XlaNumConstantArgs_0__XlaNumResourceArgs_"
                         f"{len(elems) - 1}_.{prog.uid()}")
@@ -976,8 +1207,11 @@ def _build(source: str, cfg: dict, layers: int, seed: int, name: str) -> Module:
 def build_program(source: str, rng: np.random.Generator, target_nodes: int) -> Module:
     """Draw one program of ``source`` (``"xla"`` or ``"nlp"``) with about ``target_nodes`` instructions.
 
-    The node count is fitted as linear in the number of layers / blocks from two small builds, then the program
-    is built at the layer count that hits the target (usually within 15%, always aimed within 35%).
+    ``xla``: the node count is fitted as linear in the number of layers / blocks from two small builds, then the
+    program is built at the layer count that hits the target (usually within 15%, always aimed within 35%).
+    ``nlp``: a real architecture (:data:`NLP_MODELS`: 2 to 24 layers, hidden 128 to 1024) and mode (train or
+    test) whose estimated node count is near the target; the count follows the architecture, so a target beyond
+    what a 24-layer training step holds gives a smaller program, and one below a 2-layer encoder a larger one.
 
     Args:
         source: ``"xla"`` (a mix of model families) or ``"nlp"`` (one transformer family).
@@ -992,22 +1226,24 @@ def build_program(source: str, rng: np.random.Generator, target_nodes: int) -> M
     seed = int(rng.integers(2**63))
     name_rng = np.random.default_rng(int(rng.integers(2**63)))
 
-    def count(layers: int) -> int:
+    def count(cfg: dict, layers: int) -> int:
         return _build(source, cfg, layers, seed, "probe").num_nodes
 
+    if source == "nlp":
+        return _build_nlp(rng, target_nodes, count, seed)
     # Some families have a large minimum (a 4-level UNet, a ResNet training step): redraw when even one
     # layer overshoots the target, trying the inference variant first.
     for _ in range(12):
         cfg = _draw_config(source, rng, target_nodes)
-        n1 = count(1)
+        n1 = count(cfg, 1)
         if n1 <= 1.2 * target_nodes:
             break
         if cfg["train"]:
             cfg.update(train=False, devices=1)
-            n1 = count(1)
+            n1 = count(cfg, 1)
             if n1 <= 1.2 * target_nodes:
                 break
-    n3 = count(3)
+    n3 = count(cfg, 3)
     slope = max((n3 - n1) / 2.0, 1.0)
     layers = max(1, int(round(1 + (target_nodes - n1) / slope)))
     module = _build(source, cfg, layers, seed, "probe")
@@ -1018,6 +1254,27 @@ def build_program(source: str, rng: np.random.Generator, target_nodes: int) -> M
         layers = max(1, int(round(1 + (target_nodes - n1) / slope)))
         module = _build(source, cfg, layers, seed, "probe")
     module.name = _model_name(cfg, name_rng, layers)
+    return module
+
+
+def _build_nlp(rng: np.random.Generator, target: int, count: Callable[[dict, int], int], seed: int) -> Module:
+    """An nlp program: the real architecture and mode whose node count is nearest ``target`` (one drawn at random
+    among those within 10% of the nearest), named as the real files are."""
+    cfg = _draw_nlp_config(rng, target)
+    fit: dict[bool, tuple[float, float]] = {}
+    for train in (False, True):
+        probe = dict(cfg, train=train, hidden=128, heads=2)
+        n1, n3 = count(probe, 1), count(probe, 3)
+        fit[train] = (n1, max((n3 - n1) / 2.0, 1.0))
+    cands = [(abs(float(np.log((fit[train][0] + fit[train][1] * (layers - 1)) / target))), k, layers, h, train)
+             for train in (False, True) for k, (_, variants, _) in enumerate(NLP_MODELS) for layers, h in variants]
+    best = min(c[0] for c in cands)
+    near = [c for c in cands if c[0] <= best + 0.1]
+    _, k, layers, h, train = near[int(rng.integers(len(near)))]
+    stem, _, extra = NLP_MODELS[k]
+    cfg.update(extra, stem=stem, hidden=h, heads=h // 64, train=train)
+    module = _build("nlp", cfg, layers, seed, "probe")
+    module.name = _model_name(cfg, rng, layers)
     return module
 
 

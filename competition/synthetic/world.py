@@ -32,7 +32,7 @@ from competition.collections import Collection, Split
 from competition.npzio import StreamedArray, atomic_write_text, remove_stale_temps, write_npz
 from competition.synthetic.featurize import featurize
 from competition.synthetic.layout_physics import LayoutProblem
-from competition.synthetic.physics import measure
+from competition.synthetic.physics import TILE_BUSY_SHARE, measure, measure_tile
 from competition.synthetic.programs import build_program, tile_kernels
 from competition.synthetic.tile_physics import TileProblem
 from competition.workers import end_with_parent, pool_context
@@ -44,6 +44,22 @@ MANIFEST = "world.json"
 CONFIG_BLOCK = 512
 # Tile kernels written per generated program (tile graphs are cut from programs, several from each), by default.
 KERNELS_PER_PROGRAM = 8
+
+# How searches record their measurements, which is where duplicated configs come from (real figures in
+# shared/spec/real-sizes.md: most graphs hold one group of about 40 identical configs, under 1% of the rows; a few
+# are dominated by duplicates; re-measured tile configs exist).
+BASELINE_REPEATS: tuple[int, int] = (20, 60)
+"""A layout search measures its baseline, the compiler default, this many times (uniform, both ends included)..."""
+BASELINE_MAX_SHARE: float = 0.009
+"""...but in at most this share of its rows (none in a graph of under 1/0.009 = 112 configs)."""
+STALL_SHARE: float = 0.06
+"""Share of train/valid layout searches that stall: after a few distinct configs their proposals land on configs
+already measured, which they measure again (tiny graphs of a few dozen configs always have)."""
+STALL_DISTINCT: tuple[float, float] = (4e-4, 0.4)
+"""A stalled search's distinct configs, as a share of its rows: log-uniform in this range (60-99.96% duplicates)."""
+TILE_REMEASURE_SHARE: float = 0.15
+"""Share of tile kernels (of 5 configs or more) whose autotuner measured its default config, and sometimes one
+other, again: one or two more rows each."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,10 @@ class CountDist:
         if self.tiny > 0 and rng.random() < self.tiny:
             return int(rng.integers(self.tiny_range[0], self.tiny_range[1] + 1))
         return self.quantile(float(rng.random()))
+
+    def is_tiny(self, count: int) -> bool:
+        """Whether ``count`` can only come from the tiny share (below the body's smallest count)."""
+        return self.tiny > 0 and count <= self.tiny_range[1] and count < self.knots[0][1]
 
     def sample(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.int64]:
         """``n`` counts (for inspection and tests)."""
@@ -301,18 +321,34 @@ def _paths(out: Path, collection: Collection, split: str, stem: str) -> tuple[Pa
     return out / KAGGLE_SUBDIR / rel, out / SECRET_SUBDIR / rel
 
 
-def _duplicate_rows(choices: npt.NDArray[np.integer], rng: np.random.Generator) -> npt.NDArray[np.integer]:
-    """Replace a share of rows by copies of other rows: the same config measured again."""
-    n = choices.shape[0]
-    share = rng.uniform(0.0, 0.3)
-    k = int(n * share)
-    if k == 0 or n < 2:
-        return choices
-    dst = rng.choice(n, size=k, replace=False)
-    src = rng.integers(0, n, size=k)
-    choices = choices.copy()
-    choices[dst] = choices[src]
-    return choices
+def search_rows(problem: LayoutProblem, search: str, n: int, rng: np.random.Generator, *,
+                stalled: bool = False, baseline: bool = True) -> npt.NDArray[np.int32]:
+    """The ``n`` config rows a layout search records, duplicates included, in random order.
+
+    Distinct configs as the search draws them (:meth:`LayoutProblem.sample_distinct`), plus what it measures more
+    than once: with ``baseline``, a group of :data:`BASELINE_REPEATS` rows of the compiler default (all choices 0)
+    in at most :data:`BASELINE_MAX_SHARE` of the rows; when ``stalled``, only a :data:`STALL_DISTINCT` share (at
+    least 2) of distinct configs. Rows beyond the distinct ones (a stalled search, or one whose reachable configs
+    are fewer than ``n``) re-measure distinct configs, the faster ones more often (weight 1 / rank of the noiseless
+    runtime: a tuner re-evaluates its best candidates).
+    """
+    group = 0
+    if baseline:
+        group = min(int(rng.integers(BASELINE_REPEATS[0], BASELINE_REPEATS[1] + 1)), int(n * BASELINE_MAX_SHARE))
+    want = n - group
+    if stalled:
+        lo, hi = STALL_DISTINCT
+        want = min(want, max(2, int(round(n * float(np.exp(rng.uniform(np.log(lo), np.log(hi))))))))
+    rows = problem.sample_distinct(search, want, rng)
+    if rows.shape[0] == n:
+        return rows  # in the search's own (random) order
+    if rows.shape[0] + group < n and rows.shape[0]:
+        rank = np.argsort(np.argsort(problem.runtime_ns(rows), kind="stable"), kind="stable")
+        weight = 1.0 / (1.0 + rank)
+        again = rng.choice(rows.shape[0], size=n - group - rows.shape[0], p=weight / weight.sum())
+        rows = np.concatenate([rows, rows[again]])
+    rows = np.concatenate([rows, np.zeros((n - rows.shape[0], rows.shape[1]), dtype=rows.dtype)])
+    return rows[rng.permutation(n)]
 
 
 def write_layout_graph(
@@ -325,22 +361,25 @@ def write_layout_graph(
     *,
     hidden: bool = False,
     duplicates: bool = True,
+    stalled: bool = False,
     max_config_cells: int | None = None,
 ) -> None:
     """Write one layout graph of ``module`` with ``n_configs`` configs drawn by ``search``, and its secret file.
 
-    ``node_config_feat`` is computed and compressed block by block, so memory stays at a few blocks however many
-    configs there are. ``max_config_cells`` caps configs x configurable nodes (at least 2 configs are kept). With ``hidden`` (test files) the visible runtimes are zeros and the measured ones go to
-    ``secret``; the secret file always holds the noiseless runtimes (for the oracle score).
+    The rows come from :func:`search_rows`: with ``duplicates`` (and not ``hidden``) they include the baseline's
+    repeated measurements and, when ``stalled``, the re-measurements of a stalled search; otherwise they are all
+    distinct. ``node_config_feat`` is computed and compressed block by block, so memory stays at a few blocks
+    however many configs there are. ``max_config_cells`` caps configs x configurable nodes (at least 2 configs are
+    kept). With ``hidden`` (test files) the visible runtimes are zeros and the measured ones go to ``secret``; the
+    secret file always holds the noiseless runtimes (for the oracle score).
     """
     graph = featurize(module)
     problem = LayoutProblem.from_module(module)
     nc = int(problem.node_config_ids.size)
     if max_config_cells is not None:
         n_configs = max(2, min(n_configs, max_config_cells // max(nc, 1)))
-    choices = problem.sample_configs(search, n_configs, rng)
-    if duplicates and not hidden:
-        choices = _duplicate_rows(choices, rng)
+    records = duplicates and not hidden
+    choices = search_rows(problem, search, n_configs, rng, stalled=stalled and records, baseline=records)
     true_ns = np.concatenate(
         [problem.runtime_ns(choices[i : i + CONFIG_BLOCK]) for i in range(0, n_configs, CONFIG_BLOCK)]
     )
@@ -371,12 +410,15 @@ def _write_layout(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list
     if path.exists() and secret.exists():
         return []
     rng = _rng(cfg.seed, "layout-configs", job.collection, job.split, job.index)
+    stalled = False
     if job.split == Split.TEST:
         n_configs = sc.layout_test_configs + int(rng.random() < sc.layout_test_extra)
     else:
-        n_configs = sc.layout_configs[(collection.source, job.split)].draw(rng)
+        dist = sc.layout_configs[(collection.source, job.split)]
+        n_configs = dist.draw(rng)
+        stalled = dist.is_tiny(n_configs) or rng.random() < STALL_SHARE
     write_layout_graph(path, secret, module, collection.search or "random", n_configs, rng,
-                       max_config_cells=sc.max_config_cells,
+                       max_config_cells=sc.max_config_cells, stalled=stalled,
                        hidden=job.split == Split.TEST)
     return [path]
 
@@ -405,21 +447,31 @@ def write_tile_graph(
     hidden: bool = False,
     wide: bool = False,
 ) -> int:
-    """Write one tile graph of ``kernel`` with up to ``n_configs`` distinct configs, and its secret file.
+    """Write one tile graph of ``kernel`` with up to ``n_configs`` configs, and its secret file.
 
     The configs come from ``problem.sample_configs`` (``wide``: the wide search), so a kernel with a small config
-    space gives fewer (at least 2 when its space holds 2). With ``hidden`` (test files) the visible runtimes are
-    zeros and the normalizers ones; the measured ones go to ``secret``.
+    space gives fewer (at least 2 when its space holds 2). With :data:`TILE_REMEASURE_SHARE` (5 configs or more)
+    one or two of the rows re-measure the default config (and another config). Runtimes and normalizers (the
+    default re-measured beside every row) are measured by :func:`~competition.synthetic.physics.measure_tile`,
+    on a busy host for :data:`~competition.synthetic.physics.TILE_BUSY_SHARE` of the kernels. With ``hidden``
+    (test files) the visible runtimes are zeros and the normalizers ones; the measured ones go to ``secret``.
 
     Returns:
         The number of configs written.
     """
     graph = featurize(kernel)
-    config_feat = problem.sample_configs(n_configs, rng, wide=wide).astype(np.float32)
+    again = int(rng.integers(1, 3)) if n_configs >= 5 and rng.random() < TILE_REMEASURE_SHARE else 0
+    config_feat = problem.sample_configs(n_configs - again, rng, wide=wide).astype(np.float32)
+    if again and config_feat.shape[0] >= 5:  # (a kernel with room for fewer configs re-measures none)
+        dflt = int(np.nonzero(np.all(config_feat == problem.default_config(), axis=1))[0][0])
+        repeat = [dflt, int(rng.integers(config_feat.shape[0]))][:again]
+        config_feat = np.concatenate([config_feat, config_feat[repeat]])
+        config_feat = config_feat[rng.permutation(config_feat.shape[0])]
     true_ns = problem.runtime_ns(config_feat)
     true_default = float(problem.runtime_ns(problem.default_config()[None, :])[0])
-    observed = measure(true_ns, rng)
-    normalizers = measure(np.full(true_ns.shape, true_default), rng)
+    busy = bool(rng.random() < TILE_BUSY_SHARE)
+    observed = measure_tile(true_ns, rng, busy)
+    normalizers = measure_tile(np.full(true_ns.shape, true_default), rng, busy)
     arrays = {
         "node_feat": graph.node_feat,
         "node_opcode": graph.node_opcode,

@@ -252,7 +252,7 @@ inf_in_config_runtime = _change("inf_in_config_runtime", "config_runtime",
 
 negative_runtime = _change("negative_runtime", "config_runtime", _at(1, -5))
 zero_runtimes = _change("zero_runtimes", "config_runtime", np.zeros_like)
-partly_zero_runtimes = _change("partly_zero_runtimes", "config_runtime", _at(2, 0))
+partly_zero_runtimes = _change("partly_zero_runtimes", "config_runtime", _at(1, 0))
 zero_normalizers = _change("zero_normalizers", "config_runtime_normalizers", np.zeros_like)
 negative_normalizer = _change("negative_normalizer", "config_runtime_normalizers", _at(0, -1))
 
@@ -491,7 +491,7 @@ CATALOGUE: list[Case] = [
     Case(zero_runtimes, (TILE, TEST), code=EXIT_OK),  # how test files hide their labels
     Case(zero_runtimes, (XD, TEST), code=EXIT_OK),
     *_pair(partly_zero_runtimes, r"\[config_runtime\]: expected all runtimes > 0 ns \(or all 0 in a test file\); "
-                                 r"found 1 of \d+ runtimes are 0 \(first at config 2\)", VALID, (ND, TRAIN)),
+                                 r"found 1 of \d+ runtimes are 0 \(first at config 1\)", VALID, (ND, TRAIN)),
     Case(zero_normalizers, (TILE, TRAIN), r"\[config_runtime_normalizers\]: expected normalizers > 0 ns; found 0 "
                                           r"at config 0 \(\d+ in all\)"),
     Case(negative_normalizer, (TILE, VALID), r"\[config_runtime_normalizers\]: expected normalizers > 0 ns; found "

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from competition.opcodes import CONFIGURABLE_OPCODES, NUM_OPCODES
+from competition.opcodes import CONFIGURABLE_OPCODES, NUM_OPCODES, OPCODE_NAMES
 from competition.synthetic.featurize import featurize
 from competition.synthetic.hlo import Module
-from competition.synthetic.programs import build_program, tile_kernels
+from competition.synthetic.programs import NLP_BATCH_SIZES, NLP_MODELS, build_program, tile_kernels
+
+# Real nlp names: small_bert_bert_en_uncased_L-10_H-256_A-4_batch_size_64_train, albert_en_xlarge_batch_size_16_test.
+NLP_NAME = re.compile(r"(?P<stem>[a-z][a-z_-]*?)(?:_L-(?P<L>\d+)_H-(?P<H>\d+)_A-(?P<A>\d+))?"
+                      r"_batch_size_(?P<batch>\d+)_(?P<mode>train|test)")
 
 
 def _check_valid(module: Module) -> None:
@@ -55,7 +61,11 @@ def _programs(source: str, target: int, seeds: range) -> list[Module]:
 def test_valid_and_on_target(source: str, target: int) -> None:
     for m in _programs(source, target, range(3)):
         _check_valid(m)
-        assert 0.65 * target <= m.num_nodes <= 1.35 * target, (m.name, m.num_nodes)
+        if source == "nlp" and target < 200:
+            # nlp programs are real architectures: the smallest is a 2-layer encoder of about 220 nodes.
+            assert "_L-2_" in m.name and m.num_nodes < 300, (m.name, m.num_nodes)
+        else:
+            assert 0.65 * target <= m.num_nodes <= 1.35 * target, (m.name, m.num_nodes)
         g = featurize(m)
         assert g.node_feat.shape == (m.num_nodes, 140)
         assert np.all(g.edge_index[:, 0] > g.edge_index[:, 1])
@@ -77,10 +87,57 @@ def test_xla_mixes_families_and_training() -> None:
             assert featurize(m).node_splits.shape[1] >= 4
 
 
-def test_nlp_names_and_modes() -> None:
-    for m in _programs("nlp", 800, range(4)):
-        assert "_L-" in m.name and "_H-" in m.name and "_A-" in m.name
-        assert m.name.endswith(("_train", "_test"))
+def test_nlp_programs_are_named_and_sized_like_the_real_ones() -> None:
+    """2 to 24 layers, hidden 128 to 1024, several batch sizes, train and test; the name tells the structure."""
+    stems = {stem.split("_L-")[0]: variants for stem, variants, _ in NLP_MODELS}
+    seen: Counter = Counter()
+    for target in (250, 1500, 6000, 44_000):
+        for m in _programs("nlp", target, range(5)):
+            match = NLP_NAME.fullmatch(m.name)
+            assert match, m.name
+            assert match["stem"] in stems and int(match["batch"]) in NLP_BATCH_SIZES, m.name
+            if match["L"]:
+                layers, hidden = int(match["L"]), int(match["H"])
+                assert int(match["A"]) == hidden // 64
+            else:
+                ((layers, hidden),) = stems[match["stem"]]
+            assert 2 <= layers <= 24 and 128 <= hidden <= 1024
+            assert (layers, hidden) in stems[match["stem"]], m.name
+            # One softmax (exponential) per encoder layer, plus the classifier's unless the export is encoder-only.
+            exps = sum(i.opcode == "exponential" for i in m.instructions())
+            assert exps in (layers, layers + 1), (m.name, exps)
+            seen.update([match["mode"], match["batch"], layers])
+    assert seen["train"] and seen["test"] and len({k for k in seen if isinstance(k, int)}) >= 3
+    assert len([k for k in seen if k in ("16", "32", "64")]) >= 2
+
+
+def _share(m: Module, *opcodes: str) -> float:
+    ops = Counter(OPCODE_NAMES[int(o)] for o in featurize(m).node_opcode)
+    return sum(ops[o] for o in opcodes) / m.num_nodes
+
+
+@pytest.mark.parametrize("source", ["xla", "nlp"])
+def test_training_graphs_have_real_structure(source: str) -> None:
+    """Real: about 1.7 edges per node; node_splits boundaries after cluster / while / cond computations, several
+    per training graph (7 in a real 3,163-node module); select and compare about 6% of the nodes, few constants."""
+    mods = _programs(source, 3000, range(10))
+    train = [m for m in mods if any(i.opcode == "while" for i in m.instructions())
+             and any(c.name.startswith("cond_") for c in m.computations)]
+    assert len(train) >= 4
+    for m in mods:
+        g = featurize(m)
+        tagged = [k for k, c in enumerate(m.computations) if any(t in c.name for t in ("cluster", "while", "cond"))]
+        inner = set(g.node_splits[0, 1:-1].tolist())
+        assert inner <= {int(m.offsets[k + 1]) for k in tagged}, m.name
+        assert _share(m, "constant") < 0.04, m.name
+    for m in train:
+        g = featurize(m)
+        assert 1.6 <= g.edge_index.shape[0] / m.num_nodes <= 2.0, m.name
+        assert g.node_splits.shape[1] - 1 >= 5, m.name
+    if source == "xla":  # f16 steps add the loss-scale conditional's two computations
+        assert max(featurize(m).node_splits.shape[1] - 1 for m in train) == 7
+    shares = [_share(m, "select", "compare") for m in train]
+    assert min(shares) > 0.015 and max(shares) > 0.06 and 0.03 < np.mean(shares) < 0.09, shares
 
 
 def test_deterministic() -> None:
