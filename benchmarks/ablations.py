@@ -73,12 +73,20 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 )}
 
 
+_FITS: dict[tuple[str, str, str, str], dict[str, dict[str, np.ndarray]]] = {}
+"""Predictions per (world, model, params, collections): a fit that several variants share (the default's is the
+seed ensemble's first member and the ensemble's GNN member) is made once per world."""
+
+
 def _fit_predict(model: str, root: Any, collections: Sequence[Collection], params: Mapping[str, Any],
                  progress: bool) -> dict[str, dict[str, np.ndarray]]:
     from models.registry import ModelParams
 
-    common = {**params, **({"runs_dir": None} if model.startswith("gnn") else {})}
-    return predict_split(model, root, collections, params=ModelParams(common=common), progress=progress)
+    key = (str(root.root), model, repr(sorted(params.items())), " ".join(c.value for c in collections))
+    if key not in _FITS:
+        common = {**params, **({"runs_dir": None} if model.startswith("gnn") else {})}
+        _FITS[key] = predict_split(model, root, collections, params=ModelParams(common=common), progress=progress)
+    return _FITS[key]
 
 
 def run_variant(variant: Variant, root: Any, collections: Sequence[Collection], labels: Mapping[Split, SplitLabels],
