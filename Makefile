@@ -35,6 +35,7 @@ bench: install ## Speed and memory benchmarks (prints ratios measured side by si
 	$(PY) -m benchmarks.features
 	$(PY) -m benchmarks.models
 	$(PY) -m benchmarks.gnn --threads 1
+	$(PY) -m benchmarks.distributed
 
 bench-scale: install ## Every stage measured on a full-scale world part, projected for the real data's counts.
 	$(PY) -m benchmarks.scale

@@ -346,7 +346,6 @@ def _submit_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
-    """``fastslow train``."""
     from competition.protocol import add_valid_configs_arg
 
     trainp = sub.add_parser(
@@ -354,7 +353,9 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
         description="Fit a registered model on the train split of each collection (early stopping on valid where "
                     "the model supports it), save it as runs/<model>/<collection>/model.json, and print the "
                     "valid score per collection. A GNN run keeps checkpoint.pt, curves.csv and curves.png in the "
-                    "same folder; re-running with the same settings resumes an interrupted run.",
+                    "same folder; re-running with the same settings resumes an interrupted run. The GNN models also "
+                    "train on several processes (--nproc N, or `torchrun --nproc-per-node N -m competition train "
+                    "...`, on one machine or several: docs/distributed.md).",
     )
     _add_data_arg(trainp)
     trainp.add_argument("--model", default="gnn", metavar="NAME",
@@ -366,6 +367,19 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     _add_param_args(trainp)
     trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(trainp)
+    trainp.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="GNN models: train on N processes of this machine, through `torchrun --nproc-per-node N "
+                             "-m competition train` with the other arguments as given. Each process trains its "
+                             "share of every optimiser step's graphs (graphs_per_step, at least N) on a GPU of its "
+                             "own, or on the CPU's cores split between them, and scores its share of the valid "
+                             "graphs; the first writes the run folder and prints (default: %(default)s)")
+    trainp.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
+                        help="how several processes exchange gradients and scores (torch.distributed): auto is "
+                             "nccl when they train on CUDA, gloo on the CPU (default: %(default)s)")
+    trainp.add_argument("--dist-timeout", type=float, default=1800.0, metavar="SECONDS",
+                        help="on several processes: how long each waits for the others at an exchange before "
+                             "stopping with an error (a process that hangs; one that dies is noticed at once) "
+                             "(default: %(default)s)")
     trainp.set_defaults(func=_cmd_train, outputs={"runs_dir": "folder"})
 
 
@@ -618,13 +632,45 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from competition.labels import load_labels
     from competition.reader import find_data_root, list_graphs, load_graph, validate_root
     from competition.submission import score_predictions, submission_id
-    from features.cache import collection_slug
+    from models.gnn import distributed
+    from models.gnn.train import resolve_device
     from models.registry import format_params, make_model
 
+    launched = distributed.launched_world()  # above 1 in a process that torchrun started
+    world = launched if launched > 1 else args.nproc
+
+    def refuse(message: str) -> SystemExit:
+        # Every process of a launch finds the same problem: the first says it, the others stop without a word.
+        return UsageError(message) if os.environ.get("RANK", "0") == "0" else SystemExit(EXIT_ERROR)
+
+    def relaunched() -> list[str]:
+        """The arguments that parse to ``args``, less --nproc: what each process that torchrun starts runs."""
+        subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+        out = ["train"]
+        for action in subs.choices["train"]._actions:
+            value = getattr(args, action.dest, None)
+            if (not action.option_strings or action.dest in ("help", "nproc") or value is None
+                    or value == action.default):
+                continue
+            flag = action.option_strings[-1]
+            if action.nargs == 0:
+                out += [flag] if value is True else []
+            elif isinstance(value, list):
+                out += [flag, *map(str, value)] if action.nargs in ("+", "*") else [x for v in value for x in (flag, v)]
+            else:
+                out += [flag, str(value)]
+        return out
+
+    if args.nproc < 1:
+        raise refuse(f"--nproc {args.nproc}: expected 1 or more processes")
+    if args.nproc > 1 and launched > 1:
+        raise refuse(f"--nproc {args.nproc}: this process is already one of {launched} that torchrun started; leave "
+                     "out --nproc")
     root = find_data_root(args.data)
     protocol = _protocol(args)
     params = _model_params(args, [args.model])[args.model]
-    if args.model.startswith("gnn") and "runs_dir" not in params.common:
+    gnn = args.model.startswith("gnn")
+    if gnn and "runs_dir" not in params.common:
         params = replace(params, common={**params.common, "runs_dir": args.runs_dir})
     asked = _collections(args.collections)
     # A collection whose train split is missing would otherwise be passed over without a word (exit 0).
@@ -635,20 +681,61 @@ def _cmd_train(args: argparse.Namespace) -> int:
     absent = [c.value for c in asked if c not in collections]
     if args.collections and absent:  # named on the command line, but the data has none of them
         raise UsageError(f"--collections: {root.root} holds no graphs of {', '.join(absent)}")
-    print(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved")
-    for c in collections:
-        t0 = time.perf_counter()
-        model = make_model(args.model, **params.for_collection(c))
-        print(f"{args.model} {c.value} settings: {format_params(model.resolved_params(c))}", flush=True)
-        model.fit(root, c, eval_split=Split.VALID, progress=not args.no_progress, valid=protocol)
-        seconds = time.perf_counter() - t0
-        saved = model.save(Path(args.runs_dir) / args.model / collection_slug(c) / "model.json")
-        preds = {submission_id(c, p.stem): model.predict(protocol.select(load_graph(p, c), c))
-                 for p in list_graphs(root, c, Split.VALID)}
-        report = score_predictions(preds, load_labels(root, [c], Split.VALID, protocol)) if preds else None
-        valid = f"{report.scores()[c]:8.4f}" if report is not None else f"{'-':>8s}"
-        print(f"{c.value:20s} {valid} {len(preds):7d} {seconds:8.1f}  {saved}", flush=True)
-    print(f"valid scored on {protocol.describe()}")
+    device = resolve_device(params.common.get("device", "auto")) if gnn else resolve_device("cpu")
+    if world > 1:  # what would stop every process, found before any starts
+        if not gnn:
+            raise refuse(f"--model {args.model} trains in one process; only the GNN models (gnn, gnn-attn) train "
+                         "on several")
+        for c in collections:
+            graphs = len(list_graphs(root, c, Split.TRAIN))
+            if graphs < world:
+                raise refuse(f"{c.value}: {graphs} train graphs for {world} processes, each of which trains a graph "
+                             f"of its own at every step: launch at most {graphs}, or leave {c.value} out "
+                             "(--collections)")
+            per_step = params.for_collection(c).get("graphs_per_step")
+            if isinstance(per_step, int) and per_step < world:
+                raise refuse(f"graphs_per_step={per_step} on {c.value}: less than the {world} processes, each of "
+                             f"which trains a graph of its own at every step; set it to {world} or more, or leave "
+                             f"it out (it is then {world})")
+        try:
+            distributed.choose_backend(args.backend, device)
+        except distributed.DistributedSetupError as exc:
+            raise refuse(str(exc)) from None
+    if args.nproc > 1:
+        try:
+            distributed.launch(args.nproc, relaunched(), verbose=args.verbose)
+        except distributed.LaunchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        return 0
+    with distributed.process_group(device, backend=args.backend, timeout=args.dist_timeout) as device:
+        if distributed.active() and device.type == "cuda":  # this process's own GPU
+            params = replace(params, common={**params.common, "device": str(device)})
+        main = distributed.is_main()
+        say = print if main else (lambda *_, **__: None)
+        say(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved", flush=True)
+        for c in collections:
+            t0 = time.perf_counter()
+            model = make_model(args.model, **params.for_collection(c))
+            say(f"{args.model} {c.value} settings: {format_params(model.resolved_params(c))}", flush=True)
+            paths = list_graphs(root, c, Split.VALID)
+            with distributed.collectives(f"{args.model} on {c.value}"):
+                model.fit(root, c, eval_split=Split.VALID, progress=not args.no_progress, valid=protocol)
+                seconds = time.perf_counter() - t0
+                where = Path(args.runs_dir) / args.model / c.slug / "model.json"
+                saved = model.save(where) if main else None
+                # Each process scores its share of the valid graphs; the first gathers them.
+                mine = {submission_id(c, p.stem): model.predict(protocol.select(load_graph(p, c), c))
+                        for p in distributed.shard(paths)}
+                parts = distributed.gather_to_main(mine)
+            if parts is None:
+                continue
+            every = {k: v for part in parts for k, v in part.items()}
+            preds = {k: every[k] for k in (submission_id(c, p.stem) for p in paths)}
+            report = score_predictions(preds, load_labels(root, [c], Split.VALID, protocol)) if preds else None
+            valid = f"{report.scores()[c]:8.4f}" if report is not None else f"{'-':>8s}"
+            print(f"{c.value:20s} {valid} {len(preds):7d} {seconds:8.1f}  {saved}", flush=True)
+        say(f"valid scored on {protocol.describe()}")
     return 0
 
 

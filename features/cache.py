@@ -130,11 +130,6 @@ def read_record(path: Path) -> dict[str, Any]:
     return {**record, "data": Data.from_dict(record["data"])}
 
 
-def collection_slug(collection: Collection) -> str:
-    """Kept for the callers not yet moved to :attr:`Collection.slug` (which owns the folder name)."""
-    return Collection(collection).slug
-
-
 def pipeline_description(pre_transform: Transform | None, max_configs: int | None,
                          protocol: ValidProtocol | None = None) -> str:
     """The settings that make a cache: what ``pipeline.txt`` holds and what the pipeline hash is taken of."""

@@ -7,6 +7,9 @@ graphs (stored with the model), trains with :func:`models.gnn.train.train`, and 
 :meth:`GNNModel.predict` runs the same pipeline on one graph and streams a layout graph's configs block by block, so
 a 100,000-config graph is never in memory whole.
 
+Launched by torchrun on several processes (:mod:`models.gnn.distributed`), :meth:`GNNModel.fit` runs on every rank:
+rank 0 builds the processed-graph cache while the others wait, then all read it and train together.
+
 Hyper-parameters left at ``None`` take the collection kind's default from :data:`models.gnn.train.DEFAULTS`, the one
 place the GNN defaults live (:class:`models.gnn.train.TrainConfig`).
 """
@@ -28,7 +31,7 @@ from torch_geometric.transforms import BaseTransform, Compose
 from competition.collections import Collection, Split
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs
-from features.cache import ProcessedGraphs, collection_slug
+from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from features.transforms import (
     DedupConfigs,
@@ -41,6 +44,7 @@ from features.transforms import (
     ShapeAlignmentFeatures,
 )
 from models.base import NotFittedError, RankingModel
+from models.gnn import distributed
 from models.gnn.infer import (
     DEFAULT_TTA,
     REFERENCE_WINDOW,
@@ -108,6 +112,8 @@ class GNNModel(RankingModel):
             ``train_configs`` a count (1000 configs x 20 segments x 32 channels is 2.5 MB per graph).
         backprop_segments: segments backpropagated per step under GST.
         keep_prob: GST segment-dropout keep probability for stale segments.
+        graphs_per_step: graphs per optimiser step, over all processes, their losses averaged (default: 1, or the
+            number of processes when launched on several, each of which trains at least one graph per step).
         train_configs: configs per training graph kept in the cache (evenly spaced), or ``"all"``.
         predict_batch: configs per batch at prediction (exactly this many when attention is on).
         tta: with attention, random orderings (``predict_context="batches"``) or reference sets
@@ -148,8 +154,9 @@ class GNNModel(RankingModel):
                  dropout: float | None = None, patience: int | None = None,
                  hops: int | Literal["all"] | None = None, pad: bool | None = None, segment_size: int | None = None,
                  backprop_segments: int | None = None, keep_prob: float | None = None,
-                 train_configs: int | Literal["all"] | None = None, predict_batch: int | None = None,
-                 tta: int = DEFAULT_TTA, predict_context: str | None = None, reference_configs: int | None = None,
+                 graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
+                 predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
+                 reference_configs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -171,6 +178,7 @@ class GNNModel(RankingModel):
         self.segment_size = segment_size
         self.backprop_segments = backprop_segments
         self.keep_prob = keep_prob
+        self.graphs_per_step = graphs_per_step
         self.train_configs = train_configs
         self.predict_batch = predict_batch
         self.tta = tta
@@ -188,12 +196,15 @@ class GNNModel(RankingModel):
     def train_config(self, kind: str) -> TrainConfig:
         """The settings this model trains a ``kind`` (``tile`` or ``layout``) collection with: the kind's
         :data:`~models.gnn.train.DEFAULTS`, with :attr:`default_attention` and then every hyper-parameter given
-        (not ``None``) in their place; ``num_features`` and ``data_key`` are left for :meth:`fit`.
+        (not ``None``) in their place; ``num_features`` and ``data_key`` are left for :meth:`fit`. Launched on
+        several processes, ``graphs_per_step`` not given is at least their number.
 
         Raises:
             ValueError: a value a run cannot take (an unknown loss, ``hops=9``, ...).
         """
         given = {name: getattr(self, name) for name in SETTINGS if getattr(self, name) is not None}
+        if self.graphs_per_step is None:
+            given["graphs_per_step"] = max(DEFAULTS[kind].graphs_per_step, distributed.world_size())
         return replace(DEFAULTS[kind], **{"attention": self.default_attention, **given})
 
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
@@ -214,19 +225,18 @@ class GNNModel(RankingModel):
         kind = "tile" if collection.is_tile else "layout"
         settings = self.train_config(kind)
         pipeline = feature_pipeline(kind, settings.hops, settings.pad)
+        progress = progress and distributed.is_main()
         train_set = ProcessedGraphs(root, collection, split, pre_transform=Compose([pipeline, DedupConfigs("min")]),
                                     cache_dir=self.cache_dir, max_configs=settings.max_train_configs,
                                     progress=progress)
-        train_set.build()
-        datas = [train_set[i] for i in range(len(train_set))]
-        if not datas:
+        if not len(train_set):
             raise ValueError(f"no {collection.value} graphs in the {split.value} split of {root.root}")
+        datas = _built(train_set)
         valid_datas: list[Data] = []
         if eval_split is not None and eval_split != split and list_graphs(root, collection, eval_split):
             valid_set = ProcessedGraphs(root, collection, eval_split, pre_transform=pipeline,
                                         cache_dir=self.cache_dir, protocol=valid, progress=progress)
-            valid_set.build()
-            valid_datas = [valid_set[i] for i in range(len(valid_set))]
+            valid_datas = _built(valid_set)
         columns = DropConstantColumns().fit(datas)
         normalize = Normalize().fit(columns(d.clone()) for d in datas)
 
@@ -243,7 +253,7 @@ class GNNModel(RankingModel):
         data_key = hashlib.sha256(("\n".join([repr(pipeline), str(root.root), str(settings.max_train_configs),
                                               stopping, *sorted(d.stem for d in datas)])).encode()).hexdigest()[:16]
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
-        run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection_slug(collection)
+        run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
         max_seconds = self.max_seconds
         if deadline is not None:
             left = max(0.0, deadline - time.monotonic())
@@ -323,6 +333,20 @@ class GNNModel(RankingModel):
             return None
         return reference_sets(plan, first, num_configs, batch=s["predict_batch"], drawn=s["reference_configs"],
                               seed=s["seed"], draws=self.tta)
+
+
+def _built(dataset: ProcessedGraphs) -> list[Data]:
+    """Every graph of ``dataset``, its cache built first: launched on several processes, by rank 0 while the others
+    wait (:func:`models.gnn.distributed.build_once`), so no two processes ever write the same cache."""
+
+    def read() -> list[Data]:
+        return [dataset[i] for i in range(len(dataset))]
+
+    def build() -> list[Data]:
+        dataset.build()
+        return read()  # rank 0 reads every file before the others do: it alone sets aside and rebuilds a bad one
+
+    return distributed.build_once(build, read, ready=lambda: all(p.is_file() for p in dataset.paths))
 
 
 class GNNAttentionModel(GNNModel):

@@ -19,6 +19,15 @@ renamed to ``checkpoint.pt.corrupt``, named in a warning, and training starts af
 
 The valid metric is the collection's: mean Kendall tau (layout) or mean tile score (tile) over the valid graphs, each
 :func:`competition.metrics.graph_score` of the predicted scores (ties broken by config index, as in a submission).
+
+Each optimiser step trains on ``graphs_per_step`` graphs (*slots*) and averages their losses. Launched by torchrun on
+several processes (:mod:`models.gnn.distributed`), each rank trains its share of every step's slots and
+``DistributedDataParallel`` all-reduces the gradients; rank 0 alone reads and writes the run folder. A step
+computes the same whoever runs each slot: with one graph per step the slot draws from the run's generators (as
+training always did); with more, every slot draws its configs, GST segments and dropout from its own generators,
+seeded by numbers the run's generator draws on every rank; and GST's history table is read as it was when the step
+began and updated when it ends, with every slot's writes in slot order on every rank. So N processes of
+``graphs_per_step`` G give the weights of one process of G, within float rounding.
 """
 
 from __future__ import annotations
@@ -33,18 +42,21 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from competition.metrics import graph_score
 from competition.npzio import atomic_path, atomic_write_text
 from features.cache import UnusableFileError, load_plain, set_aside
+from models.gnn import distributed
 from models.gnn.gst import HistoryTable, gst_scores
 from models.gnn.infer import (
     DEFAULT_PREDICT_CONTEXT,
@@ -86,6 +98,7 @@ class TrainConfig:
     them to :class:`RankNet`, which has no defaults of its own.
 
     ``hops="all"`` keeps whole graphs (no pruning), ``train_configs="all"`` every config of a training graph.
+    ``graphs_per_step`` counts the graphs of one optimiser step over all processes (see the module's docstring).
     ``num_features`` and ``data_key`` come from the data (set by :meth:`GNNModel.fit`).
     """
 
@@ -110,6 +123,7 @@ class TrainConfig:
     segment_size: int | None = None  # None: full-graph training (no Graph Segment Training)
     backprop_segments: int = 1
     keep_prob: float = 0.5
+    graphs_per_step: int = 1  # graphs per optimiser step, over all processes; their losses are averaged
     predict_batch: int = 128
     predict_context: str = DEFAULT_PREDICT_CONTEXT
     reference_configs: int = DEFAULT_REFERENCE_CONFIGS
@@ -127,6 +141,8 @@ class TrainConfig:
             raise ValueError(f"hops must be 1 to 5 or 'all' (whole graphs); got {self.hops!r}")
         if self.train_configs != "all" and not (isinstance(self.train_configs, int) and self.train_configs >= 1):
             raise ValueError(f"train_configs must be a positive count or 'all'; got {self.train_configs!r}")
+        if not (isinstance(self.graphs_per_step, int) and self.graphs_per_step >= 1):
+            raise ValueError(f"graphs_per_step must be a positive count; got {self.graphs_per_step!r}")
 
     def make_net(self) -> RankNet:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
@@ -172,6 +188,76 @@ class Item:
     @property
     def num_nodes(self) -> int:
         return sum(s.num_nodes for s in self.segments)
+
+
+@dataclass
+class Slot:
+    """One graph of an optimiser step, and the generators its sampling draws from.
+
+    Attributes:
+        index: the slot's position in the epoch (the same on every rank).
+        item: the graph.
+        gen: draws the configs.
+        np_rng: draws GST's segments and segment dropout.
+        seed: when set, dropout draws from the global RNG seeded with it (and left as it was afterwards); ``None``:
+            from the global RNG as it goes (one graph per step, one process).
+    """
+
+    index: int
+    item: Item
+    gen: torch.Generator
+    np_rng: np.random.Generator
+    seed: int | None = None
+
+    @classmethod
+    def seeded(cls, index: int, item: Item, seed: int) -> Slot:
+        """A slot whose every draw comes from ``seed``, whichever rank trains it."""
+        return cls(index, item, torch.Generator().manual_seed(seed), np.random.default_rng(seed), seed)
+
+
+class StepTable:
+    """GST's history table as the slots of one optimiser step see it: read as it was when the step began, written
+    when it ends (:meth:`commit`), every slot's writes in slot order on every rank. So the step computes the same
+    whichever rank trains which slot, and every rank keeps the whole table."""
+
+    def __init__(self, table: HistoryTable) -> None:
+        self.table = table
+        self.slot = 0
+        self.writes: list[tuple[int, Any, int, torch.Tensor, torch.Tensor]] = []
+
+    def get(self, key: Any, segment: int, positions: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        return self.table.get(key, segment, positions)
+
+    def put(self, key: Any, segment: int, positions: torch.Tensor, values: torch.Tensor) -> None:
+        self.writes.append((self.slot, key, segment, positions, values.detach()))
+
+    def commit(self, device: torch.device) -> None:
+        """Apply the step's writes (gathered from every rank when launched on several)."""
+        writes = self.writes
+        if distributed.active():
+            parts = distributed.gather([(s, k, seg, pos.cpu(), val.cpu()) for s, k, seg, pos, val in writes])
+            writes = sorted((w for part in parts for w in part), key=lambda w: w[0])  # stable: in-slot order kept
+        for _, key, segment, positions, values in writes:
+            self.table.put(key, segment, positions, values.to(device))
+        self.writes = []
+
+
+class GraphScores(nn.Module):
+    """The training forward of one graph as one module call, the unit ``DistributedDataParallel`` synchronises:
+    the sampled configs' scores through every segment, or through GST (some segments backpropagated, the others
+    from the history table) when the settings use it and the graph has several segments."""
+
+    def __init__(self, net: RankNet) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, item: Item, config_feat: torch.Tensor, positions: torch.Tensor, cfg: TrainConfig,
+                table: StepTable, np_rng: np.random.Generator) -> torch.Tensor:
+        if cfg.uses_gst and len(item.segments) > 1:
+            scores, _ = gst_scores(self.net, item.segments, config_feat, positions, key=item.key, table=table,
+                                   rng=np_rng, backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
+            return scores
+        return self.net(item.segments, config_feat)
 
 
 @dataclass
@@ -295,9 +381,14 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
 def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torch.device, *,
              orderings: int = 1) -> float:
     """The mean valid metric over ``items`` (NaN when there are none with known runtimes): the score each graph's
-    submission row would get (:func:`~competition.metrics.graph_score`)."""
-    values = []
-    for item in items:
+    submission row would get (:func:`~competition.metrics.graph_score`).
+
+    Launched on several processes, each scores its share of ``items`` (:func:`models.gnn.distributed.shard`) and
+    every rank returns the same mean, taken in the order of ``items``.
+    """
+    mine: dict[int, float] = {}
+    for i in distributed.shard(range(len(items))):
+        item = items[i]
         y = item.y.numpy()
         if item.num_configs < 2 or not np.isfinite(y).all():
             continue
@@ -306,35 +397,86 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
         scores = predict_scores(net, segs, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
                                 seed=cfg.seed, device=device, mixed_precision=False, context=cfg.predict_context,
                                 reference_configs=cfg.reference_configs)
-        values.append(graph_score(cfg.kind, y, scores=scores))
+        mine[i] = graph_score(cfg.kind, y, scores=scores)
+    every = {i: v for part in distributed.gather(mine) for i, v in part.items()}
+    values = [every[i] for i in sorted(every)]
     return float(np.mean(values)) if values else float("nan")
 
 
-def training_step(net: RankNet, item: Item, cfg: TrainConfig, opt: torch.optim.Optimizer, loss_fn: LossFn,
-                  table: HistoryTable, *, gen: torch.Generator, np_rng: np.random.Generator,
-                  device: torch.device) -> float:
-    """One optimiser step on one graph: sample ``configs_per_graph`` configs, score them (through GST when the
-    graph has several segments and ``cfg`` uses it), take the loss, clip gradients at norm 1, step.
+@contextlib.contextmanager
+def _dropout_seed(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Inside: the global RNG (which dropout draws from) seeded with ``seed``; outside, as it was. Nothing when
+    ``seed`` is ``None``."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+        torch.manual_seed(seed)
+        yield
 
-    ``item``'s segments must already be on ``device``. Returns the loss.
+
+def training_step(net: RankNet, slots: Sequence[Slot], cfg: TrainConfig, opt: torch.optim.Optimizer,
+                  loss_fn: LossFn, table: HistoryTable, *, device: torch.device, share: float = 1.0,
+                  ddp: nn.Module | None = None) -> dict[int, float]:
+    """One optimiser step over this process's slots of the step.
+
+    For each slot: sample ``configs_per_graph`` configs, score them (through GST when the graph has several
+    segments and ``cfg`` uses it), take the loss, backpropagate it times ``share`` (gradients add up over the
+    slots). Then clip the gradients at norm 1 and step. GST's table is read as it was when the step began and
+    updated once the step's slots are all done (:class:`StepTable`).
+
+    Args:
+        net: the network.
+        slots: this process's slots; their items' segments already on ``device``.
+        share: each slot's weight in the step's gradient: ``1 / graphs_per_step`` for the mean over the step's
+            graphs, times the number of processes under ``DistributedDataParallel`` (which averages over them).
+        ddp: ``DistributedDataParallel`` of :class:`GraphScores` of ``net`` when launched on several processes: it
+            all-reduces the gradients during the last slot's backward.
+
+    Returns:
+        Each slot's loss (not weighted), by slot index.
     """
-    k = min(cfg.configs_per_graph, item.num_configs)
-    pos = torch.randperm(item.num_configs, generator=gen)[:k]
-    cf = item.config_feat[pos].to(device)
-    if not cf.is_floating_point():  # layout configs kept as int8 (the cache's compact form)
-        cf = cf.float()
-    y = item.y[pos].to(device)
-    if cfg.uses_gst and len(item.segments) > 1:
-        scores, _ = gst_scores(net, item.segments, cf, pos, key=item.key, table=table, rng=np_rng,
-                               backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
-    else:
-        scores = net(item.segments, cf)
-    loss = loss_fn(scores, y)
+    forward = ddp if ddp is not None else GraphScores(net)
+    view = StepTable(table)
+    losses: dict[int, float] = {}
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    for n, slot in enumerate(slots):
+        item = slot.item
+        last = n == len(slots) - 1
+        sync = ddp.no_sync() if isinstance(ddp, DistributedDataParallel) and not last else contextlib.nullcontext()
+        with sync, _dropout_seed(slot.seed, device):
+            k = min(cfg.configs_per_graph, item.num_configs)
+            pos = torch.randperm(item.num_configs, generator=slot.gen)[:k]
+            cf = item.config_feat[pos].to(device)
+            if not cf.is_floating_point():  # layout configs kept as int8 (the cache's compact form)
+                cf = cf.float()
+            y = item.y[pos].to(device)
+            view.slot = slot.index
+            loss = loss_fn(forward(item, cf, pos, cfg, view, slot.np_rng), y)
+            (loss if share == 1.0 else loss * share).backward()
+        losses[slot.index] = float(loss.detach())
     torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
     opt.step()
-    return float(loss.detach())
+    if cfg.uses_gst:
+        view.commit(device)
+    return losses
+
+
+def step_slots(order: Sequence[int], step: int, usable: Sequence[Item], cfg: TrainConfig, gen: torch.Generator,
+               np_rng: np.random.Generator) -> list[Slot]:
+    """This process's slots of an epoch's ``step`` (the step's slot ``j`` goes to rank ``j % world``), from the
+    epoch's ``order`` of graph indices.
+
+    With one graph per step the slot draws from the run's ``gen`` and ``np_rng``; with more, the step's slot seeds
+    are drawn from ``gen`` on every rank, so every rank's ``gen`` stays the same.
+    """
+    per_step = cfg.graphs_per_step
+    first = step * per_step
+    if per_step == 1:
+        return [Slot(first, usable[order[first]], gen, np_rng)]
+    seeds = torch.randint(2**62, (per_step,), generator=gen).tolist()
+    return [Slot.seeded(first + j, usable[order[first + j]], seeds[j])
+            for j in range(distributed.rank(), per_step, distributed.world_size())]
 
 
 def _cosine(total_steps: int, warmup: int) -> Callable[[int], float]:
@@ -388,7 +530,8 @@ def _set_rng_state(state: dict[str, Any], gen: torch.Generator, np_rng: np.rando
     np_rng.bit_generator.state = state["numpy"]
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
+    # Only onto as many GPUs as it was taken from (rank 0's machine may have more than another rank's).
+    if state.get("cuda") is not None and len(state["cuda"]) == torch.cuda.device_count() > 0:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
@@ -462,6 +605,10 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
           max_seconds: float | None = None, title: str = "") -> TrainResult:
     """Train a :class:`RankNet` per ``cfg`` and return its best weights on the valid metric.
 
+    Launched on several processes (:mod:`models.gnn.distributed`), every rank calls this with the same arguments:
+    each trains its share of every step's graphs and scores its share of ``valid_items``; rank 0 alone reads and
+    writes ``run_dir`` (the others get its checkpoint from it), and every rank returns the same result.
+
     Args:
         cfg: the settings.
         train_items: graphs to learn from (at least two configs each to contribute).
@@ -469,23 +616,38 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         run_dir: where checkpoints and curves go (``None``: kept in memory only, no resume); a run with other
             settings found there is moved into a subfolder named by its :func:`settings_hash`, not overwritten.
         device: ``auto``, ``cpu``, ``cuda``...
-        progress: progress bars.
-        max_seconds: stop after this much training time (checked every step); the run stays resumable.
+        progress: progress bars (rank 0's only).
+        max_seconds: stop after this much training time (checked every step, by every rank: the first out of time
+            stops them all); the run stays resumable.
         title: a title for the curves plot.
 
     Returns:
         The best weights (on the CPU) with the history.
+
+    Raises:
+        models.gnn.distributed.DistributedSetupError: more processes than training graphs, or than
+            ``graphs_per_step``.
     """
     device = resolve_device(device)
     run = Path(run_dir) if run_dir is not None else None
     settings = asdict(cfg)
+    world, main = distributed.world_size(), distributed.is_main()
     # Graphs go to the device once (a no-op on the CPU), not at every step.
     usable = [Item(it.key, [s.to(device) for s in it.segments], it.config_feat, it.y)
               for it in train_items if it.num_configs >= 2]
     valid_items = [Item(it.key, [s.to(device) for s in it.segments], it.config_feat, it.y) for it in valid_items]
     if not usable:
         raise ValueError("no training graph has two or more configs with known runtimes")
-    steps_per_epoch = len(usable) * cfg.steps_per_graph
+    if world > len(usable):
+        raise distributed.DistributedSetupError(
+            f"{title or cfg.kind}: {len(usable)} training graphs for {world} processes, each of which trains a "
+            f"graph of its own at every step: launch at most {len(usable)}")
+    if cfg.graphs_per_step < world:
+        raise distributed.DistributedSetupError(
+            f"graphs_per_step={cfg.graphs_per_step} is less than the {world} processes, each of which trains a graph "
+            f"of its own at every step: set graphs_per_step to {world} or more (--param graphs_per_step={world})")
+    # Every graph is visited steps_per_graph times per epoch; the last step is topped up to graphs_per_step.
+    steps_per_epoch = math.ceil(len(usable) * cfg.steps_per_graph / cfg.graphs_per_step)
     total_steps = cfg.epochs * steps_per_epoch
 
     def fresh() -> tuple[RankNet, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, torch.Generator,
@@ -496,26 +658,33 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(total_steps, max(1, total_steps // 50)))
         return net, opt, sched, torch.Generator().manual_seed(cfg.seed), np.random.default_rng(cfg.seed)
 
+    def resume(ckpt: dict[str, Any]) -> None:
+        net.load_state_dict(ckpt["best_state"])  # only checks that the kept weights fit this network
+        net.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        _set_rng_state(ckpt["rng"], gen, np_rng)
+
     net, opt, sched, gen, np_rng = fresh()
     loss_fn = get_loss(cfg.loss)
     table = HistoryTable()
     history: list[dict[str, float]] = []
     best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
     best_metric, best_epoch, bad_epochs, start_epoch, stopped = -math.inf, 0, 0, 1, ""
-    ckpt = _open_run(run, settings) if run is not None else None
-    if run is not None:  # after _open_run, which moves another run's files (its settings.json too) away first
+    ckpt = _open_run(run, settings) if run is not None and main else None
+    if run is not None and main:  # after _open_run, which moves another run's files (its settings.json too) away
         atomic_write_text(run / SETTINGS_FILE, json.dumps(settings, indent=1, sort_keys=True) + "\n")
     if run is not None and ckpt is not None:
         try:
-            net.load_state_dict(ckpt["best_state"])  # only checks that the kept weights fit this network
-            net.load_state_dict(ckpt["model"])
-            opt.load_state_dict(ckpt["optimizer"])
-            sched.load_state_dict(ckpt["scheduler"])
-            _set_rng_state(ckpt["rng"], gen, np_rng)
+            resume(ckpt)
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
             _discard(run / CHECKPOINT, f"does not fit the settings it names ({type(exc).__name__})")
             net, opt, sched, gen, np_rng = fresh()
             ckpt = None
+    if run is not None and world > 1:
+        ckpt = distributed.broadcast(ckpt)  # rank 0's, checked: every rank resumes from the same epoch
+        if ckpt is not None and not main:
+            resume(ckpt)
     if ckpt is not None:
         history, best_state = ckpt["history"], ckpt["best_state"]
         best_metric, best_epoch, bad_epochs = ckpt["best_metric"], ckpt["best_epoch"], ckpt["bad_epochs"]
@@ -523,20 +692,26 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         if stopped and stopped != "time budget":
             return TrainResult(best_state, best_epoch, best_metric, history, stopped)
         stopped = ""
+    ddp = distributed.wrap(GraphScores(net), partial=cfg.uses_gst) if world > 1 else None
+    share = world / cfg.graphs_per_step  # DistributedDataParallel averages the gradients over the processes
     started = time.perf_counter()
     elapsed_before = history[-1]["seconds"] if history else 0.0
     for epoch in range(start_epoch, cfg.epochs + 1):
         net.train()
-        # Every graph is visited steps_per_graph times per epoch (fresh configs each time), in a shuffled order.
-        order = torch.randperm(steps_per_epoch, generator=gen).remainder(len(usable)).tolist()
-        losses = []
-        bar = tqdm(order, desc=f"{title or cfg.kind} epoch {epoch}/{cfg.epochs}", disable=not progress, leave=False)
-        for i in bar:
-            loss = training_step(net, usable[i], cfg, opt, loss_fn, table, gen=gen, np_rng=np_rng, device=device)
+        # Every graph's visits in a shuffled order (fresh configs at each visit), graphs_per_step per step.
+        order = torch.randperm(steps_per_epoch * cfg.graphs_per_step, generator=gen).remainder(len(usable)).tolist()
+        losses: dict[int, float] = {}
+        recent: list[float] = []
+        bar = tqdm(range(steps_per_epoch), desc=f"{title or cfg.kind} epoch {epoch}/{cfg.epochs}",
+                   disable=not (progress and main), leave=False)
+        for step in bar:
+            slots = step_slots(order, step, usable, cfg, gen, np_rng)
+            done = training_step(net, slots, cfg, opt, loss_fn, table, device=device, share=share, ddp=ddp)
             sched.step()
-            losses.append(loss)
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)  # drawn at the bar's own pace
-            if max_seconds is not None and time.perf_counter() - started > max_seconds:
+            losses.update(done)
+            recent.extend(done.values())
+            bar.set_postfix(loss=f"{np.mean(recent[-50:]):.4f}", refresh=False)  # drawn at the bar's own pace
+            if max_seconds is not None and distributed.any_rank(time.perf_counter() - started > max_seconds):
                 stopped = "time budget"
                 break
         if stopped == "time budget":
@@ -546,8 +721,9 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
                 best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
             break
         metric = evaluate(net, valid_items, cfg, device)
+        every = {i: v for part in distributed.gather(losses) for i, v in part.items()}
         seconds = elapsed_before + time.perf_counter() - started
-        history.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else float("nan"),
+        history.append({"epoch": epoch, "train_loss": float(np.mean([every[i] for i in sorted(every)])),
                         "valid_metric": metric, "lr": float(sched.get_last_lr()[0]), "seconds": seconds})
         if math.isnan(metric) or metric > best_metric + 1e-6:
             best_metric = metric if not math.isnan(metric) else best_metric
@@ -559,7 +735,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
                 stopped = f"early stopping (no gain for {cfg.patience} epochs)"
         if epoch == cfg.epochs and not stopped:
             stopped = "all epochs"
-        if run is not None:
+        if run is not None and main:
             run.mkdir(parents=True, exist_ok=True)
             ckpt = {"settings": settings, "epoch": epoch, "model": net.state_dict(), "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(), "rng": _rng_state(gen, np_rng), "history": history,

@@ -15,7 +15,6 @@ from torch_geometric.data import Data
 from competition.collections import Collection, Split
 from competition.metrics import kendall_tau
 from competition.reader import find_data_root, list_graphs, load_graph
-from features.cache import collection_slug
 from models.base import NotFittedError, load_model
 from models.gnn.model import GNNAttentionModel, GNNModel
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, RankNet, make_segments
@@ -58,7 +57,7 @@ def learned(train_only_root: Path, cache_dir: str) -> GNNModel:
 
 
 def _run_dir(runs_dir: str | Path, name: str = "gnn") -> Path:
-    return Path(runs_dir) / name / collection_slug(LAYOUT)
+    return Path(runs_dir) / name / LAYOUT.slug
 
 
 def test_small_model_learns_the_tiny_world(train_only_root: Path, learned: GNNModel):
