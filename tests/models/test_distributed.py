@@ -24,6 +24,7 @@ from features.cache import ProcessedGraphs
 from models.gnn import distributed
 from models.gnn.model import GNNModel
 from models.gnn.train import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE
+from tests.models.test_gnn_train import interrupt_after_epoch_1
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 # Two train graphs: one per rank at graphs_per_step=2; steps_per_graph=2 makes two steps per epoch. Dropout on, so
@@ -109,17 +110,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _interrupt_after_epoch_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_write = gnn_train.write_curves
-
-    def write_then_interrupt(run_dir, history, title=""):
-        real_write(run_dir, history, title)
-        if history[-1]["epoch"] == 1:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(gnn_train, "write_curves", write_then_interrupt)
-
-
 def _assert_close(mine: dict[str, np.ndarray], theirs: dict[str, np.ndarray], atol: float = 1e-6) -> None:
     assert mine.keys() == theirs.keys()
     for k in mine:
@@ -140,7 +130,7 @@ def test_two_processes_train_and_predict_as_one(tiny_world: Path, tmp_path: Path
     one_gst = _fit(tiny_world, str(tmp_path / "one-cache"), None, **GST)
     assert len(list_graphs(find_data_root(tiny_world), LAYOUT, Split.TRAIN)) == 2
     with monkeypatch.context() as m:  # 1 process stops after epoch 1's checkpoint: 2 processes resume it
-        _interrupt_after_epoch_1(m)
+        interrupt_after_epoch_1(m)
         with pytest.raises(KeyboardInterrupt):
             _fit(tiny_world, str(tmp_path / "one-cache"), str(tmp_path / "resume"), **DROPOUT)
 

@@ -60,6 +60,18 @@ def _run_dir(runs_dir: str | Path, name: str = "gnn") -> Path:
     return Path(runs_dir) / name / LAYOUT.slug
 
 
+
+def interrupt_after_epoch_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make training raise KeyboardInterrupt right after epoch 1's checkpoint and curves are written."""
+    real_write = gnn_train.write_curves
+
+    def write_then_interrupt(run_dir, history, title=""):
+        real_write(run_dir, history, title)
+        if history[-1]["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(gnn_train, "write_curves", write_then_interrupt)
+
 def test_small_model_learns_the_tiny_world(train_only_root: Path, learned: GNNModel):
     root = find_data_root(train_only_root)
     graphs = [load_graph(p, LAYOUT) for p in list_graphs(root, LAYOUT, Split.TRAIN)]
@@ -144,20 +156,12 @@ def test_same_seed_same_weights_and_resume_after_interrupt(tiny_world: Path, cac
     other = _fit(tiny_world, cache_dir, None, seed=1)
     assert any(not np.array_equal(other.weights_[k], straight.weights_[k]) for k in straight.weights_)
 
-    # Interrupt right after epoch 1's checkpoint and curves are written.
-    real_write = gnn_train.write_curves
-
-    def write_then_interrupt(run_dir, history, title=""):
-        real_write(run_dir, history, title)
-        if history[-1]["epoch"] == 1:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(gnn_train, "write_curves", write_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        _fit(tiny_world, cache_dir, str(tmp_path / "b"))
+    with monkeypatch.context() as m:  # interrupted right after epoch 1's checkpoint and curves are written
+        interrupt_after_epoch_1(m)
+        with pytest.raises(KeyboardInterrupt):
+            _fit(tiny_world, cache_dir, str(tmp_path / "b"))
     ckpt = torch.load(_run_dir(tmp_path / "b") / CHECKPOINT, map_location="cpu", weights_only=False)
     assert ckpt["epoch"] == 1 and [r["epoch"] for r in ckpt["history"]] == [1]
-    monkeypatch.setattr(gnn_train, "write_curves", real_write)
 
     resumed = _fit(tiny_world, cache_dir, str(tmp_path / "b"))
     assert [r["epoch"] for r in resumed.history_] == [1, 2, 3]
