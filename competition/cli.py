@@ -464,12 +464,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     params = _model_params(args, args.models or default_models())
     if args.world_seeds is not None:
-        from competition.worlds import evaluate_worlds
+        from competition.worlds import check_seeds, evaluate_worlds
 
         if args.data is not None:
             raise UsageError("--world-seeds generates its own worlds: give it or --data, not both")
-        if len(set(args.world_seeds)) != len(args.world_seeds):
-            raise UsageError(f"--world-seeds: a seed is given twice ({' '.join(map(str, args.world_seeds))})")
+        try:
+            check_seeds(args.world_seeds)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         evaluate_worlds(args.world_seeds, scale=args.scale, models=args.models, out_dir=args.out_dir,
                         progress=not args.no_progress, protocol=_protocol(args), params=params)
         return 0

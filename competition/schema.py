@@ -92,3 +92,31 @@ leading columns, a layout slot."""
 LAYOUT_SLOT_COLUMNS: tuple[tuple[str, int], ...] = tuple((name, k * LAYOUT_SLOT_WIDTH)
                                                          for k, name in enumerate(LAYOUT_SLOTS))
 """Each layout slot with the column of its minor-most dimension in a config row: output 0, input 6, kernel 12."""
+
+
+_HASH_WEIGHTS = np.random.default_rng(12345).integers(1, 2**62, size=4096, dtype=np.int64)
+
+
+def row_hashes(rows: np.ndarray, block: int = 4096) -> np.ndarray:
+    """A 64-bit hash per config row (small integer values, as float or int): equal rows, equal hashes; distinct
+    rows collide with negligible probability. Computed ``block`` rows at a time, so the int64 copy it needs stays
+    at ``block`` rows however many configs there are.
+
+    Args:
+        rows: ``[n, ...]`` array; each row is flattened.
+        block: rows hashed at a time.
+
+    Returns:
+        int64 ``[n]``.
+    """
+    rows = np.asarray(rows)
+    n = rows.shape[0]
+    flat = rows.reshape(n, -1)
+    width = flat.shape[1]
+    weights = np.resize(_HASH_WEIGHTS, width) * (np.arange(width, dtype=np.int64) | 1)
+    out = np.empty(n, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for s in range(0, n, block):
+            b = np.rint(flat[s: s + block] * 16).astype(np.int64)
+            out[s: s + block] = (b * weights).sum(axis=1) ^ (b.sum(axis=1) << 40)
+    return out

@@ -22,30 +22,12 @@ from competition.collections import Collection, Split
 from competition.errors import DataFileError
 from competition.labels import GraphLabels, SplitLabels, graph_labels
 from competition.metrics import graph_score
-from competition.opcodes import OPCODE_NAMES
+from competition.opcodes import OPCODE_IDS, OPCODE_NAMES
 from competition.protocol import ValidProtocol
 from competition.reader import DataRoot, list_graphs, load_graph
+from competition.schema import row_hashes
 
 log = logging.getLogger(__name__)
-
-_HASH_WEIGHTS = np.random.default_rng(12345).integers(1, 2**62, size=4096, dtype=np.int64)
-
-
-def row_hashes(rows: npt.NDArray[np.floating]) -> npt.NDArray[np.int64]:
-    """A 64-bit hash per row of small integer-valued features (config rows): equal rows, equal hashes.
-
-    Args:
-        rows: ``[n, ...]`` array; each row is flattened.
-
-    Returns:
-        int64 ``[n]``.
-    """
-    flat = np.rint(np.asarray(rows).reshape(rows.shape[0], -1) * 16).astype(np.int64)
-    width = flat.shape[1]
-    weights = np.resize(_HASH_WEIGHTS, width) * (np.arange(width, dtype=np.int64) | 1)
-    with np.errstate(over="ignore"):
-        return (flat * weights).sum(axis=1) ^ (flat.sum(axis=1) << 40)
-
 
 @dataclass
 class CollectionStats:
@@ -80,7 +62,7 @@ class CollectionStats:
 
     def opcode_share(self, *names: str) -> float:
         """Share of all nodes whose opcode is one of ``names``."""
-        ids = {k for k, v in OPCODE_NAMES.items() if v in names}
+        ids = {OPCODE_IDS[name] for name in names}
         return sum(v for k, v in self.opcodes.items() if k in ids) / max(sum(self.opcodes.values()), 1)
 
     def oracle_score(self, split: str) -> float | None:

@@ -118,7 +118,7 @@ def summarize(evaluations: Mapping[int, Evaluation]) -> Summary:
                 values = tuple(r.scores()[c] for r in runs)  # type: ignore[union-attr]
                 orc = tuple(o[c] for o in oracles if o and c in o)
                 row[c] = Cell(values, orc if len(orc) == len(values) else ())
-            present = [c for c in row]
+            present = list(row)
             if present:
                 combined = tuple(float(np.mean([row[c].values[k] for c in present])) for k in range(len(seeds)))
                 orc_ok = all(row[c].oracle for c in present)
@@ -128,6 +128,14 @@ def summarize(evaluations: Mapping[int, Evaluation]) -> Summary:
             per_model[name] = row
         cells[split] = per_model
     return Summary(seeds, cells)
+
+
+def check_seeds(seeds: Sequence[int]) -> None:
+    """Raise ``ValueError`` unless ``seeds`` is one or more world seeds, none given twice."""
+    if not seeds:
+        raise ValueError("--world-seeds: give at least one world seed")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--world-seeds: a seed is given twice ({' '.join(map(str, seeds))})")
 
 
 def evaluate_worlds(
@@ -150,10 +158,7 @@ def evaluate_worlds(
     from competition.pipeline import evaluate_models
     from competition.synthetic.world import generate_world
 
-    if not seeds:
-        raise ValueError("--world-seeds: give at least one world seed")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"--world-seeds: a seed is given twice ({' '.join(map(str, seeds))})")
+    check_seeds(seeds)
     evaluations: dict[int, Evaluation] = {}
     for k, seed in enumerate(seeds, 1):
         path = world_dir(scale, seed, worlds_dir)

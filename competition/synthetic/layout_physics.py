@@ -37,6 +37,7 @@ from itertools import product
 import numpy as np
 import numpy.typing as npt
 
+from competition.schema import row_hashes
 from competition.synthetic import physics
 from competition.synthetic.hlo import ITEMSIZE, Instruction, Module, Shape, default_layout
 
@@ -528,7 +529,7 @@ class LayoutProblem:
             int32 ``[m, NC]``, ``m <= n``, no two rows equal.
         """
         rows = self.sample_configs(search, n, rng)
-        keys = row_keys(rows)
+        keys = row_hashes(rows)
         _, first = np.unique(keys, return_index=True)
         if first.size < n:  # (all distinct: keep the rows, no copy of a possibly large array)
             first.sort()
@@ -537,7 +538,7 @@ class LayoutProblem:
             if rows.shape[0] >= n:
                 break
             more = self.sample_configs(search, max(2 * (n - rows.shape[0]), 64), rng)
-            mkeys = row_keys(more)
+            mkeys = row_hashes(more)
             _, idx = np.unique(mkeys, return_index=True)
             idx = np.sort(idx)
             idx = idx[~np.isin(mkeys[idx], keys)]
@@ -545,18 +546,3 @@ class LayoutProblem:
             keys = np.concatenate([keys, mkeys[idx]])
         return rows[:n]
 
-
-_KEY_WEIGHTS = np.random.default_rng(20230815).integers(1, 2**62, size=1 << 16, dtype=np.int64) | 1
-
-
-def row_keys(rows: npt.NDArray[np.integer], block: int = 4096) -> npt.NDArray[np.int64]:
-    """A 64-bit key per config row (choice per node): equal rows, equal keys; distinct rows collide with
-    negligible probability. Computed in blocks, so memory stays at ``block`` rows."""
-    n, width = rows.shape
-    w = np.resize(_KEY_WEIGHTS, width)
-    out = np.empty(n, dtype=np.int64)
-    with np.errstate(over="ignore"):
-        for s in range(0, n, block):
-            b = rows[s: s + block].astype(np.int64) + 1
-            out[s: s + block] = (b * w).sum(axis=1) ^ ((b * b) @ w[::-1])
-    return out

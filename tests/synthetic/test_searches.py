@@ -12,7 +12,7 @@ from competition.collections import Collection, Split
 from competition.reader import find_data_root, list_graphs, load_graph, validate_file
 from competition.stats import collection_stats, repeat_differences, row_hashes
 from competition.synthetic import physics
-from competition.synthetic.layout_physics import LayoutProblem, row_keys
+from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.tile_physics import TileProblem
 from competition.synthetic.world import (
     BASELINE_MAX_SHARE,
@@ -45,7 +45,7 @@ def problem() -> LayoutProblem:
 
 def test_row_keys_tell_rows_apart() -> None:
     rows = np.asarray([[0, 1, 2], [2, 1, 0], [0, 1, 2], [0, 0, 0], [1, 0, 0]], dtype=np.int32)
-    k = row_keys(rows, block=2)
+    k = row_hashes(rows, block=2)
     assert k[0] == k[2] and len(set(k.tolist())) == 4
 
 
@@ -86,8 +86,8 @@ def test_a_stalled_search_is_dominated_by_duplicates(problem: LayoutProblem) -> 
     # The re-measured configs are the faster ones more often (a tuner re-evaluates its best candidates).
     rows = search_rows(problem, "random", n, np.random.default_rng(3), stalled=True, baseline=False)
     runtime = problem.runtime_ns(rows)
-    uniq, counts = np.unique(row_keys(rows), return_counts=True)
-    by_key = dict(zip(row_keys(rows).tolist(), runtime.tolist(), strict=True))
+    uniq, counts = np.unique(row_hashes(rows), return_counts=True)
+    by_key = dict(zip(row_hashes(rows).tolist(), runtime.tolist(), strict=True))
     times = np.asarray([by_key[k] for k in uniq.tolist()])
     assert counts[np.argmin(times)] > np.median(counts)
 
