@@ -69,6 +69,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hops2-layers4", "deeper pruning (2 hops) with 4 layers", params={"hops": 2, "layers": 4}),
     Variant("gst", "Graph Segment Training, segments of 1,000 nodes", params={"segment_size": 1000}),
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
+    Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
+            "this variant's first run)", params={"dim_tokens": False}),
+    Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
+    Variant("refit", "refit on train + valid for the best epoch count; the refit scores test", params={"refit": True}),
     Variant("seeds-3", "a seed ensemble: 3 fits (seeds 0, 1, 2), rank-averaged", seeds=3),
     Variant("ensemble-gbdt", "the pipeline's ensemble of gnn-attn and gbdt (weights fitted on valid)",
             with_gbdt=True),

@@ -126,7 +126,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
 
     device = resolve_device("auto")
     graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
-    data = feature_pipeline("layout", "all", True)(graph_to_data(graph))
+    data = feature_pipeline("layout", "all", True, False)(graph_to_data(graph))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])
     data = normalize(columns(data))
@@ -207,7 +207,7 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     c = Collection(collection)
     kind = c.kind
     d = DEFAULTS[kind]
-    pipeline = feature_pipeline(kind, d.hops, True)
+    pipeline = feature_pipeline(kind, d.hops, True, d.dim_tokens)
     ds = ProcessedGraphs(find_data_root(data), c, Split.TRAIN, pre_transform=Compose([pipeline, DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=d.max_train_configs, progress=False)
     ds.build()
@@ -279,7 +279,8 @@ def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, 
     seconds = time.perf_counter() - t0
     taus = _valid_taus(model, root, c)
     ds = ProcessedGraphs(root, c, Split.TRAIN,
-                         pre_transform=Compose([feature_pipeline("layout", hops, pad), DedupConfigs("min")]),
+                         pre_transform=Compose([feature_pipeline("layout", hops, pad, False),
+                                                DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"].max_train_configs, progress=False)
     stats = [g["stats"] for g in ds.manifest()["graphs"].values()]
     return {"best_metric": model.best_metric_, "best_epoch": model.best_epoch_, "rescored": float(np.mean(taus)),
@@ -317,7 +318,7 @@ def _initialised_model(graph, attention: bool):
 
     model = (GNNAttentionModel if attention else GNNModel)(runs_dir=None)
     settings = model.train_config("layout")
-    data = feature_pipeline("layout", settings.hops, settings.pad)(
+    data = feature_pipeline("layout", settings.hops, settings.pad, settings.dim_tokens)(
         graph_to_data(graph, np.arange(min(64, graph.num_configs))))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])

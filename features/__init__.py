@@ -8,6 +8,7 @@ from features.transforms import (
     DOT_CONV_COLUMNS,
     PLACEHOLDER_OPCODE,
     CollapseChains,
+    ConfigDimensionSizes,
     DedupConfigs,
     DotConvFeatures,
     DropConstantColumns,
@@ -18,6 +19,7 @@ from features.transforms import (
     PruneToConfigurable,
     SampleConfigs,
     ShapeAlignmentFeatures,
+    operand_nodes,
 )
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "PLACEHOLDER_OPCODE",
     "BuildStats",
     "CollapseChains",
+    "ConfigDimensionSizes",
     "DedupConfigs",
     "DotConvFeatures",
     "DropConstantColumns",
@@ -44,5 +47,6 @@ __all__ = [
     "evenly_spaced_configs",
     "graph_to_data",
     "num_configs",
+    "operand_nodes",
     "select_configs",
 ]

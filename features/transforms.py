@@ -5,8 +5,9 @@ Node-indexed attributes (``x``, ``op``, ``config_node_index``), ``edge_index`` a
 (``y``, ``runtime``, ``config_feat``, ``config_ids``) are kept consistent by every transform.
 
 Order matters where a transform reads ``x`` columns by their position in the 140-column format (cols 21-26 shape
-dims, 134-139 layout, ...): run :class:`PadLayoutMinusOne`, :class:`ShapeAlignmentFeatures` and
-:class:`DotConvFeatures` before :class:`LogTransform` (which changes the values they read), and
+dims, 134-139 layout, ...): run :class:`PadLayoutMinusOne`, :class:`ShapeAlignmentFeatures`,
+:class:`DotConvFeatures` and :class:`ConfigDimensionSizes` before :class:`LogTransform` (which changes the values they
+read), and
 :class:`DropConstantColumns` / :class:`Normalize` last. The appending transforms add columns at the end, so the
 original positions stay valid after them.
 """
@@ -277,6 +278,74 @@ class ShapeAlignmentFeatures(BaseTransform):
         return data
 
 
+CONFIG_TENSORS = 3
+"""Tensors a layout config slot group describes: the output, operand 0 and operand 1 (6 slots each)."""
+
+
+def operand_nodes(edge_index: torch.Tensor, nodes: torch.Tensor, num_nodes: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first and second operand of each of ``nodes``: its producers in ``edge_index`` (data-flow direction) in
+    ascending node order, since the file does not keep operand order; a node with one producer uses it for both,
+    a node with none gets -1 for both.
+
+    Returns:
+        int64 ``[len(nodes)]`` twice.
+    """
+    first = torch.full((nodes.numel(),), -1, dtype=torch.long)
+    second = first.clone()
+    if not nodes.numel() or not edge_index.numel():
+        return first, second
+    src, dst = edge_index
+    slot_of = torch.full((num_nodes,), -1, dtype=torch.long)
+    slot_of[nodes] = torch.arange(nodes.numel())
+    owner = slot_of[dst]
+    sel = owner >= 0
+    owner, producer = owner[sel], src[sel]
+    order = torch.argsort(owner * num_nodes + producer)  # by slot, then producer id
+    owner, producer = owner[order], producer[order]
+    new = torch.ones_like(owner, dtype=torch.bool)
+    new[1:] = owner[1:] != owner[:-1]
+    position = torch.arange(owner.numel())
+    rank = position - torch.cummax(torch.where(new, position, 0), 0).values  # 0 for a slot's first producer
+    first[owner[rank == 0]] = producer[rank == 0]
+    second[owner[rank == 1]] = producer[rank == 1]
+    return first, torch.where(second < 0, first, second)
+
+
+class ConfigDimensionSizes(BaseTransform):
+    """Attach, per layout config slot group, the size of every dimension its config values can name:
+    ``config_dim_sizes`` float32 ``[NC, 3, 7]``.
+
+    A layout config gives, for the output and two operands of a configurable node, the dimensions in minor-to-major
+    order (values 0..5, -1 for none). ``config_dim_sizes[s, t, v + 1]`` is the size of dimension ``v`` of tensor
+    ``t`` (0 output, 1 and 2 the operands, see :func:`operand_nodes`) of slot ``s``'s node, read from cols 21-26 of
+    that tensor's node; 0 at ``v = -1``, beyond the tensor's rank, for a tuple-shaped tensor and for an operand
+    that is not in the graph. :meth:`models.gnn.net.RankNet.config_embedding` turns the size each config value
+    names into features (``dim_tokens=True``): which dimension lands minor-most, and how well it fills the TPU's
+    (8, 128) tile, is what a layout changes.
+
+    Run it before :class:`LogTransform` (it reads the raw sizes) and after pruning (it indexes nodes). Graphs
+    without configurable slots (tile) are left alone.
+
+    Shapes:
+        adds ``config_dim_sizes [NC, 3, 7]``.
+    """
+
+    def forward(self, data: Data) -> Data:
+        nodes = data.get("config_node_index")
+        if nodes is None:
+            return data
+        shapes = data.x[:, COLS_SHAPE].float()
+        shapes = torch.where((data.x[:, COL_TUPLE_COUNT] > 0)[:, None], torch.zeros_like(shapes), shapes)
+        shapes = torch.cat([torch.zeros(shapes.shape[0] + 1, 1), torch.cat([shapes, torch.zeros(1, MAX_RANK)])], 1)
+        missing = shapes.shape[0] - 1  # the all-zero row stands for an absent operand
+        first, second = operand_nodes(data.edge_index, nodes, data.x.shape[0])
+        tensors = torch.stack([nodes, first, second], 1)
+        tensors = torch.where(tensors < 0, torch.full_like(tensors, missing), tensors)
+        data.config_dim_sizes = shapes[tensors]  # [NC, 3, 7]
+        return data
+
+
 DOT_CONV_COLUMNS: tuple[str, ...] = (
     "dot_batch_dims",
     "dot_lhs_contracting_dim",
@@ -330,9 +399,8 @@ def _infer_dot(lhs: list[int], rhs: list[int], out: list[int]) -> tuple[int, int
 class DotConvFeatures(BaseTransform):
     """Append features of dot and convolution nodes (:data:`DOT_CONV_COLUMNS`, 14 float32 columns).
 
-    A node's operands are its producers in ``edge_index`` (data-flow direction), taken in ascending node order as
-    (lhs, rhs) for dot and (input, kernel) for convolution, since the file does not keep operand order; a node
-    with one producer uses it for both. Shapes come from cols 21-26 (up to the first zero), an operand's minor
+    A node's operands are :func:`operand_nodes`: (lhs, rhs) for dot and (input, kernel) for convolution. Shapes
+    come from cols 21-26 (up to the first zero), an operand's minor
     dimension from its col 134 (first entry of its default ``minor_to_major``).
 
     * dot: batch dims, lhs / rhs contracting dim and its size as inferred by :func:`_infer_dot` (one contracting
@@ -355,22 +423,14 @@ class DotConvFeatures(BaseTransform):
         feats = torch.zeros(num_nodes, len(DOT_CONV_COLUMNS), dtype=data.x.dtype)
         targets = ((data.op == DOT) | (data.op == CONVOLUTION)).nonzero().flatten()
         if targets.numel():
-            src, dst = data.edge_index
-            wanted = torch.zeros(num_nodes, dtype=torch.bool)
-            wanted[targets] = True
-            sel = wanted[dst]
-            producers: dict[int, list[int]] = {}
-            for s, d in sorted(zip(src[sel].tolist(), dst[sel].tolist(), strict=True)):
-                producers.setdefault(d, []).append(s)
+            first, second = operand_nodes(data.edge_index, targets, num_nodes)
             shapes = data.x[:, COLS_SHAPE].tolist()
             minor = data.x[:, COLS_LAYOUT.start].tolist()
             conv_dims = data.x[:, COLS_CONV_DIMS].tolist()
             ops = data.op.tolist()
-            for node in targets.tolist():
-                ins = producers.get(node, [])
-                if not ins:
+            for node, a, b in zip(targets.tolist(), first.tolist(), second.tolist(), strict=True):
+                if a < 0:
                     continue
-                a, b = ins[0], ins[1] if len(ins) > 1 else ins[0]
                 row = feats[node]
                 if ops[node] == DOT:
                     row[4], row[5] = minor[a], minor[b]

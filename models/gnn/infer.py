@@ -465,6 +465,9 @@ class LayoutPlan:
         slot_rows, slot_comp = dyn_id[slot_nodes], comp_dyn[dyn_id[slot_nodes]]
         order = torch.argsort(slot_comp, stable=True)
         self.slot_ids, self.slot_rows, self.slot_comp = slot_ids[order], slot_rows[order], slot_comp[order]
+        self.slot_order = order  # each sorted slot entry's row in slot_sizes
+        sizes = [s.slot_sizes for s in segments]
+        self.slot_sizes = None if any(z is None for z in sizes) else torch.cat(sizes)
         per_comp = torch.bincount(self.slot_comp, minlength=self.num_components)
         self.comp_slots = _bounds(per_comp)  # [K + 1]
         self.slot_rank = torch.arange(order.numel(), device=device) - self.comp_slots[self.slot_comp]
@@ -542,7 +545,7 @@ class LayoutPlan:
         slot_entry, key = _expand(slot_lengths, int(slot_lengths.sum()))
         config = representative[group_first[slot_comp[slot_entry]] + key]
         values = code_values(by_slot[self.slot_ids[s0:s1][slot_entry], config])  # [P, 18]
-        emb = net.config_in(net.config_value(values).flatten(1)).float()
+        emb = net.config_embedding(values, self.slot_order[s0:s1][slot_entry], self.slot_sizes).float()
         h.index_add_(0, first_row[self.slot_rows[s0:s1][slot_entry] - n0] + key, emb)
 
         conv_matrix = self.stencil.matrix(node_of_row + n0, key_of_row, first_row, n0)

@@ -3,7 +3,9 @@ and ``gnn-attn`` (the same with cross-configuration attention).
 
 :meth:`GNNModel.fit` builds the feature pipeline's disk cache for the train split and the split early stopping
 scores (the valid split unless the caller says otherwise), fits the column selection and normalisation on the train
-graphs (stored with the model), trains with :func:`models.gnn.train.train`, and keeps the best weights.
+graphs (stored with the model), trains with :func:`models.gnn.train.train`, and keeps the best weights; with
+``refit``, it then trains a second network from scratch on the train and eval graphs for the best epoch count, which
+scores the graphs of every other split (test).
 :meth:`GNNModel.predict` runs the same pipeline on one graph and streams a layout graph's configs block by block, so
 a 100,000-config graph is never in memory whole.
 
@@ -17,6 +19,7 @@ place the GNN defaults live (:class:`models.gnn.train.TrainConfig`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -34,6 +37,7 @@ from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from features.transforms import (
+    ConfigDimensionSizes,
     DedupConfigs,
     DropConstantColumns,
     LogTransform,
@@ -55,31 +59,38 @@ from models.gnn.infer import (
     reference_sets,
 )
 from models.gnn.net import RankNet, make_segments
-from models.gnn.train import DEFAULTS, Item, TrainConfig, predict_scores, resolve_device, train
+from models.gnn.train import DEFAULTS, Item, TrainConfig, TrainResult, predict_scores, resolve_device, train
 
 SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in ("kind", "num_features",
                                                                                          "data_key"))
 """The hyper-parameters of :class:`GNNModel` that are :class:`models.gnn.train.TrainConfig` fields (the rest,
 ``tta``, ``device``, ``runs_dir``, ``cache_dir`` and ``max_seconds``, do not change what is trained)."""
 
+log = logging.getLogger(__name__)
+
 PREDICT_BLOCK = REFERENCE_WINDOW
 """Layout configs read from disk and scored per block (the first block holds the configs reference sets are drawn
 from)."""
 
 
-def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool) -> BaseTransform:
+def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph);
-    layouts are padded with -1 when ``pad``; heavy-tailed columns are log-transformed; opcode-group and TPU
-    alignment columns are appended.
+    layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
+    ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
+    (:class:`features.transforms.ConfigDimensionSizes`); heavy-tailed columns are log-transformed; opcode-group
+    columns are appended.
     """
     steps: list[BaseTransform] = []
     if kind == "layout" and hops != "all":
         steps.append(PruneToConfigurable(hops=hops))
     if pad:
         steps.append(PadLayoutMinusOne())
-    steps += [LogTransform(), OpcodeGroupFeatures(), ShapeAlignmentFeatures()]
+    steps.append(ShapeAlignmentFeatures())  # reads the raw sizes: before the log
+    if kind == "layout" and dim_tokens:
+        steps.append(ConfigDimensionSizes())
+    steps += [LogTransform(), OpcodeGroupFeatures()]
     return Compose(steps)
 
 
@@ -124,6 +135,15 @@ class GNNModel(RankingModel):
             deduplicated like a model without attention); ``"batches"``, random batches of ``predict_batch``.
         reference_configs: configs drawn per reference set; more than ``predict_batch - 1`` estimate the same
             context with less variance (see :class:`models.gnn.infer.ReferenceContext`).
+        dim_tokens: layout: each of a configurable node's 18 config slots is encoded by the dimension it names as
+            well as by its index: the size features of that dimension of the output or operand tensor
+            (:class:`features.transforms.ConfigDimensionSizes`).
+        swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
+            averaged, and the average is kept when it scores at least as well on the valid split as the best
+            single epoch (0: off).
+        refit: after the early-stopped fit, train again from scratch on the train and valid graphs for the best
+            epoch count; the refitted network scores the graphs of every other split (test), the early-stopped one
+            the train and valid graphs, so valid scores stay honest.
         seed: seeds initialisation and sampling.
         device: ``auto`` (CUDA if available), ``cpu`` or ``cuda``.
         runs_dir: training runs (settings, checkpoints, curves) go to ``runs_dir/<name>/<collection>``, which holds
@@ -142,6 +162,12 @@ class GNNModel(RankingModel):
         normalize_: the fitted normalisation (``Normalize`` state).
         best_epoch_, best_metric_: when the kept weights were reached, and their valid metric.
         history_: per-epoch ``epoch, train_loss, valid_metric, lr, seconds``.
+        swa_used_: whether the kept weights are the average of the last ``swa_epochs`` epochs (with no valid
+            split, the average is kept whenever ``swa_epochs`` is set).
+        fit_splits_: the splits the early-stopped network saw (trained on, or stopped on): it scores their graphs.
+        refit_weights_, refit_epochs_: with ``refit``, the refitted network's weights (as ``weights_``) and its
+            epoch count; absent without ``refit``, without eval graphs, or when the time budget cut the refit short
+            (a warning says so).
     """
 
     name: ClassVar[str] = "gnn"
@@ -156,7 +182,8 @@ class GNNModel(RankingModel):
                  backprop_segments: int | None = None, keep_prob: float | None = None,
                  graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
-                 reference_configs: int | None = None,
+                 reference_configs: int | None = None, dim_tokens: bool | None = None,
+                 swa_epochs: int | None = None, refit: bool | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -184,6 +211,9 @@ class GNNModel(RankingModel):
         self.tta = tta
         self.predict_context = predict_context
         self.reference_configs = reference_configs
+        self.dim_tokens = dim_tokens
+        self.swa_epochs = swa_epochs
+        self.refit = refit
         self.seed = seed
         self.device = device
         self.runs_dir = runs_dir
@@ -214,7 +244,7 @@ class GNNModel(RankingModel):
 
     def _pipeline(self) -> BaseTransform:
         s = self.settings_
-        return feature_pipeline(s["kind"], s["hops"], s["pad"])
+        return feature_pipeline(s["kind"], s["hops"], s["pad"], s.get("dim_tokens", False))
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
@@ -224,11 +254,16 @@ class GNNModel(RankingModel):
         collection = Collection(collection)
         kind = "tile" if collection.is_tile else "layout"
         settings = self.train_config(kind)
-        pipeline = feature_pipeline(kind, settings.hops, settings.pad)
+        pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens)
         progress = progress and distributed.is_main()
-        train_set = ProcessedGraphs(root, collection, split, pre_transform=Compose([pipeline, DedupConfigs("min")]),
-                                    cache_dir=self.cache_dir, max_configs=settings.max_train_configs,
-                                    progress=progress)
+
+        def training_set(of: Split) -> ProcessedGraphs:
+            """The graphs of split ``of`` processed for training (deduplicated, ``train_configs`` kept)."""
+            return ProcessedGraphs(root, collection, of, pre_transform=Compose([pipeline, DedupConfigs("min")]),
+                                   cache_dir=self.cache_dir, max_configs=settings.max_train_configs,
+                                   progress=progress)
+
+        train_set = training_set(split)
         if not len(train_set):
             raise ValueError(f"no {collection.value} graphs in the {split.value} split of {root.root}")
         datas = _built(train_set)
@@ -250,41 +285,84 @@ class GNNModel(RankingModel):
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
                        for it in map(item, valid_datas)]
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
-        data_key = hashlib.sha256(("\n".join([repr(pipeline), str(root.root), str(settings.max_train_configs),
-                                              stopping, *sorted(d.stem for d in datas)])).encode()).hexdigest()[:16]
+        data_key = _data_key(repr(pipeline), str(root.root), str(settings.max_train_configs), stopping,
+                             *sorted(d.stem for d in datas))
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
         max_seconds = self.max_seconds
         if deadline is not None:
             left = max(0.0, deadline - time.monotonic())
             max_seconds = left if max_seconds is None else min(max_seconds, left)
-        result = train(cfg, train_items, valid_items, run_dir=run_dir, device=self.device, progress=progress,
-                       max_seconds=max_seconds, title=f"{self.name} {collection.value}")
+        end = None if max_seconds is None else time.monotonic() + max_seconds  # the refit gets what is left
+        # The early-stopped run does not depend on refit: it resumes, or is resumed by, the same run without it.
+        result = train(replace(cfg, refit=False), train_items, valid_items, run_dir=run_dir, device=self.device,
+                       progress=progress, max_seconds=max_seconds, title=f"{self.name} {collection.value}")
+        refit: TrainResult | None = None
+        if settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1:
+            # From scratch on the train and eval graphs (the eval split's processed for training as the train
+            # split's are, through the column selection and normalisation fitted on train) for the best epoch count,
+            # without early stopping: the last epoch is kept.
+            extra = _built(training_set(eval_split))
+            refit_cfg = replace(cfg, epochs=result.best_epoch, refit=False,
+                                data_key=_data_key(data_key, f"refit:{eval_split.value}",
+                                                   *sorted(d.stem for d in extra)))
+            refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
+                          run_dir=None if run_dir is None else run_dir / "refit", device=self.device,
+                          progress=progress, max_seconds=None if end is None else max(0.0, end - time.monotonic()),
+                          title=f"{self.name} {collection.value} refit")
+            if len(refit.history) < refit_cfg.epochs:
+                if distributed.is_main():
+                    log.warning("%s %s: the refit on %s + %s ran out of time after %d of %d epochs; only the "
+                                "early-stopped weights are kept", self.name, collection.value, split.value,
+                                eval_split.value, len(refit.history), refit_cfg.epochs)
+                refit = None
         self.collection_ = collection
         self.settings_ = asdict(cfg)
-        self.weights_ = {k: v.float().numpy() if v.is_floating_point() else v.numpy()
-                         for k, v in result.state.items()}
+        self.weights_ = _arrays(result.state)
         self.columns_ = columns.state_dict()
         self.normalize_ = normalize.state_dict()
         self.best_epoch_ = result.best_epoch
         self.best_metric_ = result.best_metric
         self.history_ = result.history
         self.stopped_ = result.stopped
-        self._net = None
+        self.swa_used_ = result.swa_used
+        self.fit_splits_ = [split.value] + ([eval_split.value] if eval_split is not None and eval_split != split
+                                            else [])
+        for name in ("refit_weights_", "refit_epochs_"):  # a previous fit's
+            vars(self).pop(name, None)
+        if refit is not None:
+            self.refit_weights_ = _arrays(refit.state)
+            self.refit_epochs_ = len(refit.history)
+        self._net = self._refit_net = None
         return self
 
     # -- predict --------------------------------------------------------------------------------------------------
 
-    def network(self) -> RankNet:
-        """The trained network (built from the stored weights on first use), in eval mode on the chosen device."""
+    def network(self, refit: bool = False) -> RankNet:
+        """The early-stopped network, or with ``refit`` the refitted one (each built from its stored weights on
+        first use), in eval mode on the chosen device.
+
+        Raises:
+            NotFittedError: not fitted, or ``refit`` asked of a model without refitted weights.
+        """
         if not hasattr(self, "weights_"):
             raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() or load a saved model")
-        if getattr(self, "_net", None) is None:
+        if refit and not hasattr(self, "refit_weights_"):
+            raise NotFittedError(f"{type(self).__name__} has no refitted network: fit with refit=True and an eval "
+                                 "split")
+        attr = "_refit_net" if refit else "_net"
+        if getattr(self, attr, None) is None:
             cfg = TrainConfig(**self.settings_)
             net = cfg.make_net()
-            net.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in self.weights_.items()})
-            self._net = net.to(resolve_device(self.device)).eval()
-        return self._net
+            weights = self.refit_weights_ if refit else self.weights_
+            net.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+            setattr(self, attr, net.to(resolve_device(self.device)).eval())
+        return getattr(self, attr)
+
+    def uses_refit(self, graph: TileGraph | LayoutGraph) -> bool:
+        """Whether the refitted network scores ``graph``: when there is one and the graph's split is none the
+        early-stopped network saw (:attr:`fit_splits_`: test graphs, or graphs of no known split)."""
+        return hasattr(self, "refit_weights_") and graph.split not in getattr(self, "fit_splits_", ())
 
     def prepare(self, graph: TileGraph | LayoutGraph) -> Data:
         """The graph through the feature pipeline and the fitted normalisation, without layout configs."""
@@ -297,13 +375,15 @@ class GNNModel(RankingModel):
         return normalize(columns(data))
 
     def predict(self, graph: TileGraph | LayoutGraph) -> npt.NDArray[np.float64]:
-        """Scores of every config of ``graph`` (lower = predicted faster).
+        """Scores of every config of ``graph`` (lower = predicted faster), by the refitted network when there is one
+        and the graph's split is not one the early-stopped network saw (:meth:`uses_refit`), else by the
+        early-stopped one, so scores on the valid split stay honest.
 
         Layout: the graph goes through :meth:`prepare` once, a :class:`models.gnn.infer.LayoutPlan` is built once,
         and the configs are streamed from disk ``PREDICT_BLOCK`` at a time as packed codes (the attention
         orderings mix configs within a block). On CUDA the network runs under bfloat16 autocast.
         """
-        net = self.network()
+        net = self.network(refit=self.uses_refit(graph))
         device = next(net.parameters()).device
         data = self.prepare(graph)
         s = self.settings_
@@ -333,6 +413,16 @@ class GNNModel(RankingModel):
             return None
         return reference_sets(plan, first, num_configs, batch=s["predict_batch"], drawn=s["reference_configs"],
                               seed=s["seed"], draws=self.tta)
+
+
+def _data_key(*parts: str) -> str:
+    """16 hex digits of the SHA-256 of ``parts``, one a line: a run's ``data_key``."""
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _arrays(state: dict[str, torch.Tensor]) -> dict[str, npt.NDArray[Any]]:
+    """A network's weights as stored with the model: name to numpy array, floating point as float32."""
+    return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
 
 def _built(dataset: ProcessedGraphs) -> list[Data]:

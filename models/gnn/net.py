@@ -10,7 +10,9 @@ over segments into scores. With one segment this is plain full-graph message pas
 How configs enter:
 
 * layout: each configurable node's 18 config values (-1..5) are embedded (4 channels each), projected to ``H``
-  and added to that node's state, so one graph yields one ``(N, H)`` state per config;
+  and added to that node's state, so one graph yields one ``(N, H)`` state per config; with ``dim_tokens`` each
+  slot also carries :func:`dimension_features` of the dimension its value names (see
+  :meth:`RankNet.config_embedding`);
 * tile: the 24 config columns (signed log) are projected to ``H`` and either added to every node (``join="early"``)
   or concatenated with the pooled graph vector (``join="late"``).
 """
@@ -31,6 +33,29 @@ TILE_CONFIG_COLUMNS = 24
 CONFIG_VALUES = 7  # layout config values -1..5, embedded at value + 1
 CONFIG_VALUE_DIM = 4
 INPUT_CLIP = 10.0  # normalised node features are clipped to this, so an unseen extreme value cannot blow up
+DIM_FEATURES = 6  # features of one dimension size (dimension_features)
+TPU_LANES, TPU_SUBLANES = 128, 8  # the TPU tiles the two minor-most dimensions of a tensor to (8, 128)
+SLOT_TENSOR = torch.arange(LAYOUT_CONFIG_SLOTS) // 6  # the tensor (output, operand 0, operand 1) of each config slot
+
+
+def dimension_features(sizes: torch.Tensor) -> torch.Tensor:
+    """Features of dimension sizes (0: no dimension, all features 0): ``[...]`` -> float32 ``[..., 6]``.
+
+    ``log2(size) / 10``; whether the size is a multiple of 128 (the lanes) and of 8 (the sublanes); the fraction
+    of its padded size the dimension fills were it minor-most (``size / roundup(size, 128)``) or second minor-most
+    (``size / roundup(size, 8)``); whether it is 1.
+    """
+    present = (sizes > 0).float()
+    s = sizes.float().clamp(min=1)
+    feats = torch.stack([
+        torch.log2(s) / 10,
+        (s.remainder(TPU_LANES) == 0).float(),
+        (s.remainder(TPU_SUBLANES) == 0).float(),
+        s / (torch.ceil(s / TPU_LANES) * TPU_LANES),
+        s / (torch.ceil(s / TPU_SUBLANES) * TPU_SUBLANES),
+        (s == 1).float(),
+    ], -1)
+    return feats * present.unsqueeze(-1)
 
 
 def signed_log(x: torch.Tensor) -> torch.Tensor:
@@ -47,6 +72,8 @@ class Segment:
         adj_in, adj_out: row-normalised sparse adjacencies (see :func:`models.gnn.layers.mean_adjacency`).
         slots: int64 ``[s]``, which configurable slots (columns of a layout ``config_feat``) lie in the segment.
         slot_nodes: int64 ``[s]``, their nodes, relabelled into the segment.
+        slot_sizes: float32 ``[s, 3, 7]``, the sizes of the dimensions each slot's config values name
+            (:class:`features.transforms.ConfigDimensionSizes`), or ``None`` when the graph has none.
     """
 
     start: int
@@ -57,6 +84,7 @@ class Segment:
     adj_out: torch.Tensor
     slots: torch.Tensor
     slot_nodes: torch.Tensor
+    slot_sizes: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -64,7 +92,8 @@ class Segment:
 
     def to(self, device: torch.device | str) -> Segment:
         return Segment(self.start, self.stop, self.x.to(device), self.op.to(device), self.adj_in.to(device),
-                       self.adj_out.to(device), self.slots.to(device), self.slot_nodes.to(device))
+                       self.adj_out.to(device), self.slots.to(device), self.slot_nodes.to(device),
+                       None if self.slot_sizes is None else self.slot_sizes.to(device))
 
 
 def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
@@ -87,6 +116,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
     edge_index = data.edge_index
     slot_node = data.get("config_node_index")
     slot_node = torch.zeros(0, dtype=torch.long) if slot_node is None else slot_node
+    sizes = data.get("config_dim_sizes")
     segments = []
     for start in range(0, max(n, 1), size):
         stop = min(start + size, n)
@@ -96,7 +126,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
         segments.append(Segment(
             start, stop, data.x[start:stop], data.op[start:stop],
             mean_adjacency(local, stop - start), mean_adjacency(local, stop - start, reverse=True),
-            slots, slot_node[slots] - start,
+            slots, slot_node[slots] - start, None if sizes is None else sizes[slots],
         ))
     return segments
 
@@ -117,10 +147,12 @@ class RankNet(nn.Module):
         attention: cross-configuration attention in every layer (and, for a late tile join, before the head).
         join: tile only: ``"early"`` (config joined to every node) or ``"late"`` (after pooling).
         dropout: dropout probability.
+        dim_tokens: layout only: each config slot also carries the :func:`dimension_features` of the dimension it
+            names (the segments must then hold ``slot_sizes``).
     """
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
-                 bidirectional: bool, attention: bool, join: str, dropout: float) -> None:
+                 bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool) -> None:
         super().__init__()
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
@@ -133,6 +165,8 @@ class RankNet(nn.Module):
         if kind == "layout":
             self.config_value = nn.Embedding(CONFIG_VALUES, CONFIG_VALUE_DIM)
             self.config_in = nn.Linear(LAYOUT_CONFIG_SLOTS * CONFIG_VALUE_DIM, hidden)
+            self.config_dims = nn.Linear(LAYOUT_CONFIG_SLOTS * DIM_FEATURES, hidden, bias=False) if dim_tokens \
+                else None
         else:
             self.config_in = nn.Sequential(nn.Linear(TILE_CONFIG_COLUMNS, hidden), nn.GELU(),
                                            nn.Linear(hidden, hidden))
@@ -143,6 +177,30 @@ class RankNet(nn.Module):
         self.head = nn.Sequential(nn.LayerNorm(head_in), nn.Linear(head_in, hidden), nn.GELU(), nn.Dropout(dropout),
                                   nn.Linear(hidden, 1))
         self.hidden = hidden
+
+    def config_embedding(self, values: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor | None
+                         ) -> torch.Tensor:
+        """The embedding of layout config values, added to their nodes' states.
+
+        Args:
+            values: int64 ``[..., 18]``, config values + 1 (0..6).
+            slot: int64 ``[...]`` (broadcast against ``values.shape[:-1]``), each row's index into ``sizes``.
+            sizes: float32 ``[S, 3, 7]`` (:attr:`Segment.slot_sizes`); used (and required) with ``dim_tokens``.
+
+        Returns:
+            ``[..., H]``: ``Linear(value embeddings)``, plus with ``dim_tokens`` ``Linear(dimension features of the
+            size each value names)``; only the named sizes are gathered, never a ``[..., 18, 7]`` table.
+        """
+        emb = self.config_in(self.config_value(values).flatten(-2))
+        if self.config_dims is None:
+            return emb
+        if sizes is None:
+            raise ValueError("this network encodes config dimensions (dim_tokens): its graphs need config_dim_sizes "
+                             "(features.transforms.ConfigDimensionSizes in the feature pipeline)")
+        tensor = SLOT_TENSOR.to(values.device)
+        index = (slot.unsqueeze(-1) * 3 + tensor) * 7 + values  # [..., 18] into sizes.flatten()
+        named = sizes.flatten()[index]
+        return emb + self.config_dims(dimension_features(named).flatten(-2))
 
     def _tile_config(self, config_feat: torch.Tensor) -> torch.Tensor:
         return self.config_in(signed_log(config_feat))
@@ -167,7 +225,8 @@ class RankNet(nn.Module):
             if segment.slots.numel():
                 h = h.expand(b, -1, -1)
                 values = config_feat[:, segment.slots].long().add(1).clamp(0, CONFIG_VALUES - 1)  # [B, s, 18]
-                emb = self.config_in(self.config_value(values).flatten(2))  # [B, s, H]
+                slot = torch.arange(values.shape[1], device=values.device)
+                emb = self.config_embedding(values, slot, segment.slot_sizes)  # [B, s, H]
                 h = h.index_add(1, segment.slot_nodes, emb)
         elif self.join == "early":
             h = h + self._tile_config(config_feat).unsqueeze(1)

@@ -33,6 +33,7 @@ began and updated when it ends, with every slot's writes in slot order on every 
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import hashlib
 import io
@@ -81,7 +82,7 @@ CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds")
 _CHECKPOINT_TYPES: dict[str, type | tuple[type, ...]] = {
     "settings": dict, "epoch": int, "model": dict, "optimizer": dict, "scheduler": dict, "rng": dict,
     "history": list, "best_state": dict, "best_metric": (int, float), "best_epoch": int, "bad_epochs": int,
-    "stopped": str}
+    "stopped": str, "swa_states": list, "swa_metric": (float, type(None)), "swa_used": bool}
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class TrainConfig:
     predict_batch: int = 128
     predict_context: str = DEFAULT_PREDICT_CONTEXT
     reference_configs: int = DEFAULT_REFERENCE_CONFIGS
+    dim_tokens: bool = False  # layout: each config slot also carries the size features of the dimension it names
+    swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
+    refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
     seed: int = 0
     num_features: int = 0  # node feature columns after the feature pipeline
     data_key: str = ""  # identifies the training data (pipeline hash and graphs), so other data starts over
@@ -143,11 +147,14 @@ class TrainConfig:
             raise ValueError(f"train_configs must be a positive count or 'all'; got {self.train_configs!r}")
         if not (isinstance(self.graphs_per_step, int) and self.graphs_per_step >= 1):
             raise ValueError(f"graphs_per_step must be a positive count; got {self.graphs_per_step!r}")
+        if not (isinstance(self.swa_epochs, int) and self.swa_epochs >= 0):
+            raise ValueError(f"swa_epochs must be a count of epochs, 0 for no weight averaging; got "
+                             f"{self.swa_epochs!r}")
 
     def make_net(self) -> RankNet:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
-                       join=self.join, dropout=self.dropout)
+                       join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens)
 
     @property
     def uses_gst(self) -> bool:
@@ -163,7 +170,8 @@ DEFAULTS: dict[str, TrainConfig] = {
     "tile": TrainConfig(kind="tile", hidden=64, layers=3, lr=1e-3, loss="listmle", epochs=6, configs_per_graph=32,
                         steps_per_graph=1, patience=3, hops="all", train_configs="all"),
     "layout": TrainConfig(kind="layout", hidden=32, layers=3, lr=1e-2, loss="hinge", epochs=10,
-                          configs_per_graph=64, steps_per_graph=4, patience=4, hops=1, train_configs=1000),
+                          configs_per_graph=64, steps_per_graph=4, patience=4, hops=1, train_configs=1000,
+                          dim_tokens=True),
 }
 """Each kind's default settings (sized to train all five collections of the demo world on a 2-core CPU within the
 ``make submit`` budget); ``num_features`` and ``data_key`` are filled in from the data."""
@@ -262,13 +270,20 @@ class GraphScores(nn.Module):
 
 @dataclass
 class TrainResult:
-    """What a run produced: the best weights (CPU), when they were reached, and the per-epoch history."""
+    """What a run produced: the kept weights (CPU), the best epoch and its metric, and the per-epoch history.
+
+    ``state`` is the best epoch's weights, or the average of the last epochs' when weight averaging
+    (``swa_epochs``) kept it (``swa_used``); ``swa_metric`` is that average's valid metric (NaN without a valid
+    metric; ``None`` when averaging is off or no epoch finished).
+    """
 
     state: dict[str, torch.Tensor]
     best_epoch: int
     best_metric: float
     history: list[dict[str, float]] = field(default_factory=list)
     stopped: str = ""
+    swa_metric: float | None = None
+    swa_used: bool = False
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -600,6 +615,14 @@ def _open_run(run: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     return ckpt
 
 
+def _average_states(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of ``states`` (state dicts of one network): float tensors averaged, the others
+    (integer or bool buffers) taken from the last."""
+    last = states[-1]
+    return {k: torch.stack([s[k] for s in states]).mean(0) if v.is_floating_point() else v.clone()
+            for k, v in last.items()}
+
+
 def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
           run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
           max_seconds: float | None = None, title: str = "") -> TrainResult:
@@ -612,7 +635,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     Args:
         cfg: the settings.
         train_items: graphs to learn from (at least two configs each to contribute).
-        valid_items: graphs for early stopping; when empty (or without runtimes) the last epoch is kept.
+        valid_items: graphs for early stopping; when empty (or without runtimes) the last epoch is kept (with
+            ``swa_epochs``, the average).
         run_dir: where checkpoints and curves go (``None``: kept in memory only, no resume); a run with other
             settings found there is moved into a subfolder named by its :func:`settings_hash`, not overwritten.
         device: ``auto``, ``cpu``, ``cuda``...
@@ -621,8 +645,13 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             stops them all); the run stays resumable.
         title: a title for the curves plot.
 
+    With ``cfg.swa_epochs`` k >= 1 the weights at the end of each of the last k finished epochs are kept (in the
+    checkpoint too); when training stops (a partial epoch cut by the time budget does not count) their average is
+    scored on ``valid_items`` and kept instead of the best epoch's weights when it scores at least as well (within
+    1e-6), or when there is no valid metric.
+
     Returns:
-        The best weights (on the CPU) with the history.
+        The best weights (on the CPU), or their average, with the history.
 
     Raises:
         models.gnn.distributed.DistributedSetupError: more processes than training graphs, or than
@@ -659,18 +688,43 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         return net, opt, sched, torch.Generator().manual_seed(cfg.seed), np.random.default_rng(cfg.seed)
 
     def resume(ckpt: dict[str, Any]) -> None:
-        net.load_state_dict(ckpt["best_state"])  # only checks that the kept weights fit this network
+        for kept in [ckpt["best_state"], *ckpt["swa_states"]]:
+            net.load_state_dict(kept)  # only checks that the kept weights fit this network
         net.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
         _set_rng_state(ckpt["rng"], gen, np_rng)
 
+    def snapshot() -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+
+    def settle() -> tuple[dict[str, torch.Tensor], float | None, bool]:
+        """The weights to return, the average's valid metric, and whether the average is kept (see above)."""
+        if not swa_states:
+            return best_state, None, False
+        average = _average_states(swa_states)
+        probe = copy.deepcopy(net)
+        probe.load_state_dict(average)
+        metric = evaluate(probe, valid_items, cfg, device)  # the same on every rank, so is the choice
+        used = math.isnan(metric) or metric >= best_metric - 1e-6
+        if main and math.isnan(metric):
+            log.info("%s: no valid metric; the average of the last %d epochs kept", title or cfg.kind,
+                     len(swa_states))
+        elif main:
+            log.info("%s: the average of the last %d epochs scores %.4f on valid against the best epoch's (%d) "
+                     "%.4f: %s kept", title or cfg.kind, len(swa_states), metric, best_epoch, best_metric,
+                     "the average" if used else "the best epoch")
+        return (average if used else best_state), metric, used
+
     net, opt, sched, gen, np_rng = fresh()
     loss_fn = get_loss(cfg.loss)
     table = HistoryTable()
     history: list[dict[str, float]] = []
-    best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    best_state = snapshot()
     best_metric, best_epoch, bad_epochs, start_epoch, stopped = -math.inf, 0, 0, 1, ""
+    swa_states: list[dict[str, torch.Tensor]] = []  # the last swa_epochs finished epochs' weights, oldest first
+    swa_metric: float | None = None
+    swa_used = False
     ckpt = _open_run(run, settings) if run is not None and main else None
     if run is not None and main:  # after _open_run, which moves another run's files (its settings.json too) away
         atomic_write_text(run / SETTINGS_FILE, json.dumps(settings, indent=1, sort_keys=True) + "\n")
@@ -689,8 +743,10 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         history, best_state = ckpt["history"], ckpt["best_state"]
         best_metric, best_epoch, bad_epochs = ckpt["best_metric"], ckpt["best_epoch"], ckpt["bad_epochs"]
         start_epoch, stopped = ckpt["epoch"] + 1, ckpt["stopped"]
+        swa_states, swa_metric, swa_used = ckpt["swa_states"], ckpt["swa_metric"], ckpt["swa_used"]
         if stopped and stopped != "time budget":
-            return TrainResult(best_state, best_epoch, best_metric, history, stopped)
+            state = _average_states(swa_states) if swa_used else best_state
+            return TrainResult(state, best_epoch, best_metric, history, stopped, swa_metric, swa_used)
         stopped = ""
     ddp = distributed.wrap(GraphScores(net), partial=cfg.uses_gst) if world > 1 else None
     share = world / cfg.graphs_per_step  # DistributedDataParallel averages the gradients over the processes
@@ -718,7 +774,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             # A partial epoch is neither recorded nor checkpointed: the checkpoint of the last whole epoch (with
             # its RNG states) stays, so a re-run redoes this epoch and ends as an uninterrupted run would.
             if not history:
-                best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+                best_state = snapshot()
             break
         metric = evaluate(net, valid_items, cfg, device)
         every = {i: v for part in distributed.gather(losses) for i, v in part.items()}
@@ -728,22 +784,29 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         if math.isnan(metric) or metric > best_metric + 1e-6:
             best_metric = metric if not math.isnan(metric) else best_metric
             best_epoch, bad_epochs = epoch, 0
-            best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+            best_state = snapshot()
         else:
             bad_epochs += 1
             if bad_epochs >= cfg.patience:
                 stopped = f"early stopping (no gain for {cfg.patience} epochs)"
         if epoch == cfg.epochs and not stopped:
             stopped = "all epochs"
+        if cfg.swa_epochs:
+            swa_states = [*swa_states, snapshot()][-cfg.swa_epochs:]
+        if stopped:  # before the checkpoint, which holds the outcome: a finished run re-run returns it at once
+            state, swa_metric, swa_used = settle()
         if run is not None and main:
             run.mkdir(parents=True, exist_ok=True)
             ckpt = {"settings": settings, "epoch": epoch, "model": net.state_dict(), "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(), "rng": _rng_state(gen, np_rng), "history": history,
                     "best_state": best_state, "best_metric": best_metric, "best_epoch": best_epoch,
-                    "bad_epochs": bad_epochs, "stopped": stopped}
+                    "bad_epochs": bad_epochs, "stopped": stopped, "swa_states": swa_states,
+                    "swa_metric": swa_metric, "swa_used": swa_used}
             with atomic_path(run / CHECKPOINT) as tmp:
                 torch.save(ckpt, tmp)
             write_curves(run, history, title)
         if stopped:
             break
-    return TrainResult(best_state, best_epoch, best_metric, history, stopped)
+    if stopped in ("", "time budget"):  # not settled at the end of an epoch
+        state, swa_metric, swa_used = settle()
+    return TrainResult(state, best_epoch, best_metric, history, stopped, swa_metric, swa_used)

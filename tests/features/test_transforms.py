@@ -20,6 +20,7 @@ from features import (
     OPCODE_GROUP_NAMES,
     PLACEHOLDER_OPCODE,
     CollapseChains,
+    ConfigDimensionSizes,
     DedupConfigs,
     DotConvFeatures,
     DropConstantColumns,
@@ -31,8 +32,10 @@ from features import (
     SampleConfigs,
     ShapeAlignmentFeatures,
     graph_to_data,
+    operand_nodes,
 )
 from features.transforms import _infer_dot
+from models.gnn.net import dimension_features
 
 OP = OPCODE_IDS
 
@@ -223,6 +226,40 @@ def test_dot_conv_features():
     assert extra[2].tolist() == [0, 1, 0, 3, 1, 0, 1, 1] + [0] * 6
     assert extra[5].tolist() == [0] * 8 + [1, 0, 0, 1, 0, 1]
     assert extra[[0, 1, 3, 4]].abs().sum() == 0
+
+
+def test_operand_nodes():
+    # node 2 consumes 1 and 0 (listed out of order), node 5 consumes 4 only, node 3 nothing
+    edge_index = torch.tensor([[1, 0, 4, 0], [2, 2, 5, 1]])
+    first, second = operand_nodes(edge_index, torch.tensor([5, 2, 3]), 6)
+    assert first.tolist() == [4, 0, -1] and second.tolist() == [4, 1, -1]
+
+
+def test_config_dimension_sizes():
+    x = torch.stack([
+        layout_row([2, 300], [1, 0]),  # operand 0 of the dot
+        layout_row([300, 4], [0, 1]),  # operand 1
+        layout_row([2, 4], [1, 0]),  # dot (slot 0)
+        layout_row([8, 16, 3], [2, 1, 0]),  # reshape (slot 1); its operand is not in the graph
+    ])
+    x[1, 29] = 2  # a tuple has no dims (its shape columns are ignored)
+    data = Data(x=x, op=torch.tensor([OP["parameter"], OP["parameter"], OP["dot"], OP["reshape"]]),
+                edge_index=torch.tensor([[1, 0], [2, 2]]), config_node_index=torch.tensor([2, 3]))
+    sizes = ConfigDimensionSizes()(data).config_dim_sizes
+    assert sizes.shape == (2, 3, 7)
+    assert sizes[0].tolist() == [[0, 2, 4, 0, 0, 0, 0], [0, 2, 300, 0, 0, 0, 0], [0] * 7]
+    assert sizes[1].tolist() == [[0, 8, 16, 3, 0, 0, 0], [0] * 7, [0] * 7]
+    assert ConfigDimensionSizes()(Data(x=x[:1], op=torch.tensor([0]))).get("config_dim_sizes") is None
+
+
+def test_dimension_features_by_hand():
+    f = dimension_features(torch.tensor([0.0, 1.0, 256.0, 200.0, 12.0]))
+    assert f[0].tolist() == [0] * 6
+    assert f[1].tolist() == [0, 0, 0, 1 / 128, 1 / 8, 1]
+    torch.testing.assert_close(f[2], torch.tensor([0.8, 1, 1, 1, 1, 0]))
+    torch.testing.assert_close(f[3], torch.tensor([np.log2(200) / 10, 0, 1, 200 / 256, 1, 0], dtype=torch.float32))
+    torch.testing.assert_close(f[4], torch.tensor([np.log2(12) / 10, 0, 0, 12 / 128, 12 / 16, 0],
+                                                  dtype=torch.float32))
 
 
 def test_infer_dot_batch_and_failure():

@@ -35,10 +35,10 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
     return data, cf
 
 
-def _net(attention: bool, bidirectional: bool = True, seed: int = 0) -> RankNet:
+def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False) -> RankNet:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
-                  join="early", dropout=0.0).eval()
+                  join="early", dropout=0.0, dim_tokens=dim_tokens).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -58,6 +58,30 @@ def test_plan_scores_equal_the_forward_pass(attention: bool, bidirectional: bool
     torch.testing.assert_close(plan.scores(config_codes(cf)), expected, rtol=1e-5, atol=1e-5)
     # Components whose configs are all alike are computed once per graph.
     assert plan.num_dynamic_nodes < data.num_nodes
+
+
+@pytest.mark.parametrize("segment_size", [None, 13])
+@pytest.mark.parametrize("attention", [False, True])
+def test_plan_scores_equal_the_forward_pass_with_dimension_tokens(attention: bool, segment_size: int | None):
+    data, cf = _graph()
+    g = torch.Generator().manual_seed(1)
+    sizes = torch.randint(1, 300, (len(SLOT_NODES), 3, 7), generator=g).float()
+    sizes[:, :, 0] = 0  # value -1 names no dimension
+    sizes[2, 1, 4:] = 0  # a rank-3 operand
+    data.config_dim_sizes = sizes
+    net = _net(attention, dim_tokens=True)
+    segments = make_segments(data, segment_size)
+    plan = LayoutPlan(net, segments)
+    with torch.no_grad():
+        expected = net(segments, cf)
+    torch.testing.assert_close(plan.scores(config_codes(cf)), expected, rtol=1e-5, atol=1e-5)
+    # The sizes matter: the same configs with other sizes score otherwise.
+    data.config_dim_sizes = sizes.flip(0)
+    with torch.no_grad():
+        assert not torch.allclose(net(make_segments(data, segment_size), cf), expected)
+    del data.config_dim_sizes
+    with pytest.raises(ValueError, match="config_dim_sizes"):
+        net(make_segments(data, segment_size), cf)
 
 
 @pytest.mark.parametrize("attention", [False, True])

@@ -13,7 +13,8 @@ from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, RankNet, ma
 # A 4-node graph, edges producer -> consumer: 0 -> 2, 1 -> 2, 2 -> 3.
 EDGES = torch.tensor([[0, 1, 2], [2, 2, 3]])
 # RankNet takes every setting explicitly (its defaults live in models.gnn.train): these, unless a test says otherwise.
-NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0)
+NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
+           dim_tokens=False)
 
 
 

@@ -1,0 +1,59 @@
+"""Dimension tokens (``dim_tokens=True``): config slots carry the sizes of the dimensions they name, end to end on
+the tiny world (feature pipeline, cache, training, the streamed prediction and save/load)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from competition.collections import Collection, Split
+from competition.reader import find_data_root, list_graphs, load_graph
+from competition.schema import COLS_SHAPE
+from models.base import load_model
+from models.gnn.model import GNNAttentionModel
+from models.gnn.net import make_segments
+
+LAYOUT = Collection.LAYOUT_XLA_RANDOM
+QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=1, steps_per_graph=1, configs_per_graph=16,
+             runs_dir=None)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> GNNAttentionModel:
+    cache = str(tmp_path_factory.mktemp("dim-cache"))
+    model = GNNAttentionModel(**QUICK, cache_dir=cache)  # dim_tokens is the layout default
+    return model.fit(find_data_root(tiny_world), LAYOUT, progress=False)
+
+
+def test_prepared_graph_carries_the_named_sizes(tiny_world: Path, model: GNNAttentionModel):
+    graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.VALID)[0], LAYOUT)
+    data = model.prepare(graph)
+    sizes = data.config_dim_sizes
+    assert sizes.shape == (graph.node_config_ids.shape[0], 3, 7)
+    # Each slot's output sizes are its node's raw shape dims (the prepared x holds them log-transformed).
+    raw = torch.from_numpy(graph.node_feat[graph.node_config_ids][:, COLS_SHAPE]).float()
+    torch.testing.assert_close(sizes[:, 0, 1:], raw)
+    assert (sizes[:, :, 0] == 0).all()  # value -1 names no dimension
+    assert (sizes[:, 1, 1:] > 0).any()  # operands are found
+
+
+def test_streamed_prediction_equals_the_forward_pass_and_survives_save_load(tiny_world: Path,
+                                                                         model: GNNAttentionModel, tmp_path: Path):
+    assert model.network().config_dims is not None
+    graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.VALID)[0], LAYOUT)
+    scores = model.predict(graph)
+    net = model.network()
+    segments = make_segments(model.prepare(graph))
+    cf = torch.from_numpy(graph.config_features())
+    assert graph.num_configs <= model.settings_["predict_batch"]  # one batch: every config in one context
+    with torch.no_grad():
+        np.testing.assert_allclose(scores, net(segments, cf).double().numpy(), rtol=1e-5, atol=1e-5)
+    loaded = load_model(model.save(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.predict(graph), scores)
+    plain = GNNAttentionModel(**QUICK, dim_tokens=False, cache_dir=model.cache_dir).fit(find_data_root(tiny_world), LAYOUT,
+                                                                       progress=False)
+    assert plain.network().config_dims is None
+    assert "config_dim_sizes" not in plain.prepare(graph)
