@@ -72,6 +72,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
+    Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
+            params={"patience": 10}),
+    Variant("swa-3-full-schedule", "every epoch, then the average of the last 3 (low learning rate) epochs",
+            params={"patience": 10, "swa_epochs": 3}),
     Variant("refit", "refit on train + valid for the best epoch count; the refit scores test", params={"refit": True}),
     Variant("seeds-3", "a seed ensemble: 3 fits (seeds 0, 1, 2), rank-averaged", seeds=3),
     Variant("ensemble-gbdt", "the pipeline's ensemble of gnn-attn and gbdt (weights fitted on valid)",

@@ -165,7 +165,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
 
 
 def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int, seed: int,
-                 backprop_segments: int = 1, keep_prob: float = 0.5) -> dict:
+                 backprop_segments: int = 1, keep_prob: float = 0.5, gst_finetune_epochs: int = 0) -> dict:
     """Fit ``GNNModel(hops="all")`` full-graph or GST on the small world; valid Kendall tau two ways."""
     import numpy as np
 
@@ -178,7 +178,7 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
     model = GNNModel(hops="all", segment_size=segment_size, hidden=32, layers=3, configs_per_graph=16,
                      steps_per_graph=2, epochs=epochs, patience=epochs, train_configs="all",
                      runs_dir=None, cache_dir=str(cache), seed=seed, backprop_segments=backprop_segments,
-                     keep_prob=keep_prob)
+                     keep_prob=keep_prob, gst_finetune_epochs=gst_finetune_epochs)
     t0 = time.perf_counter()
     model.fit(root, c, progress=False)
     seconds = time.perf_counter() - t0
@@ -449,7 +449,7 @@ def _dispatch(part: list[str]) -> dict:
     if name == "gst":
         return part_gst(Path(a[0]), _opt(a[1]), int(a[2]), int(a[3]), int(a[4]), int(a[5]))
     if name == "quality":
-        extra = (int(a[5]), float(a[6])) if len(a) > 5 else ()  # backprop_segments, keep_prob
+        extra = (int(a[5]), float(a[6]), int(a[7])) if len(a) > 5 else ()  # backprop, keep_prob, fine-tuning
         return part_quality(Path(a[0]), Path(a[1]), _opt(a[2]), int(a[3]), int(a[4]), *extra)
     if name == "throughput":
         return part_throughput(Path(a[0]), a[1], a[2] == "1", int(a[3]))
@@ -509,38 +509,44 @@ def bench_gst(work: Path, quick: bool) -> None:
 
 
 GST_STUDY = [
-    ("full graph", None, 4, 1, 0.5),
-    ("GST (defaults)", 1000, 4, 1, 0.5),
-    ("segments, all trained", 1000, 4, 64, 0.5),
-    ("GST, no segment dropout", 1000, 4, 1, 1.0),
-    ("GST, 3 trained", 1000, 4, 3, 0.5),
-    ("GST, 8 epochs", 1000, 8, 1, 0.5),
-    ("GST, 16 epochs", 1000, 16, 1, 0.5),
-    ("GST, 3 trained, keep all", 1000, 4, 3, 1.0),
-    ("GST, keep all, 8 epochs", 1000, 8, 1, 1.0),
+    ("full graph", None, 4, 1, 0.5, 0),
+    ("GST (defaults)", 1000, 4, 1, 0.5, 0),
+    ("segments, all trained", 1000, 4, 64, 0.5, 0),
+    ("GST, no segment dropout", 1000, 4, 1, 1.0, 0),
+    ("GST, 3 trained", 1000, 4, 3, 0.5, 0),
+    ("GST, 8 epochs", 1000, 8, 1, 0.5, 0),
+    ("GST, 16 epochs", 1000, 16, 1, 0.5, 0),
+    ("GST, 3 trained, keep all", 1000, 4, 3, 1.0, 0),
+    ("GST, keep all, 8 epochs", 1000, 8, 1, 1.0, 0),
+    ("GST + head fine-tuning", 1000, 4, 1, 0.5, 2),
 ]
-"""Part 1c's runs: (label, segment_size, epochs, backprop_segments, keep_prob). "segments, all trained" trains every
-segment every step (no history table, no dropout), so its gap to the full graph is the edges cut between segments
-alone; "no segment dropout" keeps every stale embedding; the epoch rows give GST the steps its 4x faster epochs
-buy."""
+"""Part 1c's runs: (label, segment_size, epochs, backprop_segments, keep_prob, gst_finetune_epochs). "segments, all
+trained" trains every segment every step (no history table, no dropout), so its gap to the full graph is the edges
+cut between segments alone; "no segment dropout" keeps every stale embedding; the epoch rows give GST the steps its
+4x faster epochs buy; "head fine-tuning" is the GST paper's "+EFD": the defaults, then 2 epochs training the head
+alone on every segment's fresh embeddings (kept only when the valid tau does not drop)."""
 
 
-def bench_gst_study(work: Path, seeds: list[int]) -> None:
-    """Part 1c: where GST's gap to full-graph training comes from, one cause at a time, on part 1b's world."""
+def bench_gst_study(work: Path, seeds: list[int], rows: list[str] | None = None) -> None:
+    """Part 1c: where GST's gap to full-graph training comes from, one cause at a time, on part 1b's world
+    (``rows``: the labels of the :data:`GST_STUDY` rows to run, all by default)."""
     import numpy as np
 
     w = _run_part("world", work / "world", 200, 5000, 5500, 6000, 6500, 7000, 8000, "valid", 5000, 6500, 8000)
     print(f"\n1c. Where GST's gap comes from: part 1b's world (train nodes {w['nodes']['train']}, valid nodes "
           f"{w['nodes']['valid']}), GNNModel(hops='all', hidden=32, configs_per_graph=16, steps_per_graph=2), "
           f"segments of 1,000 nodes; valid Kendall tau over every config, mean over seeds {seeds} (± half range)")
-    print(f"{'training':>26s} {'epochs':>6s} {'trained':>7s} {'keep':>5s} {'valid tau':>16s} {'fit s':>7s} {'peak':>8s}")
-    for label, seg, epochs, backprop, keep in GST_STUDY:
-        rs = [_run_part("quality", work / "world", work / "cache", seg, epochs, seed, backprop, keep)
+    print(f"{'training':>26s} {'epochs':>6s} {'trained':>7s} {'keep':>5s} {'head ft':>7s} {'valid tau':>16s} "
+          f"{'fit s':>7s} {'peak':>8s}")
+    for label, seg, epochs, backprop, keep, finetune in GST_STUDY:
+        if rows and label not in rows:
+            continue
+        rs = [_run_part("quality", work / "world", work / "cache", seg, epochs, seed, backprop, keep, finetune)
               for seed in seeds]
         taus = np.array([r["rescored"] for r in rs])
         print(f"{label:>26s} {epochs:6d} {backprop if seg else '-':>7} {keep if seg else '-':>5} "
-              f"{taus.mean():8.4f} ± {np.ptp(taus) / 2:.4f} {np.mean([r['seconds'] for r in rs]):7.1f} "
-              f"{max(r['peak_mib'] for r in rs):6.0f}Mi", flush=True)
+              f"{finetune if seg else '-':>7} {taus.mean():8.4f} ± {np.ptp(taus) / 2:.4f} "
+              f"{np.mean([r['seconds'] for r in rs]):7.1f} {max(r['peak_mib'] for r in rs):6.0f}Mi", flush=True)
 
 
 def bench_throughput(data: Path, quick: bool) -> None:
@@ -707,6 +713,9 @@ def main() -> None:
     ap.add_argument("--gst-study", action="store_true",
                     help="run only part 1c: GST against full-graph training, one cause of the gap at a time "
                          "(cut edges, stale or dropped segments, steps), over --seeds (long)")
+    ap.add_argument("--gst-rows", nargs="+", default=None, metavar="LABEL", choices=[r[0] for r in GST_STUDY],
+                    help="with --gst-study, run only these rows (their labels, quoted): "
+                         + "; ".join(r[0] for r in GST_STUDY))
     ap.add_argument("--predict-quality", action="store_true",
                     help="run only part 5: gnn-attn quality per (predict_batch, tta) on the --data world (long)")
     args = ap.parse_args()
@@ -728,7 +737,7 @@ def main() -> None:
         work = Path(args.workdir or tempfile.mkdtemp(prefix="fastslow-bench-gst-"))
         work.mkdir(parents=True, exist_ok=True)
         try:
-            bench_gst_study(work, args.seeds)
+            bench_gst_study(work, args.seeds, args.gst_rows)
         finally:
             if not args.workdir:
                 shutil.rmtree(work, ignore_errors=True)

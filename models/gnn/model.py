@@ -144,6 +144,9 @@ class GNNModel(RankingModel):
         refit: after the early-stopped fit, train again from scratch on the train and valid graphs for the best
             epoch count; the refitted network scores the graphs of every other split (test), the early-stopped one
             the train and valid graphs, so valid scores stay honest.
+        gst_finetune_epochs: under Graph Segment Training, epochs of fine-tuning the head alone on the fresh
+            embeddings of every segment after the training (the GST paper's "+EFD"); kept when it scores at least as
+            well on the valid split (0: off).
         seed: seeds initialisation and sampling.
         device: ``auto`` (CUDA if available), ``cpu`` or ``cuda``.
         runs_dir: training runs (settings, checkpoints, curves) go to ``runs_dir/<name>/<collection>``, which holds
@@ -164,6 +167,7 @@ class GNNModel(RankingModel):
         history_: per-epoch ``epoch, train_loss, valid_metric, lr, seconds``.
         swa_used_: whether the kept weights are the average of the last ``swa_epochs`` epochs (with no valid
             split, the average is kept whenever ``swa_epochs`` is set).
+        finetune_used_: whether the kept weights carry the head fine-tuned after GST (``gst_finetune_epochs``).
         fit_splits_: the splits the early-stopped network saw (trained on, or stopped on): it scores their graphs.
         refit_weights_, refit_epochs_: with ``refit``, the refitted network's weights (as ``weights_``) and its
             epoch count; absent without ``refit``, without eval graphs, or when the time budget cut the refit short
@@ -183,7 +187,7 @@ class GNNModel(RankingModel):
                  graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
-                 swa_epochs: int | None = None, refit: bool | None = None,
+                 swa_epochs: int | None = None, refit: bool | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -214,6 +218,7 @@ class GNNModel(RankingModel):
         self.dim_tokens = dim_tokens
         self.swa_epochs = swa_epochs
         self.refit = refit
+        self.gst_finetune_epochs = gst_finetune_epochs
         self.seed = seed
         self.device = device
         self.runs_dir = runs_dir
@@ -326,6 +331,7 @@ class GNNModel(RankingModel):
         self.history_ = result.history
         self.stopped_ = result.stopped
         self.swa_used_ = result.swa_used
+        self.finetune_used_ = result.finetune_used
         self.fit_splits_ = [split.value] + ([eval_split.value] if eval_split is not None and eval_split != split
                                             else [])
         for name in ("refit_weights_", "refit_epochs_"):  # a previous fit's

@@ -82,7 +82,8 @@ CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds")
 _CHECKPOINT_TYPES: dict[str, type | tuple[type, ...]] = {
     "settings": dict, "epoch": int, "model": dict, "optimizer": dict, "scheduler": dict, "rng": dict,
     "history": list, "best_state": dict, "best_metric": (int, float), "best_epoch": int, "bad_epochs": int,
-    "stopped": str, "swa_states": list, "swa_metric": (float, type(None)), "swa_used": bool}
+    "stopped": str, "swa_states": list, "swa_metric": (float, type(None)), "swa_used": bool,
+    "finetune_state": dict, "finetune_metric": (float, type(None)), "finetune_used": bool}
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class TrainConfig:
     dim_tokens: bool = False  # layout: each config slot also carries the size features of the dimension it names
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
+    gst_finetune_epochs: int = 0  # GST: epochs fine-tuning the head on every segment's fresh embeddings (0: off)
     seed: int = 0
     num_features: int = 0  # node feature columns after the feature pipeline
     data_key: str = ""  # identifies the training data (pipeline hash and graphs), so other data starts over
@@ -150,6 +152,12 @@ class TrainConfig:
         if not (isinstance(self.swa_epochs, int) and self.swa_epochs >= 0):
             raise ValueError(f"swa_epochs must be a count of epochs, 0 for no weight averaging; got "
                              f"{self.swa_epochs!r}")
+        if not (isinstance(self.gst_finetune_epochs, int) and self.gst_finetune_epochs >= 0):
+            raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
+                             f"{self.gst_finetune_epochs!r}")
+        if self.gst_finetune_epochs and self.segment_size is None:
+            raise ValueError("gst_finetune_epochs fine-tunes the head after Graph Segment Training: set segment_size "
+                             "too (full-graph training has no stale embeddings to make up for)")
 
     def make_net(self) -> RankNet:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
@@ -171,7 +179,7 @@ DEFAULTS: dict[str, TrainConfig] = {
                         steps_per_graph=1, patience=3, hops="all", train_configs="all"),
     "layout": TrainConfig(kind="layout", hidden=32, layers=3, lr=1e-2, loss="hinge", epochs=10,
                           configs_per_graph=64, steps_per_graph=4, patience=4, hops=1, train_configs=1000,
-                          dim_tokens=True),
+                          dim_tokens=True, refit=True),
 }
 """Each kind's default settings (sized to train all five collections of the demo world on a 2-core CPU within the
 ``make submit`` budget); ``num_features`` and ``data_key`` are filled in from the data."""
@@ -268,13 +276,30 @@ class GraphScores(nn.Module):
         return self.net(item.segments, config_feat)
 
 
+class _FreshHeadScores(GraphScores):
+    """The forward of the head fine-tuning after Graph Segment Training (``gst_finetune_epochs``, the GST paper's
+    "+EFD"): every segment's sum computed afresh without gradients and added, the scores from the total, so the loss
+    reaches the head alone. :func:`training_step` takes it as its forward (``ddp``), in
+    ``DistributedDataParallel`` when launched on several processes; the caller puts the network in eval mode and
+    its head in train mode."""
+
+    def forward(self, item: Item, config_feat: torch.Tensor, positions: torch.Tensor, cfg: TrainConfig,
+                table: StepTable, np_rng: np.random.Generator) -> torch.Tensor:
+        with torch.no_grad():
+            total = sum(self.net.segment_sum(s, config_feat) for s in item.segments)
+        return self.net.score(total, item.num_nodes, config_feat)
+
+
 @dataclass
 class TrainResult:
     """What a run produced: the kept weights (CPU), the best epoch and its metric, and the per-epoch history.
 
     ``state`` is the best epoch's weights, or the average of the last epochs' when weight averaging
     (``swa_epochs``) kept it (``swa_used``); ``swa_metric`` is that average's valid metric (NaN without a valid
-    metric; ``None`` when averaging is off or no epoch finished).
+    metric; ``None`` when averaging is off or no epoch finished). Under Graph Segment Training with
+    ``gst_finetune_epochs``, ``state`` is those weights with the head fine-tuned when the fine-tuning kept it
+    (``finetune_used``); ``finetune_metric`` is the fine-tuned network's valid metric (NaN without a valid metric;
+    ``None`` when the fine-tuning is off, skipped or cut by the time budget). ``best_metric`` stays the best epoch's.
     """
 
     state: dict[str, torch.Tensor]
@@ -284,6 +309,8 @@ class TrainResult:
     stopped: str = ""
     swa_metric: float | None = None
     swa_used: bool = False
+    finetune_metric: float | None = None
+    finetune_used: bool = False
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -477,6 +504,12 @@ def training_step(net: RankNet, slots: Sequence[Slot], cfg: TrainConfig, opt: to
     return losses
 
 
+def _visit_order(steps_per_epoch: int, cfg: TrainConfig, graphs: int, gen: torch.Generator) -> list[int]:
+    """An epoch's graph index for each of its ``steps_per_epoch * graphs_per_step`` slots: every one of ``graphs``
+    graphs visited ``steps_per_graph`` times in a shuffled order drawn from ``gen`` (the last step topped up)."""
+    return torch.randperm(steps_per_epoch * cfg.graphs_per_step, generator=gen).remainder(graphs).tolist()
+
+
 def step_slots(order: Sequence[int], step: int, usable: Sequence[Item], cfg: TrainConfig, gen: torch.Generator,
                np_rng: np.random.Generator) -> list[Slot]:
     """This process's slots of an epoch's ``step`` (the step's slot ``j`` goes to rank ``j % world``), from the
@@ -650,8 +683,19 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     scored on ``valid_items`` and kept instead of the best epoch's weights when it scores at least as well (within
     1e-6), or when there is no valid metric.
 
+    Under Graph Segment Training with ``cfg.gst_finetune_epochs`` k >= 1 (the GST paper's "+EFD"), the weights so
+    chosen then have their head (``head``, and ``late_attention`` when there is one) fine-tuned alone, every other
+    parameter frozen: a new AdamW at ``cfg.lr`` with the training's schedule (warm-up, cosine) over k epochs of the
+    training's visits (``steps_per_graph``, ``configs_per_graph``, ``graphs_per_step``, seeded by ``cfg.seed``),
+    where each step computes every segment's sum afresh, without gradients and in eval mode, and trains the head on
+    their total (:func:`training_step` with :class:`_FreshHeadScores`). The fine-tuned weights are kept when they
+    score at least as well on ``valid_items`` as those before (within 1e-6), or when there is no valid metric. The
+    fine-tuning is skipped when the time budget is spent, and dropped when it runs out during it; its outcome is
+    checkpointed with the rest. Launched on several processes, it trains as training does (each rank its share of
+    every step's graphs, the head's gradients all-reduced), so every rank ends with the same weights.
+
     Returns:
-        The best weights (on the CPU), or their average, with the history.
+        The best weights (on the CPU), or their average, maybe with the head fine-tuned, with the history.
 
     Raises:
         models.gnn.distributed.DistributedSetupError: more processes than training graphs, or than
@@ -688,7 +732,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         return net, opt, sched, torch.Generator().manual_seed(cfg.seed), np.random.default_rng(cfg.seed)
 
     def resume(ckpt: dict[str, Any]) -> None:
-        for kept in [ckpt["best_state"], *ckpt["swa_states"]]:
+        for kept in [ckpt["best_state"], *ckpt["swa_states"], *([ckpt["finetune_state"]] if ckpt["finetune_used"]
+                                                                 else [])]:
             net.load_state_dict(kept)  # only checks that the kept weights fit this network
         net.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
@@ -716,6 +761,57 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
                      "the average" if used else "the best epoch")
         return (average if used else best_state), metric, used
 
+    def spent() -> bool:
+        return max_seconds is not None and distributed.any_rank(time.perf_counter() - started > max_seconds)
+
+    def finetune(kept: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], float | None, bool]:
+        """The weights to return after the head fine-tuning of ``kept`` (the weights :func:`settle` chose), the
+        fine-tuned network's valid metric (``None`` when not run to the end), and whether it is kept (see above)."""
+        if not (cfg.uses_gst and cfg.gst_finetune_epochs):
+            return kept, None, False
+        name = title or cfg.kind
+        if spent():
+            if main:
+                log.info("%s: the time budget is spent; the head is not fine-tuned", name)
+            return kept, None, False
+        probe = copy.deepcopy(net)
+        probe.load_state_dict(kept)
+        probe.zero_grad(set_to_none=True)  # the copy's last training gradients would count in the clipping
+        heads = [m for m in (probe.head, probe.late_attention) if m is not None]
+        probe.requires_grad_(False).eval()  # the segments' sums without dropout
+        for m in heads:
+            m.requires_grad_(True).train()
+        steps = cfg.gst_finetune_epochs * steps_per_epoch
+        head_opt = torch.optim.AdamW([p for m in heads for p in m.parameters()], lr=cfg.lr,
+                                     weight_decay=cfg.weight_decay)
+        head_sched = torch.optim.lr_scheduler.LambdaLR(head_opt, _cosine(steps, max(1, steps // 50)))
+        forward = distributed.wrap(_FreshHeadScores(probe)) if world > 1 else _FreshHeadScores(probe)
+        head_gen, head_rng = torch.Generator().manual_seed(cfg.seed), np.random.default_rng(cfg.seed)
+        with _dropout_seed(cfg.seed, device):  # the head's dropout, when each slot has no seed of its own
+            for _ in range(cfg.gst_finetune_epochs):
+                order = _visit_order(steps_per_epoch, cfg, len(usable), head_gen)
+                for step in range(steps_per_epoch):
+                    slots = step_slots(order, step, usable, cfg, head_gen, head_rng)
+                    training_step(probe, slots, cfg, head_opt, loss_fn, HistoryTable(), device=device, share=share,
+                                  ddp=forward)  # the fresh sums write nothing to the table
+                    head_sched.step()
+                    if spent():
+                        if main:
+                            log.info("%s: the time budget ran out during the head fine-tuning; dropped", name)
+                        return kept, None, False
+        metric = evaluate(probe, valid_items, cfg, device)  # the same on every rank, so is the choice
+        before = swa_metric if swa_used else best_metric
+        used = math.isnan(metric) or metric >= before - 1e-6
+        if main and math.isnan(metric):
+            log.info("%s: no valid metric; the head fine-tuned for %d epochs kept", name, cfg.gst_finetune_epochs)
+        elif main:
+            log.info("%s: the head fine-tuned for %d epochs on every segment's fresh sum scores %.4f on valid "
+                     "against %.4f before: %s kept", name, cfg.gst_finetune_epochs, metric, before,
+                     "the fine-tuned head" if used else "the head before")
+        if not used:
+            return kept, metric, False
+        return {k: v.detach().cpu().clone() for k, v in probe.state_dict().items()}, metric, True
+
     net, opt, sched, gen, np_rng = fresh()
     loss_fn = get_loss(cfg.loss)
     table = HistoryTable()
@@ -725,6 +821,9 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     swa_states: list[dict[str, torch.Tensor]] = []  # the last swa_epochs finished epochs' weights, oldest first
     swa_metric: float | None = None
     swa_used = False
+    finetune_state: dict[str, torch.Tensor] = {}  # the fine-tuned weights, when kept
+    finetune_metric: float | None = None
+    finetune_used = False
     ckpt = _open_run(run, settings) if run is not None and main else None
     if run is not None and main:  # after _open_run, which moves another run's files (its settings.json too) away
         atomic_write_text(run / SETTINGS_FILE, json.dumps(settings, indent=1, sort_keys=True) + "\n")
@@ -745,8 +844,11 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         start_epoch, stopped = ckpt["epoch"] + 1, ckpt["stopped"]
         swa_states, swa_metric, swa_used = ckpt["swa_states"], ckpt["swa_metric"], ckpt["swa_used"]
         if stopped and stopped != "time budget":
-            state = _average_states(swa_states) if swa_used else best_state
-            return TrainResult(state, best_epoch, best_metric, history, stopped, swa_metric, swa_used)
+            finetune_metric, finetune_used = ckpt["finetune_metric"], ckpt["finetune_used"]
+            state = ckpt["finetune_state"] if finetune_used else _average_states(swa_states) if swa_used \
+                else best_state
+            return TrainResult(state, best_epoch, best_metric, history, stopped, swa_metric, swa_used,
+                               finetune_metric, finetune_used)
         stopped = ""
     ddp = distributed.wrap(GraphScores(net), partial=cfg.uses_gst) if world > 1 else None
     share = world / cfg.graphs_per_step  # DistributedDataParallel averages the gradients over the processes
@@ -755,7 +857,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     for epoch in range(start_epoch, cfg.epochs + 1):
         net.train()
         # Every graph's visits in a shuffled order (fresh configs at each visit), graphs_per_step per step.
-        order = torch.randperm(steps_per_epoch * cfg.graphs_per_step, generator=gen).remainder(len(usable)).tolist()
+        order = _visit_order(steps_per_epoch, cfg, len(usable), gen)
         losses: dict[int, float] = {}
         recent: list[float] = []
         bar = tqdm(range(steps_per_epoch), desc=f"{title or cfg.kind} epoch {epoch}/{cfg.epochs}",
@@ -767,7 +869,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             losses.update(done)
             recent.extend(done.values())
             bar.set_postfix(loss=f"{np.mean(recent[-50:]):.4f}", refresh=False)  # drawn at the bar's own pace
-            if max_seconds is not None and distributed.any_rank(time.perf_counter() - started > max_seconds):
+            if spent():
                 stopped = "time budget"
                 break
         if stopped == "time budget":
@@ -795,13 +897,16 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             swa_states = [*swa_states, snapshot()][-cfg.swa_epochs:]
         if stopped:  # before the checkpoint, which holds the outcome: a finished run re-run returns it at once
             state, swa_metric, swa_used = settle()
+            state, finetune_metric, finetune_used = finetune(state)
+            finetune_state = state if finetune_used else {}
         if run is not None and main:
             run.mkdir(parents=True, exist_ok=True)
             ckpt = {"settings": settings, "epoch": epoch, "model": net.state_dict(), "optimizer": opt.state_dict(),
                     "scheduler": sched.state_dict(), "rng": _rng_state(gen, np_rng), "history": history,
                     "best_state": best_state, "best_metric": best_metric, "best_epoch": best_epoch,
                     "bad_epochs": bad_epochs, "stopped": stopped, "swa_states": swa_states,
-                    "swa_metric": swa_metric, "swa_used": swa_used}
+                    "swa_metric": swa_metric, "swa_used": swa_used, "finetune_state": finetune_state,
+                    "finetune_metric": finetune_metric, "finetune_used": finetune_used}
             with atomic_path(run / CHECKPOINT) as tmp:
                 torch.save(ckpt, tmp)
             write_curves(run, history, title)
@@ -809,4 +914,6 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             break
     if stopped in ("", "time budget"):  # not settled at the end of an epoch
         state, swa_metric, swa_used = settle()
-    return TrainResult(state, best_epoch, best_metric, history, stopped, swa_metric, swa_used)
+        state, finetune_metric, finetune_used = finetune(state)
+    return TrainResult(state, best_epoch, best_metric, history, stopped, swa_metric, swa_used, finetune_metric,
+                       finetune_used)
