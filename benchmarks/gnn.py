@@ -178,7 +178,8 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
     model = GNNModel(hops="all", segment_size=segment_size, hidden=32, layers=3, configs_per_graph=16,
                      steps_per_graph=2, epochs=epochs, patience=epochs, train_configs="all",
                      runs_dir=None, cache_dir=str(cache), seed=seed, backprop_segments=backprop_segments,
-                     keep_prob=keep_prob, gst_finetune_epochs=gst_finetune_epochs)
+                     keep_prob=keep_prob, gst_finetune_epochs=gst_finetune_epochs,
+                     refit=False)  # the valid tau is the early-stopped network's; a refit would only add time
     t0 = time.perf_counter()
     model.fit(root, c, progress=False)
     seconds = time.perf_counter() - t0
