@@ -75,12 +75,11 @@ def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tin
     first = GNNModel(**QUICK, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(root, LAYOUT, progress=False)
     run = tmp_path / "gnn" / LAYOUT.slug
     saved = json.loads((run / SETTINGS_FILE).read_text())
-    # The early-stopped run is the run without refit (the layout default; the refit has its own run in refit/).
-    assert saved == {**first.settings_, "refit": False} == asdict(TrainConfig(**saved))
+    assert saved == first.settings_ == asdict(TrainConfig(**saved))
     assert saved["epochs"] == 1 and saved["hidden"] == 8 and saved["num_features"] > 0
     second = GNNModel(**{**QUICK, "epochs": 2}, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(root, LAYOUT,
                                                                                                  progress=False)
-    assert json.loads((run / SETTINGS_FILE).read_text()) == {**second.settings_, "refit": False}
+    assert json.loads((run / SETTINGS_FILE).read_text()) == second.settings_
     assert json.loads((run / settings_hash(saved) / SETTINGS_FILE).read_text()) == saved  # moved, not lost
 
 

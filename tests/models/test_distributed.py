@@ -164,11 +164,8 @@ def test_two_processes_train_and_predict_as_one(tiny_world: Path, tmp_path: Path
     assert set(json.loads((tmp_path / "wrote-0.json").read_text())) == {"build train", "build valid", SETTINGS_FILE,
                                                                          CHECKPOINT, CURVES_CSV, CURVES_PNG}
     run = tmp_path / "two" / "gnn" / LAYOUT.slug
-    # refit (the layout default) trained on both processes too, in its own run folder
-    assert sorted(p.name for p in run.iterdir()) == sorted([CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE,
-                                                            "refit"])
+    assert sorted(p.name for p in run.iterdir()) == sorted([CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE])
     assert torch.load(run / CHECKPOINT, weights_only=True)["epoch"] == 3
-    assert torch.load(run / "refit" / CHECKPOINT, weights_only=True)["stopped"] == "all epochs"
 
     # Resumed under 2 processes from 1 process's epoch-1 checkpoint: epoch 1 kept, the end as if never stopped.
     resumed_weights, resumed_history = results["resumed"]

@@ -43,7 +43,7 @@ def _fit(root: Path, cache_dir: str, runs_dir: str | None = None, **params) -> G
 
 @pytest.fixture(scope="module")
 def plain(tiny_world: Path, cache_dir: str) -> GNNModel:
-    return _fit(tiny_world, cache_dir, refit=False)  # refit is the layout default
+    return _fit(tiny_world, cache_dir)
 
 
 @pytest.fixture(scope="module")

@@ -87,8 +87,7 @@ def test_small_model_learns_the_tiny_world(train_only_root: Path, learned: GNNMo
 def test_run_folder_has_checkpoint_and_curves(tiny_world: Path, cache_dir: str, tmp_path: Path):
     model = _fit(tiny_world, cache_dir, str(tmp_path / "runs"))
     run = _run_dir(tmp_path / "runs")
-    # refit (the layout default) keeps its own run in refit/
-    assert sorted(p.name for p in run.iterdir()) == sorted([CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE, "refit"])
+    assert sorted(p.name for p in run.iterdir()) == sorted([CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE])
     with (run / CURVES_CSV).open(newline="") as f:
         rows = list(csv.reader(f))
     assert rows[0] == ["epoch", "train_loss", "valid_metric", "lr", "seconds"]
@@ -101,7 +100,7 @@ def test_run_folder_has_checkpoint_and_curves(tiny_world: Path, cache_dir: str, 
     assert (run / CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ckpt = torch.load(run / CHECKPOINT, map_location="cpu", weights_only=False)
     assert ckpt["epoch"] == 3 and ckpt["stopped"] == "all epochs" and ckpt["history"] == model.history_
-    assert ckpt["settings"] == {**model.settings_, "refit": False}  # the early-stopped run is the one without refit
+    assert ckpt["settings"] == model.settings_
 
 
 def test_save_load_predicts_identically(tiny_world: Path, learned: GNNModel, tmp_path: Path):
