@@ -13,6 +13,13 @@ NODE_FEAT_DIM = 140
 TILE_CONFIG_DIM = 24
 LAYOUT_CONFIG_DIM = 18
 
+TPU_LANES = 128
+"""The TPU stores a tensor in (8, 128) tiles over its two minor-most dimensions: the minor-most is padded to a
+multiple of 128 (the lanes)..."""
+TPU_SUBLANES = 8
+"""...and the second minor-most to a multiple of 8 (the sublanes). What a layout changes is which dimensions those
+are; the simulator (:mod:`competition.synthetic.physics`), the GBDT's features and the GNN's all use these two."""
+
 
 @dataclass(frozen=True)
 class ArraySpec:

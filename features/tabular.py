@@ -34,10 +34,11 @@ from competition.schema import (
     COLS_SHAPE,
     LAYOUT_SLOT_COLUMNS,
     MAX_RANK,
+    TPU_LANES,
+    TPU_SUBLANES,
 )
 
-LANE = 128
-SUBLANE = 8
+LANE, SUBLANE = TPU_LANES, TPU_SUBLANES
 
 FREQUENT_OPCODES: tuple[str, ...] = (
     "parameter", "constant", "add", "multiply", "subtract", "divide", "maximum", "convert", "broadcast",

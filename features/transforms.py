@@ -32,6 +32,8 @@ from competition.schema import (
     COLS_OUTPUT_BOUNDS,
     COLS_SHAPE,
     MAX_RANK,
+    TPU_LANES,
+    TPU_SUBLANES,
 )
 from features.data import NODE_ATTRS, num_configs, select_configs
 
@@ -274,12 +276,9 @@ class ShapeAlignmentFeatures(BaseTransform):
 
     def forward(self, data: Data) -> Data:
         dims = data.x[:, COLS_SHAPE]
-        data.x = torch.cat([data.x, dims.remainder(128), dims.div(128, rounding_mode="floor"), dims.remainder(8)], 1)
+        data.x = torch.cat([data.x, dims.remainder(TPU_LANES), dims.div(TPU_LANES, rounding_mode="floor"),
+                            dims.remainder(TPU_SUBLANES)], 1)
         return data
-
-
-CONFIG_TENSORS = 3
-"""Tensors a layout config slot group describes: the output, operand 0 and operand 1 (6 slots each)."""
 
 
 def operand_nodes(edge_index: torch.Tensor, nodes: torch.Tensor, num_nodes: int

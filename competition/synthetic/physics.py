@@ -31,6 +31,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from competition.schema import TPU_LANES, TPU_SUBLANES
+
 PEAK_FLOPS_PER_NS: float = 197e3
 """Peak matrix-unit throughput: 197 TFLOP/s = 197,000 flops per ns."""
 
@@ -43,10 +45,10 @@ HBM_BYTES_PER_NS: float = 820.0
 LAUNCH_NS: float = 1000.0
 """Fixed cost of launching one op (or one inserted copy), ns."""
 
-LANE: int = 128
+LANE: int = TPU_LANES
 """The most-minor dimension is stored in tiles of 128 (lanes)."""
 
-SUBLANE: int = 8
+SUBLANE: int = TPU_SUBLANES
 """The second-minor dimension is stored in tiles of 8 (sublanes)."""
 
 ONCHIP_BYTES: int = 16 * 2**20

@@ -248,8 +248,8 @@ class GNNModel(RankingModel):
         return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
 
     def _pipeline(self) -> BaseTransform:
-        s = self.settings_
-        return feature_pipeline(s["kind"], s["hops"], s["pad"], s.get("dim_tokens", False))
+        s = TrainConfig(**self.settings_)  # a setting a saved model lacks takes TrainConfig's default
+        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens)
 
     # -- fit ------------------------------------------------------------------------------------------------------
 

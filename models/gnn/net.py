@@ -26,16 +26,16 @@ from torch import nn
 from torch_geometric.data import Data
 
 from competition.opcodes import NUM_OPCODES
+from competition.schema import LAYOUT_CONFIG_DIM, LAYOUT_SLOT_WIDTH, LAYOUT_SLOTS, TPU_LANES, TPU_SUBLANES
 from models.gnn.layers import CrossConfigAttention, GNNBlock, mean_adjacency
 
-LAYOUT_CONFIG_SLOTS = 18
+LAYOUT_CONFIG_SLOTS = LAYOUT_CONFIG_DIM
 TILE_CONFIG_COLUMNS = 24
 CONFIG_VALUES = 7  # layout config values -1..5, embedded at value + 1
 CONFIG_VALUE_DIM = 4
 INPUT_CLIP = 10.0  # normalised node features are clipped to this, so an unseen extreme value cannot blow up
 DIM_FEATURES = 6  # features of one dimension size (dimension_features)
-TPU_LANES, TPU_SUBLANES = 128, 8  # the TPU tiles the two minor-most dimensions of a tensor to (8, 128)
-SLOT_TENSOR = torch.arange(LAYOUT_CONFIG_SLOTS) // 6  # the tensor (output, operand 0, operand 1) of each config slot
+SLOT_TENSOR = torch.arange(LAYOUT_CONFIG_SLOTS) // LAYOUT_SLOT_WIDTH  # each config slot's tensor (output, 2 operands)
 
 
 def dimension_features(sizes: torch.Tensor) -> torch.Tensor:
@@ -198,7 +198,7 @@ class RankNet(nn.Module):
             raise ValueError("this network encodes config dimensions (dim_tokens): its graphs need config_dim_sizes "
                              "(features.transforms.ConfigDimensionSizes in the feature pipeline)")
         tensor = SLOT_TENSOR.to(values.device)
-        index = (slot.unsqueeze(-1) * 3 + tensor) * 7 + values  # [..., 18] into sizes.flatten()
+        index = (slot.unsqueeze(-1) * len(LAYOUT_SLOTS) + tensor) * CONFIG_VALUES + values  # into sizes.flatten()
         named = sizes.flatten()[index]
         return emb + self.config_dims(dimension_features(named).flatten(-2))
 
