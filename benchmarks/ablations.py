@@ -78,6 +78,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"patience": 10, "swa_epochs": 3}),
     Variant("refit", "refit on train + valid for the best epoch count; the refit scores test", params={"refit": True}),
     Variant("seeds-3", "a seed ensemble: 3 fits (seeds 0, 1, 2), rank-averaged", seeds=3),
+    Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise; shares the "
+            "seed ensemble's fit)", params={"seed": 1}),
+    Variant("seed-2", "the default with training seed 2 (a control, as seed-1)", params={"seed": 2}),
     Variant("ensemble-gbdt", "the pipeline's ensemble of gnn-attn and gbdt (weights fitted on valid)",
             with_gbdt=True),
 )}
