@@ -93,6 +93,8 @@ COLS_INPUT_BOUNDS = slice(16, 24)
 # Layout node_config_feat slots (section 3.4): output, input (first operand), kernel (second operand).
 LAYOUT_SLOTS = ("output", "input", "kernel")
 LAYOUT_SLOT_WIDTH = 6
+LAYOUT_CONFIG_VALUES = 7
+"""Distinct layout config values: -1 (none) and the dimensions 0..5 (models index them at value + 1)."""
 MAX_RANK = 6
 """Dimensions of a tensor the features show: ``node_feat``'s shape and dimension columns, a tile bound group's
 leading columns, a layout slot."""

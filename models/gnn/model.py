@@ -37,6 +37,7 @@ from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from features.transforms import (
+    CollapseChains,
     ConfigDimensionSizes,
     DedupConfigs,
     DropConstantColumns,
@@ -73,10 +74,13 @@ PREDICT_BLOCK = REFERENCE_WINDOW
 from)."""
 
 
-def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool) -> BaseTransform:
+def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool
+                     ) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
-    Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph);
+    Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
+    with ``bridge`` keeping an edge between kept nodes that a path through removed nodes linked
+    (:class:`features.transforms.CollapseChains`: layout links through long chains of elementwise ops survive);
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
     (:class:`features.transforms.ConfigDimensionSizes`); heavy-tailed columns are log-transformed; opcode-group
@@ -84,7 +88,7 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     """
     steps: list[BaseTransform] = []
     if kind == "layout" and hops != "all":
-        steps.append(PruneToConfigurable(hops=hops))
+        steps.append(CollapseChains(hops=hops) if bridge else PruneToConfigurable(hops=hops))
     if pad:
         steps.append(PadLayoutMinusOne())
     steps.append(ShapeAlignmentFeatures())  # reads the raw sizes: before the log
@@ -138,6 +142,9 @@ class GNNModel(RankingModel):
         dim_tokens: layout: each of a configurable node's 18 config slots is encoded by the dimension it names as
             well as by its index: the size features of that dimension of the output or operand tensor
             (:class:`features.transforms.ConfigDimensionSizes`).
+        bridge: layout pruning (``hops`` a count) also links two kept nodes that a directed path through removed
+            nodes joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
+            which layout decisions a chain of elementwise ops ties together.
         swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
             averaged, and the average is kept when it scores at least as well on the valid split as the best
             single epoch (0: off).
@@ -187,7 +194,7 @@ class GNNModel(RankingModel):
                  graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
-                 swa_epochs: int | None = None, refit: bool | None = None, gst_finetune_epochs: int | None = None,
+                 bridge: bool | None = None, swa_epochs: int | None = None, refit: bool | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -216,6 +223,7 @@ class GNNModel(RankingModel):
         self.predict_context = predict_context
         self.reference_configs = reference_configs
         self.dim_tokens = dim_tokens
+        self.bridge = bridge
         self.swa_epochs = swa_epochs
         self.refit = refit
         self.gst_finetune_epochs = gst_finetune_epochs
@@ -249,7 +257,7 @@ class GNNModel(RankingModel):
 
     def _pipeline(self) -> BaseTransform:
         s = TrainConfig(**self.settings_)  # a setting a saved model lacks takes TrainConfig's default
-        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens)
+        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge)
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
@@ -259,7 +267,7 @@ class GNNModel(RankingModel):
         collection = Collection(collection)
         kind = "tile" if collection.is_tile else "layout"
         settings = self.train_config(kind)
-        pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens)
+        pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge)
         progress = progress and distributed.is_main()
 
         def training_set(of: Split) -> ProcessedGraphs:

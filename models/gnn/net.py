@@ -26,12 +26,19 @@ from torch import nn
 from torch_geometric.data import Data
 
 from competition.opcodes import NUM_OPCODES
-from competition.schema import LAYOUT_CONFIG_DIM, LAYOUT_SLOT_WIDTH, LAYOUT_SLOTS, TPU_LANES, TPU_SUBLANES
+from competition.schema import (
+    LAYOUT_CONFIG_DIM,
+    LAYOUT_CONFIG_VALUES,
+    LAYOUT_SLOT_WIDTH,
+    LAYOUT_SLOTS,
+    TPU_LANES,
+    TPU_SUBLANES,
+)
 from models.gnn.layers import CrossConfigAttention, GNNBlock, mean_adjacency
 
 LAYOUT_CONFIG_SLOTS = LAYOUT_CONFIG_DIM
 TILE_CONFIG_COLUMNS = 24
-CONFIG_VALUES = 7  # layout config values -1..5, embedded at value + 1
+CONFIG_VALUES = LAYOUT_CONFIG_VALUES  # layout config values -1..5, embedded at value + 1
 CONFIG_VALUE_DIM = 4
 INPUT_CLIP = 10.0  # normalised node features are clipped to this, so an unseen extreme value cannot blow up
 DIM_FEATURES = 6  # features of one dimension size (dimension_features)
