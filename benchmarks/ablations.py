@@ -68,6 +68,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("listmle", "ListMLE loss instead of the pairwise hinge", params={"loss": "listmle"}),
     Variant("hops2-layers4", "deeper pruning (2 hops) with 4 layers", params={"hops": 2, "layers": 4}),
     Variant("gst", "Graph Segment Training, segments of 1,000 nodes", params={"segment_size": 1000}),
+    Variant("hinge", "the pairwise hinge loss (the layout default; tile's is ListMLE)", params={"loss": "hinge"}),
+    Variant("hidden-128", "128 channels (tile's default 64, layout's 32)", params={"hidden": 128}),
+    Variant("late-join", "tile: the config joined after pooling instead of to every node", params={"join": "late"}),
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
