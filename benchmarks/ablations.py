@@ -78,6 +78,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"bridge": True}),
     Variant("bridge-hops2-layers4", "bridge, with 2 hops and 4 layers", params={"bridge": True, "hops": 2,
                                                                                   "layers": 4}),
+    Variant("sibling", "layout: also train on the other search's train graphs of the same source",
+            params={"sibling": True}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
     Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
             params={"patience": 10}),

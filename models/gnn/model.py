@@ -142,6 +142,10 @@ class GNNModel(RankingModel):
         dim_tokens: layout: each of a configurable node's 18 config slots is encoded by the dimension it names as
             well as by its index: the size features of that dimension of the output or operand tensor
             (:class:`features.transforms.ConfigDimensionSizes`).
+        sibling: layout: train on the train graphs of the collection of the same source searched the other way as
+            well (:attr:`competition.collections.Collection.sibling`: ``layout:xla:default`` also learns from
+            ``layout:xla:random``'s configs of the same kind of programs, and back); early stopping and the valid
+            scores stay on the collection's own valid split. Training time grows with the added graphs.
         bridge: layout pruning (``hops`` a count) also links two kept nodes that a directed path through removed
             nodes joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
             which layout decisions a chain of elementwise ops ties together.
@@ -194,7 +198,8 @@ class GNNModel(RankingModel):
                  graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
-                 bridge: bool | None = None, swa_epochs: int | None = None, refit: bool | None = None, gst_finetune_epochs: int | None = None,
+                 sibling: bool | None = None, bridge: bool | None = None, swa_epochs: int | None = None,
+                 refit: bool | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -223,6 +228,7 @@ class GNNModel(RankingModel):
         self.predict_context = predict_context
         self.reference_configs = reference_configs
         self.dim_tokens = dim_tokens
+        self.sibling = sibling
         self.bridge = bridge
         self.swa_epochs = swa_epochs
         self.refit = refit
@@ -270,9 +276,9 @@ class GNNModel(RankingModel):
         pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge)
         progress = progress and distributed.is_main()
 
-        def training_set(of: Split) -> ProcessedGraphs:
+        def training_set(of: Split, source: Collection = collection) -> ProcessedGraphs:
             """The graphs of split ``of`` processed for training (deduplicated, ``train_configs`` kept)."""
-            return ProcessedGraphs(root, collection, of, pre_transform=Compose([pipeline, DedupConfigs("min")]),
+            return ProcessedGraphs(root, source, of, pre_transform=Compose([pipeline, DedupConfigs("min")]),
                                    cache_dir=self.cache_dir, max_configs=settings.max_train_configs,
                                    progress=progress)
 
@@ -280,26 +286,31 @@ class GNNModel(RankingModel):
         if not len(train_set):
             raise ValueError(f"no {collection.value} graphs in the {split.value} split of {root.root}")
         datas = _built(train_set)
+        sibling = collection.sibling if settings.sibling else None
+        sibling_datas = [] if sibling is None or not list_graphs(root, sibling, split) else _built(
+            training_set(split, sibling))
         valid_datas: list[Data] = []
         if eval_split is not None and eval_split != split and list_graphs(root, collection, eval_split):
             valid_set = ProcessedGraphs(root, collection, eval_split, pre_transform=pipeline,
                                         cache_dir=self.cache_dir, protocol=valid, progress=progress)
             valid_datas = _built(valid_set)
-        columns = DropConstantColumns().fit(datas)
-        normalize = Normalize().fit(columns(d.clone()) for d in datas)
+        columns = DropConstantColumns().fit(datas + sibling_datas)
+        normalize = Normalize().fit(columns(d.clone()) for d in datas + sibling_datas)
 
-        def item(data: Data) -> Item:
+        def item(data: Data, source: Collection = collection) -> Item:
             data = normalize(columns(data.clone()))
-            return Item(data.stem, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
+            key = data.stem if source == collection else f"{source.value}/{data.stem}"  # the same stems recur there
+            return Item(key, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
 
-        train_items = [item(d) for d in datas]
+        train_items = [item(d) for d in datas] + [item(d, sibling) for d in sibling_datas if sibling is not None]
         # Valid configs are only ever scored: packed into one int64 code per configurable node, 8 bytes instead of
         # 18 (int8) or 72 (float32); memory then grows little with the number of valid graphs.
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
                        for it in map(item, valid_datas)]
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
         data_key = _data_key(repr(pipeline), str(root.root), str(settings.max_train_configs), stopping,
-                             *sorted(d.stem for d in datas))
+                             *sorted(d.stem for d in datas),
+                             *(sorted(f"{sibling.value}/{d.stem}" for d in sibling_datas) if sibling_datas else ()))
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
         max_seconds = self.max_seconds

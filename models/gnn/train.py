@@ -130,6 +130,7 @@ class TrainConfig:
     predict_context: str = DEFAULT_PREDICT_CONTEXT
     reference_configs: int = DEFAULT_REFERENCE_CONFIGS
     dim_tokens: bool = False  # layout: each config slot also carries the size features of the dimension it names
+    sibling: bool = False  # layout: also train on the train graphs of the same source's other search
     bridge: bool = False  # layout pruning: kept nodes linked through removed ones get an edge (CollapseChains)
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions

@@ -1,0 +1,48 @@
+"""Sibling training (``sibling=True``): a layout collection also trains on the train graphs of the same source searched
+the other way; early stopping stays on its own valid split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import models.gnn.model as gnn_model
+from competition.collections import Collection, Split
+from competition.reader import find_data_root, list_graphs
+from models.gnn.model import GNNAttentionModel
+
+QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=1, steps_per_graph=1, configs_per_graph=16,
+             runs_dir=None)
+
+
+def test_collection_sibling():
+    assert Collection.LAYOUT_XLA_DEFAULT.sibling is Collection.LAYOUT_XLA_RANDOM
+    assert Collection.LAYOUT_XLA_RANDOM.sibling is Collection.LAYOUT_XLA_DEFAULT
+    assert Collection.LAYOUT_NLP_DEFAULT.sibling is Collection.LAYOUT_NLP_RANDOM
+    assert Collection.LAYOUT_NLP_RANDOM.sibling is Collection.LAYOUT_NLP_DEFAULT
+    assert Collection.TILE_XLA.sibling is None
+
+
+@pytest.mark.parametrize("sibling", [False, True])
+def test_sibling_graphs_join_the_training_set_only(tiny_world: Path, tmp_path: Path, sibling: bool,
+                                                    monkeypatch: pytest.MonkeyPatch):
+    root = find_data_root(tiny_world)
+    collection = Collection.LAYOUT_XLA_DEFAULT
+    seen = {}
+    real_train = gnn_model.train
+
+    def spy(cfg, train_items, valid_items, **kw):
+        seen.update(train=[it.key for it in train_items], valid=len(valid_items), data_key=cfg.data_key)
+        return real_train(cfg, train_items, valid_items, **kw)
+
+    monkeypatch.setattr(gnn_model, "train", spy)
+    model = GNNAttentionModel(**QUICK, sibling=sibling, cache_dir=str(tmp_path / "cache")).fit(root, collection,
+                                                                                              progress=False)
+    own = sorted(p.stem for p in list_graphs(root, collection, Split.TRAIN))
+    other = sorted(f"{Collection.LAYOUT_XLA_RANDOM.value}/{p.stem}"
+                   for p in list_graphs(root, Collection.LAYOUT_XLA_RANDOM, Split.TRAIN))
+    assert own and other
+    assert sorted(seen["train"]) == sorted(own + (other if sibling else []))
+    assert seen["valid"] == len(list_graphs(root, collection, Split.VALID))  # early stopping on its own valid split
+    assert model.settings_["sibling"] is sibling
