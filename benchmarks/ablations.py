@@ -74,10 +74,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
-    Variant("bridge", "pruning links kept nodes that a path through removed nodes joined (CollapseChains)",
+    Variant("bridge", "pruning links kept nodes that a path through removed elementwise ops joined "
+            "(CollapseChains)",
             params={"bridge": True}),
-    Variant("bridge-hops2-layers4", "bridge, with 2 hops and 4 layers", params={"bridge": True, "hops": 2,
-                                                                                  "layers": 4}),
     Variant("sibling", "layout: also train on the other search's train graphs of the same source",
             params={"sibling": True}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),

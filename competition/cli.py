@@ -307,6 +307,10 @@ def _prune_stats_parser(fsub: argparse._SubParsersAction) -> None:
     prune.add_argument("--collapse", choices=["edge", "node"], default=None,
                        help="replace removed chains between kept nodes by a placeholder edge or node "
                             "(CollapseChains) instead of cutting them")
+    prune.add_argument("--through", choices=["all", "elementwise"], default="all",
+                       help="with --collapse: which removed nodes a bridged path may run through, any or only "
+                            "elementwise ops (which pass their operand's layout on; what the GNN's bridge setting "
+                            "uses) (default: %(default)s)")
     prune.add_argument("--split", choices=[s.value for s in Split], default="train",
                        help="split to measure (default: %(default)s)")
     prune.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
@@ -487,7 +491,8 @@ def _cmd_prune_stats(args: argparse.Namespace) -> int:
 
     root = find_data_root(args.data)
     if args.collapse:
-        transform = CollapseChains(hops=args.hops, direction=args.direction, mode=args.collapse)
+        transform = CollapseChains(hops=args.hops, direction=args.direction, mode=args.collapse,
+                                   through=args.through)
     else:
         transform = PruneToConfigurable(hops=args.hops, direction=args.direction)
     rows = pruning_stats(root, transform, _collections(args.collections), Split(args.split),

@@ -134,31 +134,45 @@ class CollapseChains(BaseTransform):
     ``(u, v)`` order after the kept edges; a pair already joined by a kept edge is bridged too (the bridge says
     a longer path exists).
 
-    Paths are found by one walk per kept node that only enters removed nodes and stops at kept ones: the cost is
-    the number of (kept node, removed node it reaches through removed nodes) pairs, small when removed regions
-    are chains between kept nodes as in real programs, and never all pairs of nodes. Records
+    With ``through="elementwise"`` only removed elementwise ops (the ``elementwise`` opcode group, which keep their
+    operand's layout) carry a path: the layout links between decisions, without the bridges through reductions,
+    broadcasts or fusions that join most kept nodes to most others in a large module (a 11,256-node nlp graph
+    pruned with 1 hop: 2,042 edges, 45,397 when bridging through everything).
+
+    Paths are found by one walk per kept node that only enters removed (passable) nodes and stops at kept ones: the
+    cost is the number of (kept node, removed node it reaches through removed nodes) pairs, small when removed
+    regions are chains between kept nodes as in real programs, and never all pairs of nodes. Records
     ``num_nodes_before`` and ``num_edges_before``. A graph without ``config_node_index`` (tile) is unchanged.
 
     Args:
         hops: neighbourhood radius kept around configurable nodes, 0 to 5 (0: the configurable nodes only).
         direction: as for :class:`PruneToConfigurable`.
         mode: ``"edge"`` or ``"node"``.
+        through: ``"all"`` removed nodes, or only ``"elementwise"`` ones, carry a path.
     """
 
-    def __init__(self, hops: int = 0, direction: str = "both", mode: str = "edge") -> None:
+    def __init__(self, hops: int = 0, direction: str = "both", mode: str = "edge", through: str = "all") -> None:
         if not 0 <= hops <= 5:
             raise ValueError(f"hops must be in 0..5, got {hops}")
         _check_direction(direction)
         if mode not in ("edge", "node"):
             raise ValueError(f"mode must be 'edge' or 'node', got {mode!r}")
+        if through not in ("all", "elementwise"):
+            raise ValueError(f"through must be 'all' or 'elementwise', got {through!r}")
         self.hops = hops
         self.direction = direction
         self.mode = mode
+        self.through = through
 
-    def _bridges(self, keep: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        """Pairs ``(u, v)`` of kept nodes linked through removed nodes only: int64 ``[2, B]``, old ids, sorted."""
+    def _bridges(self, keep: torch.Tensor, edge_index: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
+        """Pairs ``(u, v)`` of kept nodes linked through removed (passable) nodes only: int64 ``[2, B]``, old ids,
+        sorted."""
         num_nodes = keep.shape[0]
         src, dst = edge_index
+        if self.through == "elementwise":  # a removed node that is not elementwise is a dead end: drop its edges
+            passable = keep | (_group_table()[op] == OPCODE_GROUP_NAMES.index("elementwise"))
+            usable = passable[src] & passable[dst]
+            src, dst = src[usable], dst[usable]
         indptr, targets = _csr(src, dst, num_nodes)
         kept = keep.tolist()
         entry = keep[src] & ~keep[dst]
@@ -185,7 +199,7 @@ class CollapseChains(BaseTransform):
             return data
         num_nodes = int(data.num_nodes)
         keep = _k_hop_mask(data.config_node_index, data.edge_index, num_nodes, self.hops, self.direction)
-        bridges = self._bridges(keep, data.edge_index)
+        bridges = self._bridges(keep, data.edge_index, data.op)
         new_id = torch.cumsum(keep.long(), 0) - 1
         data = _keep_nodes(data, keep)
         bridges = new_id[bridges]
@@ -203,7 +217,8 @@ class CollapseChains(BaseTransform):
         return data
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(hops={self.hops}, direction={self.direction!r}, mode={self.mode!r})"
+        return (f"{type(self).__name__}(hops={self.hops}, direction={self.direction!r}, mode={self.mode!r}, "
+                f"through={self.through!r})")
 
 
 def _pad_beyond_rank(values: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:

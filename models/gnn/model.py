@@ -79,7 +79,7 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
-    with ``bridge`` keeping an edge between kept nodes that a path through removed nodes linked
+    with ``bridge`` keeping an edge between kept nodes that a path through removed elementwise ops linked
     (:class:`features.transforms.CollapseChains`: layout links through long chains of elementwise ops survive);
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
@@ -88,7 +88,7 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     """
     steps: list[BaseTransform] = []
     if kind == "layout" and hops != "all":
-        steps.append(CollapseChains(hops=hops) if bridge else PruneToConfigurable(hops=hops))
+        steps.append(CollapseChains(hops=hops, through="elementwise") if bridge else PruneToConfigurable(hops=hops))
     if pad:
         steps.append(PadLayoutMinusOne())
     steps.append(ShapeAlignmentFeatures())  # reads the raw sizes: before the log
@@ -147,7 +147,7 @@ class GNNModel(RankingModel):
             ``layout:xla:random``'s configs of the same kind of programs, and back); early stopping and the valid
             scores stay on the collection's own valid split. Training time grows with the added graphs.
         bridge: layout pruning (``hops`` a count) also links two kept nodes that a directed path through removed
-            nodes joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
+            elementwise ops joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
             which layout decisions a chain of elementwise ops ties together.
         swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
             averaged, and the average is kept when it scores at least as well on the valid split as the best

@@ -128,6 +128,21 @@ def test_collapse_chains_with_hops_bridges_only_the_removed_middle():
     assert out.config_node_index.tolist() == [1, 4]
 
 
+def test_collapse_chains_through_elementwise_only():
+    # 0 (dot) -> 1 (add) -> 2 (reduce) -> 3 (dot) and 0 -> 4 (multiply) -> 5 (tanh) -> 6 (dot): only the path of
+    # elementwise ops bridges; the reduce is a dead end.
+    edges = [(0, 1), (1, 2), (2, 3), (0, 4), (4, 5), (5, 6)]
+    ops = ["dot", "add", "reduce", "dot", "multiply", "tanh", "dot"]
+    every = CollapseChains(hops=0)(graph(edges, ops, [0, 3, 6]))
+    assert every.edge_index.tolist() == [[0, 0], [1, 2]]
+    out = CollapseChains(hops=0, through="elementwise")(graph(edges, ops, [0, 3, 6]))
+    assert out.edge_index.tolist() == [[0], [2]]
+    assert out.config_node_index.tolist() == [0, 1, 2]
+    assert "through='elementwise'" in repr(CollapseChains(through="elementwise"))
+    with pytest.raises(ValueError, match="through"):
+        CollapseChains(through="reduce")
+
+
 def test_collapse_chains_branching_and_blocking():
     # 0 (dot) -> 1 (add) -> 2 (dot) and 1 -> 3 (add) -> 4 (dot) -> 5 (add) -> 6 (dot): the path 0 .. 6 runs through
     # the kept node 4, so it gives no bridge 0 -> 6.

@@ -36,7 +36,7 @@ def test_pipeline_bridges_what_pruning_cuts(tiny_world: Path):
     assert torch.equal(bridged.config_node_index, plain.config_node_index)
     extra = _edges(bridged) - _edges(plain)
     assert _edges(plain) <= _edges(bridged) and extra
-    expected = CollapseChains(hops=1)(graph_to_data(graph, rows))
+    expected = CollapseChains(hops=1, through="elementwise")(graph_to_data(graph, rows))
     assert _edges(expected) == _edges(bridged)
     assert isinstance(feature_pipeline("layout", 1, True, True, False).transforms[0], PruneToConfigurable)
     # "all" keeps whole graphs: nothing to bridge; tile graphs are never pruned
