@@ -79,6 +79,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"bridge": True}),
     Variant("sibling", "layout: also train on the other search's train graphs of the same source",
             params={"sibling": True}),
+    Variant("sibling-steps-2", "sibling, with 2 steps per graph and epoch instead of 4: the same number of steps "
+            "(and training time) as without", params={"sibling": True, "steps_per_graph": 2}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
     Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
             params={"patience": 10}),
