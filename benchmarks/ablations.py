@@ -74,13 +74,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
-    Variant("bridge", "pruning links kept nodes that a path through removed elementwise ops joined "
-            "(CollapseChains)",
-            params={"bridge": True}),
-    Variant("sibling", "layout: also train on the other search's train graphs of the same source",
-            params={"sibling": True}),
-    Variant("sibling-steps-2", "sibling, with 2 steps per graph and epoch instead of 4: the same number of steps "
-            "(and training time) as without", params={"sibling": True, "steps_per_graph": 2}),
+    Variant("no-bridge", "layout: pruning cuts what lies beyond the hops, no bridges through elementwise ops (the "
+            "default before this variant's first run)", params={"bridge": False}),
+    Variant("no-sibling", "layout: no sibling training (the default before this variant's first run)",
+            params={"sibling": False}),
+    Variant("sibling-double", "sibling training with twice the steps: every graph, own or sibling, 4 steps per "
+            "epoch", params={"steps_per_graph": 8}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
     Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
             params={"patience": 10}),

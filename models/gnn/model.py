@@ -115,7 +115,8 @@ class GNNModel(RankingModel):
         loss: ``hinge``, ``listmle`` or ``margin``.
         epochs: training epochs (at most; early stopping may end sooner).
         configs_per_graph: configs sampled per graph per step.
-        steps_per_graph: training steps per graph per epoch (each with freshly sampled configs).
+        steps_per_graph: training steps per graph per epoch (each with freshly sampled configs); with ``sibling``,
+            per own graph, the steps spread over the own and the sibling graphs.
         lr: AdamW peak learning rate (cosine schedule).
         weight_decay: AdamW weight decay.
         dropout: dropout probability.
@@ -145,7 +146,8 @@ class GNNModel(RankingModel):
         sibling: layout: train on the train graphs of the collection of the same source searched the other way as
             well (:attr:`competition.collections.Collection.sibling`: ``layout:xla:default`` also learns from
             ``layout:xla:random``'s configs of the same kind of programs, and back); early stopping and the valid
-            scores stay on the collection's own valid split. Training time grows with the added graphs.
+            scores stay on the collection's own valid split. An epoch keeps its length (``steps_per_graph`` steps
+            per own graph, spread over both collections' graphs), so the training time does not grow.
         bridge: layout pruning (``hops`` a count) also links two kept nodes that a directed path through removed
             elementwise ops joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
             which layout decisions a chain of elementwise ops ties together.
@@ -319,8 +321,11 @@ class GNNModel(RankingModel):
             max_seconds = left if max_seconds is None else min(max_seconds, left)
         end = None if max_seconds is None else time.monotonic() + max_seconds  # the refit gets what is left
         # The early-stopped run does not depend on refit: it resumes, or is resumed by, the same run without it.
+        # Sibling graphs join the epoch's visits without lengthening it: the steps are counted for the own graphs.
+        share = len(datas) / (len(datas) + len(sibling_datas))
         result = train(replace(cfg, refit=False), train_items, valid_items, run_dir=run_dir, device=self.device,
-                       progress=progress, max_seconds=max_seconds, title=f"{self.name} {collection.value}")
+                       progress=progress, max_seconds=max_seconds, title=f"{self.name} {collection.value}",
+                       epoch_share=share)
         refit: TrainResult | None = None
         if settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1:
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
@@ -333,7 +338,8 @@ class GNNModel(RankingModel):
             refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
                           run_dir=None if run_dir is None else run_dir / "refit", device=self.device,
                           progress=progress, max_seconds=None if end is None else max(0.0, end - time.monotonic()),
-                          title=f"{self.name} {collection.value} refit")
+                          title=f"{self.name} {collection.value} refit",
+                          epoch_share=(len(datas) + len(extra)) / (len(datas) + len(extra) + len(sibling_datas)))
             if len(refit.history) < refit_cfg.epochs:
                 if distributed.is_main():
                     log.warning("%s %s: the refit on %s + %s ran out of time after %d of %d epochs; only the "

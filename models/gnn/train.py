@@ -181,7 +181,7 @@ DEFAULTS: dict[str, TrainConfig] = {
                         steps_per_graph=1, patience=3, hops="all", train_configs="all"),
     "layout": TrainConfig(kind="layout", hidden=32, layers=3, lr=1e-2, loss="hinge", epochs=10,
                           configs_per_graph=64, steps_per_graph=4, patience=4, hops=1, train_configs=1000,
-                          dim_tokens=True),
+                          dim_tokens=True, sibling=True, bridge=True),
 }
 """Each kind's default settings (sized to train all five collections of the demo world on a 2-core CPU within the
 ``make submit`` budget); ``num_features`` and ``data_key`` are filled in from the data."""
@@ -507,9 +507,14 @@ def training_step(net: RankNet, slots: Sequence[Slot], cfg: TrainConfig, opt: to
 
 
 def _visit_order(steps_per_epoch: int, cfg: TrainConfig, graphs: int, gen: torch.Generator) -> list[int]:
-    """An epoch's graph index for each of its ``steps_per_epoch * graphs_per_step`` slots: every one of ``graphs``
-    graphs visited ``steps_per_graph`` times in a shuffled order drawn from ``gen`` (the last step topped up)."""
-    return torch.randperm(steps_per_epoch * cfg.graphs_per_step, generator=gen).remainder(graphs).tolist()
+    """An epoch's graph index for each of its ``steps_per_epoch * graphs_per_step`` slots, in a shuffled order drawn
+    from ``gen``: every one of ``graphs`` graphs visited equally often (``steps_per_graph`` times unless
+    ``epoch_share`` shortens the epoch; the last step topped up), or, when there are fewer slots than graphs, a
+    random subset of the graphs once each."""
+    slots = steps_per_epoch * cfg.graphs_per_step
+    if slots < graphs:
+        return torch.randperm(graphs, generator=gen)[:slots].tolist()
+    return torch.randperm(slots, generator=gen).remainder(graphs).tolist()
 
 
 def step_slots(order: Sequence[int], step: int, usable: Sequence[Item], cfg: TrainConfig, gen: torch.Generator,
@@ -660,7 +665,7 @@ def _average_states(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torc
 
 def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
           run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
-          max_seconds: float | None = None, title: str = "") -> TrainResult:
+          max_seconds: float | None = None, title: str = "", epoch_share: float = 1.0) -> TrainResult:
     """Train a :class:`RankNet` per ``cfg`` and return its best weights on the valid metric.
 
     Launched on several processes (:mod:`models.gnn.distributed`), every rank calls this with the same arguments:
@@ -679,6 +684,9 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         max_seconds: stop after this much training time (checked every step, by every rank: the first out of time
             stops them all); the run stays resumable.
         title: a title for the curves plot.
+        epoch_share: an epoch has ``ceil(epoch_share * graphs * steps_per_graph / graphs_per_step)`` steps over
+            the usable ``graphs``, each visited about equally often: below 1 when ``train_items`` hold graphs added
+            to a collection's own (``sibling``), so that an epoch is as long as without them.
 
     With ``cfg.swa_epochs`` k >= 1 the weights at the end of each of the last k finished epochs are kept (in the
     checkpoint too); when training stops (a partial epoch cut by the time budget does not count) their average is
@@ -703,6 +711,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         models.gnn.distributed.DistributedSetupError: more processes than training graphs, or than
             ``graphs_per_step``.
     """
+    if not 0 < epoch_share <= 1:
+        raise ValueError(f"epoch_share must be in (0, 1]; got {epoch_share!r}")
     device = resolve_device(device)
     run = Path(run_dir) if run_dir is not None else None
     settings = asdict(cfg)
@@ -721,8 +731,9 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         raise distributed.DistributedSetupError(
             f"graphs_per_step={cfg.graphs_per_step} is less than the {world} processes, each of which trains a graph "
             f"of its own at every step: set graphs_per_step to {world} or more (--param graphs_per_step={world})")
-    # Every graph is visited steps_per_graph times per epoch; the last step is topped up to graphs_per_step.
-    steps_per_epoch = math.ceil(len(usable) * cfg.steps_per_graph / cfg.graphs_per_step)
+    # Every graph is visited steps_per_graph times per epoch (times epoch_share); the last step is topped up to
+    # graphs_per_step.
+    steps_per_epoch = max(1, math.ceil(round(len(usable) * epoch_share * cfg.steps_per_graph, 6) / cfg.graphs_per_step))
     total_steps = cfg.epochs * steps_per_epoch
 
     def fresh() -> tuple[RankNet, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, torch.Generator,

@@ -61,7 +61,8 @@ def test_bridged_model_fits_predicts_and_survives_save_load(tiny_world: Path, tm
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "m")).predict(graph), scores)
 
 
-def test_bridge_defaults_off():
-    assert GNNAttentionModel(runs_dir=None).train_config("layout").bridge is False
+def test_bridge_is_the_layout_default():
+    assert GNNAttentionModel(runs_dir=None).train_config("layout").bridge is True
+    assert GNNAttentionModel(runs_dir=None, bridge=False).train_config("layout").bridge is False
     with pytest.raises(TypeError):
         feature_pipeline("layout", 1, True, True)  # every setting is passed: the defaults live in TrainConfig

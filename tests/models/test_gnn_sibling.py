@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 import models.gnn.model as gnn_model
 from competition.collections import Collection, Split
 from competition.reader import find_data_root, list_graphs
 from models.gnn.model import GNNAttentionModel
+from models.gnn.train import DEFAULTS, _visit_order, train
 
 QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=1, steps_per_graph=1, configs_per_graph=16,
              runs_dir=None)
@@ -33,7 +35,7 @@ def test_sibling_graphs_join_the_training_set_only(tiny_world: Path, tmp_path: P
     real_train = gnn_model.train
 
     def spy(cfg, train_items, valid_items, **kw):
-        seen.update(train=[it.key for it in train_items], valid=len(valid_items), data_key=cfg.data_key)
+        seen.update(train=[it.key for it in train_items], valid=len(valid_items), share=kw["epoch_share"])
         return real_train(cfg, train_items, valid_items, **kw)
 
     monkeypatch.setattr(gnn_model, "train", spy)
@@ -46,3 +48,19 @@ def test_sibling_graphs_join_the_training_set_only(tiny_world: Path, tmp_path: P
     assert sorted(seen["train"]) == sorted(own + (other if sibling else []))
     assert seen["valid"] == len(list_graphs(root, collection, Split.VALID))  # early stopping on its own valid split
     assert model.settings_["sibling"] is sibling
+    # An epoch stays as long as without the sibling graphs: its steps are counted for the own graphs.
+    assert seen["share"] == pytest.approx(len(own) / (len(own) + (len(other) if sibling else 0)))
+
+
+def test_visit_order_spreads_an_epoch_over_every_graph():
+    cfg = DEFAULTS["layout"]  # graphs_per_step 1
+    # 12 slots over 6 graphs: each twice; 4 slots over 6 graphs: 4 distinct graphs (a random subset, not the first 4)
+    order = _visit_order(12, cfg, 6, torch.Generator().manual_seed(0))
+    assert sorted(order) == sorted(list(range(6)) * 2)
+    subsets = {tuple(sorted(_visit_order(4, cfg, 6, torch.Generator().manual_seed(s)))) for s in range(20)}
+    assert all(len(set(sub)) == 4 for sub in subsets) and len(subsets) > 1
+
+
+def test_epoch_share_is_checked():
+    with pytest.raises(ValueError, match="epoch_share"):
+        train(DEFAULTS["layout"], [], [], epoch_share=0.0)
