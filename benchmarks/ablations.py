@@ -71,6 +71,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hinge", "the pairwise hinge loss (the layout default; tile's is ListMLE)", params={"loss": "hinge"}),
     Variant("hidden-128", "128 channels (tile's default 64, layout's 32)", params={"hidden": 128}),
     Variant("late-join", "tile: the config joined after pooling instead of to every node", params={"join": "late"}),
+    Variant("epochs-12", "12 epochs (at most; early stopping as by default)", params={"epochs": 12}),
+    Variant("lr-3e-3", "peak learning rate 3e-3 (tile's default 1e-3)", params={"lr": 3e-3}),
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
