@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,9 +150,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="collections to fit and score")
     parser.add_argument("--worlds-dir", default="data", help="where the worlds are generated or found")
     parser.add_argument("--progress", action="store_true", help="show progress bars")
+    parser.add_argument("--from-logs", nargs="+", metavar="LOG", default=None,
+                        help="fit nothing: build the table from the per-variant lines of earlier runs' output "
+                             "(runs split over processes or machines; --scale must be theirs, for the oracle); a "
+                             "variant missing some world seeds gets a table of its own over the seeds it has")
     args = parser.parse_args(argv)
     from competition.synthetic.world import generate_world
 
+    if args.from_logs:
+        return _table_from_logs(args.from_logs, args.scale, args.worlds_dir)
     collections = [Collection(c) for c in args.collections]
     names = ["default", *(n for n in args.variants if n != "default")]
     scores: dict[str, dict[Collection, list[float]]] = {n: {c: [] for c in collections} for n in names}
@@ -176,6 +183,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                   + f"  ({time.perf_counter() - t0:.0f} s; {(time.perf_counter() - started) / 60:.1f} min so far)",
                   flush=True)
     print(format_table(scores, oracles, args.scale, args.world_seeds))
+    return 0
+
+
+_LINE = re.compile(r"^\[world \d+/\d+ seed (?P<seed>\d+)\] (?P<name>\S+) \(\d+/\d+\): (?P<scores>.+?)  \(")
+
+
+def parse_log(lines: Iterable[str]) -> dict[str, dict[int, dict[Collection, float]]]:
+    """The per-variant lines of a run's output: variant -> world seed -> collection -> test score (a later line for
+    the same variant and seed replaces an earlier one)."""
+    out: dict[str, dict[int, dict[Collection, float]]] = {}
+    for line in lines:
+        m = _LINE.match(line)
+        if m:
+            cells = (cell.rsplit(" ", 1) for cell in m["scores"].split(", "))
+            out.setdefault(m["name"], {})[int(m["seed"])] = {Collection(c): float(v) for c, v in cells}
+    return out
+
+
+def _table_from_logs(paths: Sequence[str], scale: str, worlds_dir: str) -> int:
+    found: dict[str, dict[int, dict[Collection, float]]] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for name, per_seed in parse_log(f).items():
+                found.setdefault(name, {}).update(per_seed)
+    if "default" not in found:
+        raise SystemExit(f"error: no 'default' lines in {', '.join(paths)}")
+    oracle_of: dict[int, dict[Collection, float]] = {}
+    for seed in sorted({s for per in found.values() for s in per}):
+        root = find_data_root(world_dir(scale, seed, worlds_dir))
+        collections = list(found["default"][min(found["default"])])
+        oracle_of[seed] = oracle_scores(load_labels(root, collections, Split.TEST, DEFAULT_PROTOCOL)) or {}
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name, per in found.items():
+        groups.setdefault(tuple(sorted(set(per) & set(found["default"]))), []).append(name)
+    for seeds, names in sorted(groups.items(), key=lambda kv: -len(kv[0])):
+        if not seeds:
+            continue
+        collections = list(found["default"][seeds[0]])
+        scores = {n: {c: [found[n][s][c] for s in seeds] for c in collections}
+                  for n in ["default", *(n for n in names if n != "default")]}
+        oracles = {c: [oracle_of[s].get(c, math.nan) for s in seeds] for c in collections}
+        print(format_table(scores, oracles, scale, seeds))
     return 0
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.ablations import VARIANTS, format_table
+from benchmarks.ablations import VARIANTS, format_table, parse_log
 from competition.collections import Collection
 from models.registry import MODELS, param_problem
 
@@ -33,3 +33,16 @@ def test_table_gives_mean_spread_percent_and_paired_difference():
     oracle = next(line for line in lines if line.startswith("oracle")).split()
     assert [float(x) for x in oracle[1:]] == [0.775, 1.0]
     assert not math.isnan(float(row[3].split("±")[0]))
+
+
+def test_parse_log_reads_the_per_variant_lines():
+    lines = [
+        "gnn-attn layout:xla:default settings: attention=True",
+        "[world 1/2 seed 0] default (1/2): layout:xla:default 0.5411, layout:nlp:random 0.8633  (184 s; 3.1 min so far)",
+        "[world 2/2 seed 1] sib-ling (2/2): layout:xla:default 0.5771, layout:nlp:random 0.8709  (553 s; 28.9 min so "
+        "far)",
+        "[world 1/1 seed 1] default (1/3): layout:xla:default 0.5406, layout:nlp:random 0.8572  (291 s; 4.8 min so far)",
+    ]
+    found = parse_log(lines)
+    assert found == {"default": {0: {XD: 0.5411, NR: 0.8633}, 1: {XD: 0.5406, NR: 0.8572}},
+                     "sib-ling": {1: {XD: 0.5771, NR: 0.8709}}}
