@@ -72,17 +72,22 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hinge", "the pairwise hinge loss (the layout default; tile's is ListMLE)", params={"loss": "hinge"}),
     Variant("hidden-128", "128 channels (tile's default 64, layout's 32)", params={"hidden": 128}),
     Variant("late-join", "tile: the config joined after pooling instead of to every node", params={"join": "late"}),
-    Variant("epochs-12", "12 epochs (at most; early stopping as by default)", params={"epochs": 12}),
+    Variant("epochs-6", "6 epochs (at most; the tile default before this variant's first run)",
+            params={"epochs": 6}),
+    Variant("epochs-12", "12 epochs (at most; early stopping as by default; the tile default since)",
+            params={"epochs": 12}),
     Variant("lr-3e-3", "peak learning rate 3e-3 (tile's default 1e-3)", params={"lr": 3e-3}),
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
     Variant("no-bridge", "layout: pruning cuts what lies beyond the hops, no bridges through elementwise ops (the "
             "default before this variant's first run)", params={"bridge": False}),
-    Variant("no-sibling", "layout: no sibling training (the default before this variant's first run)",
-            params={"sibling": False}),
+    Variant("sibling", "layout: sibling training at the default's steps (4 per own graph, spread over own and "
+            "sibling graphs: 2 each)", params={"sibling": True}),
     Variant("sibling-double", "sibling training with twice the steps: every graph, own or sibling, 4 steps per "
-            "epoch", params={"steps_per_graph": 8}),
+            "epoch", params={"sibling": True, "steps_per_graph": 8}),
+    Variant("steps-8", "8 steps per graph and epoch (twice the default's): sibling-double's compute without the "
+            "sibling graphs", params={"steps_per_graph": 8}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
     Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
             params={"patience": 10}),

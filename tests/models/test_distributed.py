@@ -193,16 +193,16 @@ def test_more_processes_than_graphs_is_refused(tiny_world: Path, tmp_path: Path,
     args = ["train", "--data", str(tiny_world), "--collections", LAYOUT.value, "--runs-dir", str(tmp_path / "runs"),
             "--param", f"cache_dir='{tmp_path / 'cache'}'"]
     with pytest.raises(SystemExit) as exc:
-        main([*args, "--nproc", "5"])  # 2 graphs of its own and 2 of its sibling's (sibling training, the default)
+        main([*args, "--nproc", "3"])
     assert exc.value.code == 2
-    assert capsys.readouterr().err == (
-        f"error: {LAYOUT.value}: 4 train graphs for 5 processes, each of which trains a graph of its own at every "
-        f"step: launch at most 4, or leave {LAYOUT.value} out (--collections)\n")
-    with pytest.raises(SystemExit):
-        main([*args, "--nproc", "3", "--param", "sibling=False"])
     assert capsys.readouterr().err == (
         f"error: {LAYOUT.value}: 2 train graphs for 3 processes, each of which trains a graph of its own at every "
         f"step: launch at most 2, or leave {LAYOUT.value} out (--collections)\n")
+    with pytest.raises(SystemExit):  # with sibling training, 2 graphs of its own and 2 of its sibling's
+        main([*args, "--nproc", "5", "--param", "sibling=True"])
+    assert capsys.readouterr().err == (
+        f"error: {LAYOUT.value}: 4 train graphs for 5 processes, each of which trains a graph of its own at every "
+        f"step: launch at most 4, or leave {LAYOUT.value} out (--collections)\n")
     with pytest.raises(SystemExit):
         main([*args, "--nproc", "2", "--param", "graphs_per_step=1"])
     assert capsys.readouterr().err == (
@@ -214,7 +214,7 @@ def test_more_processes_than_graphs_is_refused(tiny_world: Path, tmp_path: Path,
     monkeypatch.setattr(distributed, "world_size", lambda: 3)
     with pytest.raises(distributed.DistributedSetupError, match=f"^gnn {LAYOUT.value}: 2 training graphs for 3 "
                                                                  "processes, each of which trains a graph of its own"):
-        _fit(tiny_world, str(tmp_path / "cache"), None, sibling=False, **DROPOUT)  # the sibling's 2 would make 4
+        _fit(tiny_world, str(tmp_path / "cache"), None, **DROPOUT)
 
 
 def test_an_unavailable_backend_is_refused(tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
