@@ -80,8 +80,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
-    Variant("no-bridge", "layout: pruning cuts what lies beyond the hops, no bridges through elementwise ops (the "
-            "default before this variant's first run)", params={"bridge": False}),
+    Variant("bridge", "layout: pruning also links kept nodes that a path through removed elementwise ops joined",
+            params={"bridge": True}),
     Variant("sibling", "layout: sibling training at the default's steps (4 per own graph, spread over own and "
             "sibling graphs: 2 each)", params={"sibling": True}),
     Variant("sibling-double", "sibling training with twice the steps: every graph, own or sibling, 4 steps per "

@@ -61,8 +61,8 @@ def test_bridged_model_fits_predicts_and_survives_save_load(tiny_world: Path, tm
     np.testing.assert_array_equal(load_model(model.save(tmp_path / "m")).predict(graph), scores)
 
 
-def test_bridge_is_the_layout_default():
-    assert GNNAttentionModel(runs_dir=None).train_config("layout").bridge is True
-    assert GNNAttentionModel(runs_dir=None, bridge=False).train_config("layout").bridge is False
+def test_bridge_is_off_by_default():
+    assert GNNAttentionModel(runs_dir=None).train_config("layout").bridge is False
+    assert GNNAttentionModel(runs_dir=None, bridge=True).train_config("layout").bridge is True
     with pytest.raises(TypeError):
         feature_pipeline("layout", 1, True, True)  # every setting is passed: the defaults live in TrainConfig
