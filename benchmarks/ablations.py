@@ -239,9 +239,10 @@ def format_table(scores: Mapping[str, Mapping[Collection, Sequence[float]]],
     ``default`` over the collections, ± the sd over the worlds of that per-world difference."""
     collections = list(oracles)
     base = scores["default"]
+    w = max(15, *(len(name) + 1 for name in scores))  # the variant column
     lines = [f"\ntest split, {scale} worlds (seeds {' '.join(map(str, seeds))}): mean ± sd over the worlds, "
              f"% of the oracle; 'vs default' = mean over the collections of the per-world difference, ± its sd",
-             f"{'variant':15s}" + "".join(f"{c.value:>24s}" for c in collections) + f"{'vs default':>18s}"]
+             f"{'variant':{w}s}" + "".join(f"{c.value:>24s}" for c in collections) + f"{'vs default':>18s}"]
     lines.append("-" * len(lines[-1]))
     for name, per in scores.items():
         cells = ""
@@ -253,9 +254,9 @@ def format_table(scores: Mapping[str, Mapping[Collection, Sequence[float]]],
         diff = np.mean([np.asarray(per[c]) - np.asarray(base[c]) for c in collections], axis=0)  # per world
         dsd = float(np.std(diff, ddof=1)) if len(diff) > 1 else math.nan
         vs = "" if name == "default" else f"{diff.mean():+.4f}±{dsd:.4f}"
-        lines.append(f"{name:15s}{cells}{vs:>18s}")
+        lines.append(f"{name:{w}s}{cells}{vs:>18s}")
     orc = "".join(f"{float(np.mean(oracles[c])):>24.4f}" for c in collections)
-    lines.append(f"{'oracle':15s}{orc}")
+    lines.append(f"{'oracle':{w}s}{orc}")
     return "\n".join(lines)
 
 
