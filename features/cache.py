@@ -140,9 +140,13 @@ def pipeline_description(pre_transform: Transform | None, max_configs: int | Non
 
 
 def pipeline_hash(pre_transform: Transform | None, max_configs: int | None,
-                  protocol: ValidProtocol | None = None) -> str:
-    """16 hex digits of the SHA-256 of :func:`pipeline_description`."""
-    return hashlib.sha256(pipeline_description(pre_transform, max_configs, protocol).encode()).hexdigest()[:16]
+                  protocol: ValidProtocol | None = None, root: str | os.PathLike[str] | None = None) -> str:
+    """16 hex digits of the SHA-256 of :func:`pipeline_description` (and of the data root's resolved path when
+    given)."""
+    text = pipeline_description(pre_transform, max_configs, protocol)
+    if root is not None:
+        text += f"data root: {Path(root).resolve()}\n"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def evenly_spaced_configs(num_configs: int, max_configs: int | None) -> npt.NDArray[np.int64] | None:
@@ -314,8 +318,10 @@ class ProcessedGraphs(Sequence[Data]):
 
     @property
     def processed_dir(self) -> Path:
-        """The folder of this pipeline: ``split_dir/<pipeline hash>``."""
-        return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs, self.protocol)
+        """The folder of this pipeline on this data root: ``split_dir/<hash of both>``. Two data roots (two
+        synthetic worlds, or the real data and a world) never share a folder, so building one never removes the
+        other's files as leftovers (two processes on two worlds with one cache crashed on that)."""
+        return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs, self.protocol, self.root.root)
 
     @property
     def paths(self) -> list[Path]:
@@ -375,7 +381,8 @@ class ProcessedGraphs(Sequence[Data]):
         out = self.processed_dir
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / PIPELINE_FILE,
-                          pipeline_description(self.pre_transform, self.max_configs, self.protocol))
+                          pipeline_description(self.pre_transform, self.max_configs, self.protocol)
+                          + f"data root: {Path(self.root.root).resolve()}\n")
         removed = self._remove_leftovers()
         todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
         stats: dict[str, dict[str, Any]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,19 @@ def test_changed_pipeline_uses_new_folder(world: DataRoot, tmp_path: Path) -> No
     assert _built(one)  # the old folder is left until clean_stale
     assert sorted(two.clean_stale()) == sorted([one.processed_dir, make(world, tmp_path, max_configs=8).processed_dir])
     assert not one.processed_dir.exists() and _built(two)
+
+
+def test_two_data_roots_share_a_cache_without_removing_each_others_files(world: DataRoot, tmp_path: Path) -> None:
+    # A second world with the same relative paths and stems (a copy, so its files are other files): its build must
+    # not take the first world's cached files for leftovers, nor the other way round.
+    other = find_data_root(shutil.copytree(world.root, tmp_path / "other-world", copy_function=shutil.copy))
+    cache = tmp_path / "cache"
+    one, two = make(world, cache), make(other, cache)
+    assert one.processed_dir != two.processed_dir and one.split_dir == two.split_dir
+    assert one.build().built == 2 and two.build().built == 2
+    assert _built(one) and _built(two)
+    assert (one.build().reused, two.build().reused) == (2, 2)  # nothing rebuilt, nothing removed
+    assert f"data root: {Path(other.root).resolve()}" in (two.processed_dir / PIPELINE_FILE).read_text()
 
 
 def test_rewritten_source_rebuilds_only_that_graph(world: DataRoot, tmp_path: Path) -> None:
