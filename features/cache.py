@@ -3,14 +3,15 @@
 Layout on disk::
 
     cache_dir/<collection slug>/<split>/<pipeline hash>/
-        pipeline.txt                  the pre_transform repr, max_configs and format version (human-readable)
+        pipeline.txt                  the pre_transform repr, max_configs, format version, data root (readable)
         manifest.json                 per graph: cached file, source identity, node / edge counts, seconds
         <stem>-<source key>.pt        one torch.save'd {"format", "data", "stats"} per graph (plain data only)
 
-The pipeline hash covers the ``pre_transform`` repr, ``max_configs`` and :data:`FORMAT_VERSION`, so a changed
-pipeline builds into a new folder and never reuses files made with other settings (as the official baselines
-name their caches by a hash of the settings). The old folder is left in place until :meth:`ProcessedGraphs.
-clean_stale` removes it. A graph's source key hashes the npz file's path relative to the data root, its size, its
+The pipeline hash covers the ``pre_transform`` repr, ``max_configs``, :data:`FORMAT_VERSION` and the data root's
+resolved path, so a changed pipeline builds into a new folder and never reuses files made with other settings (as
+the official baselines name their caches by a hash of the settings), and two data roots (two synthetic worlds) never
+share a folder, where each build would remove the other's files as leftovers. The old folder is left in place until
+:meth:`ProcessedGraphs.clean_stale` removes it (with those of other data roots). A graph's source key hashes the npz file's path relative to the data root, its size, its
 ``mtime_ns`` and its stem, so a rewritten data file is rebuilt and the others are reused.
 
 Every cached file is written through :func:`competition.npzio.atomic_path`: a build that is interrupted leaves only
