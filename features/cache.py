@@ -132,22 +132,20 @@ def read_record(path: Path) -> dict[str, Any]:
 
 
 def pipeline_description(pre_transform: Transform | None, max_configs: int | None,
-                         protocol: ValidProtocol | None = None) -> str:
-    """The settings that make a cache: what ``pipeline.txt`` holds and what the pipeline hash is taken of."""
+                         protocol: ValidProtocol | None = None, root: str | os.PathLike[str] | None = None) -> str:
+    """The settings that make a cache: what ``pipeline.txt`` holds and what the pipeline hash is taken of (with
+    the data root's resolved path when given)."""
     text = f"format_version: {FORMAT_VERSION}\nmax_configs: {max_configs}\n"
     if protocol is not None:
         text += f"valid_protocol: {protocol.tag}\n"
-    return text + f"pre_transform: {pre_transform!r}\n"
+    text += f"pre_transform: {pre_transform!r}\n"
+    return text if root is None else text + f"data root: {Path(root).resolve()}\n"
 
 
 def pipeline_hash(pre_transform: Transform | None, max_configs: int | None,
                   protocol: ValidProtocol | None = None, root: str | os.PathLike[str] | None = None) -> str:
-    """16 hex digits of the SHA-256 of :func:`pipeline_description` (and of the data root's resolved path when
-    given)."""
-    text = pipeline_description(pre_transform, max_configs, protocol)
-    if root is not None:
-        text += f"data root: {Path(root).resolve()}\n"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """16 hex digits of the SHA-256 of :func:`pipeline_description`."""
+    return hashlib.sha256(pipeline_description(pre_transform, max_configs, protocol, root).encode()).hexdigest()[:16]
 
 
 def evenly_spaced_configs(num_configs: int, max_configs: int | None) -> npt.NDArray[np.int64] | None:
@@ -382,8 +380,7 @@ class ProcessedGraphs(Sequence[Data]):
         out = self.processed_dir
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / PIPELINE_FILE,
-                          pipeline_description(self.pre_transform, self.max_configs, self.protocol)
-                          + f"data root: {Path(self.root.root).resolve()}\n")
+                          pipeline_description(self.pre_transform, self.max_configs, self.protocol, self.root.root))
         removed = self._remove_leftovers()
         todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
         stats: dict[str, dict[str, Any]] = {}

@@ -304,7 +304,7 @@ class GNNModel(RankingModel):
             key = data.stem if source == collection else f"{source.value}/{data.stem}"  # the same stems recur there
             return Item(key, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
 
-        train_items = [item(d) for d in datas] + [item(d, sibling) for d in sibling_datas if sibling is not None]
+        train_items = [item(d) for d in datas] + [item(d, sibling) for d in sibling_datas]  # none without sibling
         # Valid configs are only ever scored: packed into one int64 code per configurable node, 8 bytes instead of
         # 18 (int8) or 72 (float32); memory then grows little with the number of valid graphs.
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
@@ -312,7 +312,7 @@ class GNNModel(RankingModel):
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
         data_key = _data_key(repr(pipeline), str(root.root), str(settings.max_train_configs), stopping,
                              *sorted(d.stem for d in datas),
-                             *(sorted(f"{sibling.value}/{d.stem}" for d in sibling_datas) if sibling_datas else ()))
+                             *sorted(it.key for it in train_items[len(datas):]))
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
         max_seconds = self.max_seconds
@@ -321,11 +321,13 @@ class GNNModel(RankingModel):
             max_seconds = left if max_seconds is None else min(max_seconds, left)
         end = None if max_seconds is None else time.monotonic() + max_seconds  # the refit gets what is left
         # The early-stopped run does not depend on refit: it resumes, or is resumed by, the same run without it.
-        # Sibling graphs join the epoch's visits without lengthening it: the steps are counted for the own graphs.
-        share = len(datas) / (len(datas) + len(sibling_datas))
+        def share(own: int) -> float:
+            """Sibling graphs join an epoch's visits without lengthening it: its steps are counted for ``own``."""
+            return own / (own + len(sibling_datas))
+
         result = train(replace(cfg, refit=False), train_items, valid_items, run_dir=run_dir, device=self.device,
                        progress=progress, max_seconds=max_seconds, title=f"{self.name} {collection.value}",
-                       epoch_share=share)
+                       epoch_share=share(len(datas)))
         refit: TrainResult | None = None
         if settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1:
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
@@ -339,7 +341,7 @@ class GNNModel(RankingModel):
                           run_dir=None if run_dir is None else run_dir / "refit", device=self.device,
                           progress=progress, max_seconds=None if end is None else max(0.0, end - time.monotonic()),
                           title=f"{self.name} {collection.value} refit",
-                          epoch_share=(len(datas) + len(extra)) / (len(datas) + len(extra) + len(sibling_datas)))
+                          epoch_share=share(len(datas) + len(extra)))
             if len(refit.history) < refit_cfg.epochs:
                 if distributed.is_main():
                     log.warning("%s %s: the refit on %s + %s ran out of time after %d of %d epochs; only the "
