@@ -18,7 +18,7 @@ costs no more than the plain forward pass.
 
 The results equal :meth:`RankNet.forward` in eval mode up to float rounding (sums are taken in another order, the
 SAGE linear maps are applied before the neighbour means, ``A (z W) = (A z) W``, and the softmax is shifted by a
-shared maximum where that cannot underflow): about 1e-7 on scores of order 1.
+shared maximum where that cannot underflow): 1e-7 to a few 1e-6 on scores of order 1.
 
 Rows are laid out node-major: node ``v`` of a component with ``U`` keys owns rows ``off[v] .. off[v] + U - 1``, row
 ``off[v] + u`` being its state under the component's key ``u``; per-node reductions over the keys (attention) are
@@ -388,32 +388,39 @@ class ReferenceContext:
                     log_sum += math.log(self.size / drawn)
 
 
-class LayoutPlan:
-    """Everything about one layout graph that does not depend on the configs, for :meth:`scores`.
-
-    Built once per graph (and network weights): the node states before any config, the graph's connected
-    components and which slots lie in each, and the pooled sum of the components without slots (run once).
-    :meth:`totals` works through the components a few at a time, so that at most about :data:`ROW_BUDGET` rows
-    (:data:`CUDA_ROW_BUDGET` on a GPU) are in flight whatever the batch size.
+class LayoutStructure:
+    """What :class:`LayoutPlan` and :func:`dedup_scores` need of one layout graph that depends neither on the
+    configs nor on the network's weights: its connected components (edges either way) and which slots lie in each,
+    the nodes of the components without slots, and the stencils of both parts. Built once per graph and kept
+    (:meth:`models.gnn.train.Item.structure`), so that a plan per evaluation and a training step cost no graph
+    analysis.
 
     Args:
-        net: a layout :class:`RankNet` (its weights must not change while the plan is used).
         segments: the graph's segments (:func:`models.gnn.net.make_segments`; several under GST, whose
-            between-segment edges are dropped as in the forward pass), on the network's device.
+            between-segment edges are dropped as in the forward pass).
+        bidirectional: whether the network gathers from consumers too (its blocks have ``lin_out``).
+
+    Attributes:
+        x, op: every node's clipped features and opcode, in graph order.
+        static: the nodes of the components without slots; static_matrix: their stencil, one row per node.
+        dyn_nodes: the other nodes, sorted by component (so a run of components is a run of nodes);
+            stencil: the graph they induce; node_comp: each one's component ``0..K-1``; comp_nodes: ``[K + 1]``
+            bounds of each component's nodes.
+        slot_ids, slot_rows, slot_comp: the configurable slots sorted by component: each one's column in the
+            configs, its row among ``dyn_nodes``, its component; slot_order: each sorted slot's row in
+            ``slot_sizes``; comp_slots: ``[K + 1]`` bounds; slot_rank: its place in its component.
     """
 
-    @torch.inference_mode()
-    def __init__(self, net: RankNet, segments: list[Segment]) -> None:
-        if net.kind != "layout":
-            raise ValueError("LayoutPlan is for layout networks")
-        self.net = net
+    def __init__(self, segments: list[Segment], *, bidirectional: bool) -> None:
+        with torch.inference_mode(False), torch.no_grad():
+            self._build(segments, bidirectional)
+
+    def _build(self, segments: list[Segment], bidirectional: bool) -> None:
         device = segments[0].x.device
         self.device = device
-        self.num_nodes = sum(s.num_nodes for s in segments)
-        n = self.num_nodes
-        x = torch.cat([s.x for s in segments]).clamp(-INPUT_CLIP, INPUT_CLIP)
-        op = torch.cat([s.op for s in segments])
-        base = net.node_in(torch.cat([x, net.opcode(op)], dim=1)).float()  # [N, H]
+        self.num_nodes = n = sum(s.num_nodes for s in segments)
+        self.x = torch.cat([s.x for s in segments]).clamp(-INPUT_CLIP, INPUT_CLIP)
+        self.op = torch.cat([s.op for s in segments])
 
         def edges(adj_name: str) -> _Edges:
             parts = []
@@ -423,8 +430,7 @@ class LayoutPlan:
                 parts.append((idx[0], idx[1], a.values()))
             return _Edges(*(torch.cat([p[i] for p in parts]) for i in range(3)))
 
-        adjacencies = [edges("adj_in")] + ([edges("adj_out")] if net.blocks[0].conv.lin_out is not None else [])
-        self.blocks = [_BlockWeights(block) for block in net.blocks]
+        adjacencies = [edges("adj_in")] + ([edges("adj_out")] if bidirectional else [])
         slot_ids = torch.cat([s.slots for s in segments])
         slot_nodes = torch.cat([s.slot_nodes + s.start for s in segments])
 
@@ -444,22 +450,20 @@ class LayoutPlan:
             new_id[nodes] = torch.arange(nodes.numel(), device=device)
             return new_id, _Stencil(nodes.numel(), [a.select(keep[a.dst], new_id) for a in adjacencies])
 
-        # The components without slots, once: one row per node standing for every config.
-        static = (~dynamic).nonzero().flatten()
-        _, static_stencil = subgraph(static)
-        every = torch.arange(static.numel(), device=device)
-        h = _run_blocks(self.blocks, base[static], static_stencil.matrix(every, torch.zeros_like(every), every))
-        self.static_total = h.sum(0)  # [H]
+        # The components without slots: one row per node standing for every config.
+        self.static = (~dynamic).nonzero().flatten()
+        _, static_stencil = subgraph(self.static)
+        every = torch.arange(self.static.numel(), device=device)
+        self.static_matrix = static_stencil.matrix(every, torch.zeros_like(every), every)
 
-        # The components with slots, numbered 0..K-1, their nodes 0..Nd-1 sorted by component (so a run of
-        # components is a run of nodes), slot entries sorted by component.
+        # The components with slots, numbered 0..K-1, their nodes 0..Nd-1 sorted by component, slot entries
+        # sorted by component.
         dyn_nodes = dynamic.nonzero().flatten()
         labels, comp_dyn = torch.unique(comp[dyn_nodes], return_inverse=True)
         order = torch.argsort(comp_dyn, stable=True)
-        dyn_nodes, comp_dyn = dyn_nodes[order], comp_dyn[order]
-        dyn_id, self.stencil = subgraph(dyn_nodes)
+        self.dyn_nodes, comp_dyn = dyn_nodes[order], comp_dyn[order]
+        dyn_id, self.stencil = subgraph(self.dyn_nodes)
         self.num_components = int(labels.numel())
-        self.base = base[dyn_nodes]
         self.node_comp = comp_dyn  # [Nd]
         self.comp_nodes = _bounds(torch.bincount(comp_dyn, minlength=self.num_components))  # [K + 1]
         slot_rows, slot_comp = dyn_id[slot_nodes], comp_dyn[dyn_id[slot_nodes]]
@@ -475,7 +479,7 @@ class LayoutPlan:
 
     @property
     def num_dynamic_nodes(self) -> int:
-        return int(self.base.shape[0])
+        return int(self.dyn_nodes.shape[0])
 
     def keys(self, by_slot: torch.Tensor, c0: int, c1: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The key of each component ``c0 <= c < c1`` per config: ``(ids [k, B] in 0..U_c-1, U [k])``, from the
@@ -492,6 +496,93 @@ class LayoutPlan:
             ids[comps], distinct[comps] = _dense_rank(ids[comps] * by_slot.shape[1] + column)
         return ids, distinct
 
+    def rows(self, ids: torch.Tensor, distinct: torch.Tensor, c0: int, c1: int) -> _Rows:
+        """The rows of components ``c0 <= c < c1`` run once per distinct key (their ``ids`` and ``distinct`` from
+        :meth:`keys`), laid out node-major."""
+        return _Rows(self, ids, distinct, c0, c1)
+
+
+class _Rows:
+    """The bookkeeping of one run of components over a batch of ``B`` configs: node ``v`` (of the run) with ``U``
+    keys owns rows ``first_row[v] .. first_row[v] + U - 1``; a *group* is a (component, key); ``gid [k, B]`` is
+    each config's group per component and ``count`` how many configs of the batch each group stands for."""
+
+    def __init__(self, st: LayoutStructure, ids: torch.Tensor, distinct: torch.Tensor, c0: int, c1: int) -> None:
+        device = ids.device
+        b = ids.shape[1]
+        self.n0, self.n1 = int(st.comp_nodes[c0]), int(st.comp_nodes[c1])
+        self.s0, self.s1 = int(st.comp_slots[c0]), int(st.comp_slots[c1])
+        self.group_first = _offsets(distinct)
+        self.groups = int(distinct.sum())
+        self.gid = ids + self.group_first.unsqueeze(1)  # [k, B]
+        self.representative = torch.empty(self.groups, dtype=torch.long, device=device)
+        self.representative.scatter_(0, self.gid.flatten(), torch.arange(b, device=device).repeat(ids.shape[0]))
+        self.count = torch.bincount(self.gid.flatten(), minlength=self.groups).float()
+        node_comp = st.node_comp[self.n0:self.n1] - c0
+        self.lengths = distinct[node_comp]  # rows per node
+        self.total = int(self.lengths.sum())
+        self.first_row = _offsets(self.lengths)
+        self.node_of_row, self.key_of_row = _expand(self.lengths, self.total)
+        self.group_of_row = self.group_first[node_comp[self.node_of_row]] + self.key_of_row
+        # Each slot of the run under each key of its component: the config standing for the key, and its row.
+        slot_comp = st.slot_comp[self.s0:self.s1] - c0
+        slot_lengths = distinct[slot_comp]
+        self.slot_entry, key = _expand(slot_lengths, int(slot_lengths.sum()))
+        self.slot_config = self.representative[self.group_first[slot_comp[self.slot_entry]] + key]
+        self.slot_row = self.first_row[st.slot_rows[self.s0:self.s1][self.slot_entry] - self.n0] + key
+        self.conv_matrix = st.stencil.matrix(self.node_of_row + self.n0, self.key_of_row, self.first_row, self.n0)
+
+    def rows_of(self) -> torch.Tensor:
+        """Sparse CSR ``[nodes, R]``: each node's rows, valued by how many configs of the batch each stands for."""
+        return _csr(_bounds(self.lengths), torch.arange(self.total, device=self.lengths.device),
+                    self.count[self.group_of_row], (self.lengths.shape[0], self.total))
+
+    def slot_values(self, st: LayoutStructure, by_slot: torch.Tensor) -> torch.Tensor:
+        """int64 ``[P, 18]``: the config values of each slot of the run under each key of its component."""
+        return code_values(by_slot[st.slot_ids[self.s0:self.s1][self.slot_entry], self.slot_config])
+
+    def pooled(self, h: torch.Tensor) -> torch.Tensor:
+        """Each config's sum of the final states of the run's nodes ``[B, H]``, from the rows' states ``h``."""
+        group_sum = torch.zeros(self.groups, h.shape[1], dtype=h.dtype, device=h.device).index_add(
+            0, self.group_of_row, h)
+        return F.embedding_bag(self.gid.t().contiguous(), group_sum, mode="sum")
+
+
+class LayoutPlan:
+    """Everything about one layout graph that does not depend on the configs, for :meth:`scores`.
+
+    Built once per graph (and network weights): the node states before any config, the graph's
+    :class:`LayoutStructure` (built here unless given), and the pooled sum of the components without slots (run
+    once). :meth:`totals` works through the components a few at a time, so that at most about :data:`ROW_BUDGET`
+    rows (:data:`CUDA_ROW_BUDGET` on a GPU) are in flight whatever the batch size.
+
+    Args:
+        net: a layout :class:`RankNet` (its weights must not change while the plan is used).
+        segments: the graph's segments (:func:`models.gnn.net.make_segments`; several under GST, whose
+            between-segment edges are dropped as in the forward pass), on the network's device.
+        structure: the graph's structure, built once and reused across plans (default: built here).
+    """
+
+    @torch.inference_mode()
+    def __init__(self, net: RankNet, segments: list[Segment], structure: LayoutStructure | None = None) -> None:
+        if net.kind != "layout":
+            raise ValueError("LayoutPlan is for layout networks")
+        self.net = net
+        st = structure if structure is not None else LayoutStructure(
+            segments, bidirectional=net.blocks[0].conv.lin_out is not None)
+        self.structure = st
+        self.device = st.device
+        self.num_nodes = st.num_nodes
+        self.num_components = st.num_components
+        base = net.node_in(torch.cat([st.x, net.opcode(st.op)], dim=1)).float()  # [N, H]
+        self.blocks = [_BlockWeights(block) for block in net.blocks]
+        self.static_total = _run_blocks(self.blocks, base[st.static], st.static_matrix).sum(0)  # [H]
+        self.base = base[st.dyn_nodes]
+
+    @property
+    def num_dynamic_nodes(self) -> int:
+        return int(self.base.shape[0])
+
     @torch.inference_mode()
     def totals(self, codes: torch.Tensor, context: ReferenceContext | None = None,
                record: ReferenceContext | None = None) -> torch.Tensor:
@@ -505,56 +596,33 @@ class LayoutPlan:
         total = self.static_total.expand(b, -1).clone()
         if self.num_components == 0 or b == 0:
             return total
+        st = self.structure
         by_slot = codes.to(self.device).t().contiguous()  # [NC, B]
         step = max(1, KEY_BUDGET // b)
         budget = ROW_BUDGET if self.device.type == "cpu" else CUDA_ROW_BUDGET
-        sizes = self.comp_nodes[1:] - self.comp_nodes[:-1]
+        sizes = st.comp_nodes[1:] - st.comp_nodes[:-1]
         for c0 in range(0, self.num_components, step):
             c1 = min(self.num_components, c0 + step)
-            ids, distinct = self.keys(by_slot, c0, c1)
+            ids, distinct = st.keys(by_slot, c0, c1)
             for lo, hi in _runs(torch.cumsum(sizes[c0:c1] * distinct, 0), budget):
-                total += self._run(c0 + lo, c0 + hi, ids[lo:hi], distinct[lo:hi], by_slot, context or record,
-                                   record is not None)
+                total += self._run(st.rows(ids[lo:hi], distinct[lo:hi], c0 + lo, c0 + hi), by_slot,
+                                   context or record, record is not None)
         return total
 
-    def _run(self, c0: int, c1: int, ids: torch.Tensor, distinct: torch.Tensor, by_slot: torch.Tensor,
-             reference: ReferenceContext | None = None, record: bool = False) -> torch.Tensor:
-        """Components ``c0 <= c < c1`` run once per distinct key: their pooled sum per config ``[B, H]``."""
-        net, device = self.net, self.device
-        b = by_slot.shape[1]
-        n0, n1 = int(self.comp_nodes[c0]), int(self.comp_nodes[c1])
-        s0, s1 = int(self.comp_slots[c0]), int(self.comp_slots[c1])
-        group_first = _offsets(distinct)  # a group is a (component, key)
-        groups = int(distinct.sum())
-        gid = ids + group_first.unsqueeze(1)  # [k, B]
-        representative = torch.empty(groups, dtype=torch.long, device=device)
-        representative.scatter_(0, gid.flatten(), torch.arange(b, device=device).repeat(ids.shape[0]))
-        count = torch.bincount(gid.flatten(), minlength=groups).float()
-
-        node_comp = self.node_comp[n0:n1] - c0
-        lengths = distinct[node_comp]  # rows per node
-        rows = int(lengths.sum())
-        first_row = _offsets(lengths)
-        node_of_row, key_of_row = _expand(lengths, rows)
-        group_of_row = group_first[node_comp[node_of_row]] + key_of_row
-        h = self.base[n0:n1].repeat_interleave(lengths, dim=0, output_size=rows)
-
-        # Config embeddings of each slot under each key of its component.
-        slot_comp = self.slot_comp[s0:s1] - c0
-        slot_lengths = distinct[slot_comp]
-        slot_entry, key = _expand(slot_lengths, int(slot_lengths.sum()))
-        config = representative[group_first[slot_comp[slot_entry]] + key]
-        values = code_values(by_slot[self.slot_ids[s0:s1][slot_entry], config])  # [P, 18]
-        emb = net.config_embedding(values, self.slot_order[s0:s1][slot_entry], self.slot_sizes).float()
-        h.index_add_(0, first_row[self.slot_rows[s0:s1][slot_entry] - n0] + key, emb)
-
-        conv_matrix = self.stencil.matrix(node_of_row + n0, key_of_row, first_row, n0)
-        rows_of = None if reference is not None and not record else _csr(
-            _bounds(lengths), torch.arange(rows, device=device), count[group_of_row], (lengths.shape[0], rows))
-        context = None if reference is None else _Context(reference.log_sums, n0, n1, reference.size, record)
-        h = _run_blocks(self.blocks, h, conv_matrix, rows_of, lengths, node_of_row, b, context)
-        group_sum = torch.zeros(groups, h.shape[1], dtype=h.dtype, device=device).index_add_(0, group_of_row, h)
-        return F.embedding_bag(gid.t().contiguous(), group_sum, mode="sum")
+    def _run(self, run: _Rows, by_slot: torch.Tensor, reference: ReferenceContext | None = None,
+             record: bool = False) -> torch.Tensor:
+        """A run of components, once per distinct key: their pooled sum per config ``[B, H]``."""
+        st = self.structure
+        h = self.base[run.n0:run.n1].repeat_interleave(run.lengths, dim=0, output_size=run.total)
+        emb = self.net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.s0:run.s1][run.slot_entry],
+                                        st.slot_sizes).float()
+        h.index_add_(0, run.slot_row, emb)
+        rows_of = None if reference is not None and not record else run.rows_of()
+        context = None if reference is None else _Context(reference.log_sums, run.n0, run.n1, reference.size,
+                                                          record)
+        h = _run_blocks(self.blocks, h, run.conv_matrix, rows_of, run.lengths, run.node_of_row, by_slot.shape[1],
+                        context)
+        return run.pooled(h)
 
     @torch.inference_mode()
     def scores(self, codes: torch.Tensor, context: ReferenceContext | None = None) -> torch.Tensor:
@@ -563,6 +631,77 @@ class LayoutPlan:
         total = self.totals(codes, context)
         empty = torch.zeros(0, device=self.device)
         return self.net.score(total, self.num_nodes, empty).float()
+
+
+def layout_codes(config_feat: torch.Tensor) -> torch.Tensor:
+    """:func:`config_codes` of float layout configs ``[B, NC, 18]`` on any device, in torch (``[B, NC]`` int64)."""
+    values = config_feat.long().add(1).clamp(0, CONFIG_VALUES - 1)  # as RankNet.segment_sum reads them
+    return (values * _POWERS.to(values.device)).sum(-1)
+
+
+def _train_block(block: GNNBlock, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of: torch.Tensor | None,
+                 lengths: torch.Tensor | None, node_of_row: torch.Tensor | None, batch: int) -> torch.Tensor:
+    """One :class:`GNNBlock` on rows ``h`` ``[R, H]`` with gradients: what :func:`_block` computes in eval mode,
+    out of place (``rows_of`` ``None``: every row stands for the whole batch, so the attention weights are 1)."""
+    conv = block.conv
+    z = block.norm(h)
+    weights = [conv.lin_self.weight, conv.lin_in.weight] + ([conv.lin_out.weight] if conv.lin_out is not None
+                                                            else [])
+    y = torch.stack([z @ w.t() for w in weights])  # the linear maps before the neighbour means: A (z W) = (A z) W
+    out = torch.sparse.mm(conv_matrix, y.view(-1, y.shape[-1])) + conv.lin_self.bias
+    attention = block.attention
+    if attention is not None:
+        if rows_of is None:
+            weighted = out
+        else:
+            assert lengths is not None and node_of_row is not None
+            # softmax over the batch per node and channel, times B, a row counting for the configs it stands for;
+            # shifted by the per-node maximum (a constant to the softmax, so outside the gradient).
+            logits = out / attention.temperature
+            shift = torch.segment_reduce(logits.detach(), "max", lengths=lengths, axis=0, unsafe=True)
+            e = (logits - shift.index_select(0, node_of_row)).exp()
+            scale = torch.sparse.mm(rows_of, e).reciprocal() * batch  # B / (sum over the batch), [nodes, H]
+            weighted = e * scale.index_select(0, node_of_row) * out
+        out = attention.mix(torch.cat([out, weighted], dim=-1))
+    return h + block.dropout(block.act(out))
+
+
+def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Tensor) -> torch.Tensor:
+    """Scores ``[B]`` of a batch of layout configs, with gradients: ``net(segments, config_feat)`` (the training
+    forward pass, dropout off) computed the way :class:`LayoutPlan` does, each connected component once per
+    distinct key of the batch instead of once per config, in one run.
+
+    The same function of the weights up to float rounding, so the same gradients; a batch of 64 random-search
+    configs of a demo graph holds 4 to 8 times fewer rows than configs x nodes (``python -m benchmarks.gnn
+    --dedup``). Memory is at most the plain pass's.
+
+    Args:
+        net: a layout network without dropout (dropout draws a mask per config and node: no rows to share).
+        structure: the graph's :class:`LayoutStructure`, on the network's device.
+        config_feat: float ``[B, NC, 18]``.
+    """
+    st = structure
+    b = config_feat.shape[0]
+    x = net.node_in(torch.cat([st.x, net.opcode(st.op)], dim=1))  # [N, H]
+    total = x.new_zeros(b, x.shape[1])
+    if st.static.numel():
+        h = x.index_select(0, st.static)
+        for block in net.blocks:
+            h = _train_block(block, h, st.static_matrix, None, None, None, b)
+        total = total + h.sum(0)
+    if st.num_components and b:
+        by_slot = layout_codes(config_feat).t().contiguous()  # [NC, B]
+        ids, distinct = st.keys(by_slot, 0, st.num_components)
+        run = st.rows(ids, distinct, 0, st.num_components)
+        h = x.index_select(0, st.dyn_nodes[run.node_of_row])
+        emb = net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.slot_entry], st.slot_sizes)
+        h = h.index_add(0, run.slot_row, emb)
+        attention = any(block.attention is not None for block in net.blocks)
+        rows_of = run.rows_of() if attention else None
+        for block in net.blocks:
+            h = _train_block(block, h, run.conv_matrix, rows_of, run.lengths, run.node_of_row, b)
+        total = total + run.pooled(h)
+    return net.score(total, st.num_nodes, config_feat)
 
 
 READ_ROWS = 512

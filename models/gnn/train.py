@@ -6,7 +6,7 @@ A run lives in one folder (``run_dir``)::
     settings.json    the run's settings (:class:`TrainConfig` as a dict), written when the run starts
     checkpoint.pt    everything needed to resume: settings, weights, optimiser, schedule, RNG states, history, best
     curves.csv       epoch, train_loss, valid_metric, lr, seconds (one row per finished epoch)
-    curves.png       the same, plotted
+    curves.png       the same, plotted (when the run ends, and every PLOT_SECONDS before)
     model.json       the fitted model, where the caller saves it there (``fastslow train`` does)
     <hash>/          earlier runs with other settings, one folder per settings hash (:func:`settings_hash`)
 
@@ -64,8 +64,10 @@ from models.gnn.infer import (
     DEFAULT_REFERENCE_CONFIGS,
     PREDICT_CONTEXTS,
     LayoutPlan,
+    LayoutStructure,
     ReferenceContext,
     config_codes,
+    dedup_scores,
     reference_sets,
 )
 from models.gnn.losses import LOSSES, LossFn, get_loss
@@ -76,6 +78,9 @@ CURVES_CSV = "curves.csv"
 CURVES_PNG = "curves.png"
 MODEL_FILE = "model.json"
 SETTINGS_FILE = "settings.json"
+PLOT_SECONDS = 30.0
+"""``curves.csv`` is written after every epoch, ``curves.png`` when the run ends and otherwise at most this often
+(drawing it costs about 0.2 s, as much as several training steps of a demo graph)."""
 RUN_FILES = (SETTINGS_FILE, CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
 """The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
 CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds")
@@ -198,6 +203,14 @@ class Item:
     segments: list[Segment]
     config_feat: torch.Tensor
     y: torch.Tensor
+    _structure: LayoutStructure | None = field(default=None, init=False, repr=False, compare=False)
+
+    def structure(self, net: RankNet) -> LayoutStructure:
+        """The graph's :class:`models.gnn.infer.LayoutStructure` for ``net``'s kind of message passing, built at the
+        first call and kept (the segments must not change after it)."""
+        if self._structure is None:
+            self._structure = LayoutStructure(self.segments, bidirectional=net.blocks[0].conv.lin_out is not None)
+        return self._structure
 
     @property
     def num_configs(self) -> int:
@@ -275,6 +288,8 @@ class GraphScores(nn.Module):
             scores, _ = gst_scores(self.net, item.segments, config_feat, positions, key=item.key, table=table,
                                    rng=np_rng, backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
             return scores
+        if self.net.kind == "layout" and cfg.dropout == 0:
+            return dedup_scores(self.net, item.structure(self.net), config_feat)
         return self.net(item.segments, config_feat)
 
 
@@ -543,14 +558,16 @@ def _cosine(total_steps: int, warmup: int) -> Callable[[int], float]:
     return factor
 
 
-def write_curves(run_dir: Path, history: list[dict[str, float]], title: str = "") -> None:
-    """Write ``curves.csv`` and ``curves.png`` (train loss and valid metric per epoch) atomically."""
+def write_curves(run_dir: Path, history: list[dict[str, float]], title: str = "", *, plot: bool = True) -> None:
+    """Write ``curves.csv`` and, with ``plot``, ``curves.png`` (train loss and valid metric per epoch), atomically."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CURVE_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in history:
         writer.writerow({k: row[k] for k in CURVE_COLUMNS})
     atomic_write_text(run_dir / CURVES_CSV, buf.getvalue())
+    if not plot:
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -866,6 +883,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     ddp = distributed.wrap(GraphScores(net), partial=cfg.uses_gst) if world > 1 else None
     share = world / cfg.graphs_per_step  # DistributedDataParallel averages the gradients over the processes
     started = time.perf_counter()
+    plotted = time.perf_counter()
     elapsed_before = history[-1]["seconds"] if history else 0.0
     for epoch in range(start_epoch, cfg.epochs + 1):
         net.train()
@@ -922,7 +940,9 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
                     "finetune_metric": finetune_metric, "finetune_used": finetune_used}
             with atomic_path(run / CHECKPOINT) as tmp:
                 torch.save(ckpt, tmp)
-            write_curves(run, history, title)
+            plot = bool(stopped) or time.perf_counter() - plotted >= PLOT_SECONDS
+            write_curves(run, history, title, plot=plot)
+            plotted = time.perf_counter() if plot else plotted
         if stopped:
             break
     if stopped in ("", "time budget"):  # not settled at the end of an epoch

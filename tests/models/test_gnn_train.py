@@ -66,8 +66,8 @@ def interrupt_after_epoch_1(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make training raise KeyboardInterrupt right after epoch 1's checkpoint and curves are written."""
     real_write = gnn_train.write_curves
 
-    def write_then_interrupt(run_dir, history, title=""):
-        real_write(run_dir, history, title)
+    def write_then_interrupt(run_dir, history, title="", *, plot=True):
+        real_write(run_dir, history, title, plot=plot)
         if history[-1]["epoch"] == 1:
             raise KeyboardInterrupt
 
@@ -128,7 +128,8 @@ def test_predict_streams_blocks_like_the_forward_pass(train_only_root: Path, lea
     segments = make_segments(learned.prepare(graph))
     with torch.no_grad():
         expected = net(segments, torch.from_numpy(graph.config_features())).double().numpy()
-    np.testing.assert_allclose(learned.predict(graph), expected, rtol=1e-5, atol=1e-6)
+    # float32 sums taken in another order: differences of a few 1e-6 on scores of order 1 to 25.
+    np.testing.assert_allclose(learned.predict(graph), expected, rtol=1e-5, atol=2e-5)
 
 
 def test_predict_before_fit_raises(tiny_world: Path):
