@@ -10,7 +10,8 @@ its own. Five parts:
    ``--gst-study`` only (long), part 1c: that gap taken apart one cause at a time (:data:`GST_STUDY`).
 2. **Throughput**: configs per second of training steps (forward, backward, optimiser) for the default layout model
    (hops 1, demo world) with and without cross-config attention and for tile, and of prediction
-   (:func:`models.gnn.train.predict_scores`). Runs on CUDA when available (``resolve_device("auto")``).
+   (:func:`models.gnn.train.predict_scores`); layout training with attention also with the plain forward pass
+   beside the deduplicating one (:func:`models.gnn.infer.dedup_scores`), and their ratio. Runs on CUDA when available (``resolve_device("auto")``).
 3. **Ablation** (only with ``--ablation``; long): ``layout:xla:default`` with pruning depth hops 1, 3, 5, whole
    graph (all with -1 padding) and hops 1 without padding; valid Kendall tau, train seconds and mean nodes per
    graph after pruning, per seed.
@@ -191,8 +192,10 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
 # -- part 2: throughput -------------------------------------------------------------------------------------------
 
 
-def part_throughput(data: Path, collection: str, attention: bool, max_graphs: int) -> dict:
-    """Configs per second of training steps and of prediction for the default model of ``collection``."""
+def part_throughput(data: Path, collection: str, attention: bool, max_graphs: int, dedup: bool = True) -> dict:
+    """Configs per second of training steps and of prediction for the default model of ``collection``; with
+    ``dedup`` off, layout training steps take the plain forward pass (every config through every node) instead of
+    :func:`models.gnn.infer.dedup_scores`, for the side-by-side ratio."""
     import torch
     from torch_geometric.transforms import Compose
 
@@ -204,6 +207,10 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     from models.gnn.net import make_segments
     from models.gnn.train import Item, predict_scores, resolve_device, train
 
+    if not dedup:
+        from models.gnn.train import GraphScores
+
+        GraphScores.forward = lambda self, item, config_feat, *rest: self.net(item.segments, config_feat)
     device = resolve_device("auto")
     c = Collection(collection)
     kind = c.kind
@@ -454,7 +461,7 @@ def _dispatch(part: list[str]) -> dict:
         extra = (int(a[5]), float(a[6]), int(a[7])) if len(a) > 5 else ()  # backprop, keep_prob, fine-tuning
         return part_quality(Path(a[0]), Path(a[1]), _opt(a[2]), int(a[3]), int(a[4]), *extra)
     if name == "throughput":
-        return part_throughput(Path(a[0]), a[1], a[2] == "1", int(a[3]))
+        return part_throughput(Path(a[0]), a[1], a[2] == "1", int(a[3]), a[4] == "1")
     if name == "ablation":
         return part_ablation(Path(a[0]), _hops(a[1]), a[2] == "1", int(a[3]), int(a[4]))
     if name == "big_graph":
@@ -553,23 +560,31 @@ def bench_gst_study(work: Path, seeds: list[int], rows: list[str] | None = None)
 
 def bench_throughput(data: Path, quick: bool) -> None:
     layout_graphs, tile_graphs = (4, 32) if quick else (10, 128)
-    rows = [("layout:xla:random", False, "layout (hops 1)", layout_graphs),
-            ("layout:xla:random", True, "layout + attention", layout_graphs), ("tile:xla", False, "tile", tile_graphs)]
+    rows = [("layout:xla:random", False, True, "layout (hops 1)", layout_graphs),
+            ("layout:xla:random", True, True, "layout + attention", layout_graphs),
+            ("layout:xla:random", True, False, "  plain forward", layout_graphs),
+            ("layout:nlp:random", True, True, "nlp + attention", layout_graphs),
+            ("layout:nlp:random", True, False, "  plain forward", layout_graphs),
+            ("tile:xla", False, True, "tile", tile_graphs)]
     from models.gnn.model import DEFAULTS
 
     lay, til = DEFAULTS["layout"], DEFAULTS["tile"]
     print(f"\n2. Throughput: default models (layout hidden {lay.hidden}, tile hidden {til.hidden}, "
-          f"{lay.layers} layers, 32 configs/step) on {data} "
-          f"(train split, first {layout_graphs} layout / {tile_graphs} tile graphs, one step per graph, at most 32 "
-          f"configs per step; epoch 2 timed). Prediction: "
-          f"predict_scores, batch 128, one ordering.")
-    print(f"{'model':20s} {'graphs':>6s} {'mean nodes':>10s} {'train cfg/s':>11s} {'predict cfg/s':>13s} "
-          f"{'peak':>8s}")
+          f"{lay.layers} layers, {lay.configs_per_graph} layout / {til.configs_per_graph} tile configs per step) on "
+          f"{data} (train split, first {layout_graphs} layout / {tile_graphs} tile graphs, one step per graph; epoch "
+          f"2 timed). Layout training steps run each component once per distinct key of the batch "
+          f"(dedup_scores); 'plain forward' rows run every config through every node, the ratio is plain / dedup "
+          f"training time. Prediction: predict_scores, batch 128, one ordering.")
+    print(f"{'model':20s} {'graphs':>6s} {'mean nodes':>10s} {'train cfg/s':>11s} {'ratio':>6s} "
+          f"{'predict cfg/s':>13s} {'peak':>8s}")
     device = ""
-    for collection, attention, label, max_graphs in rows:
-        r = _run_part("throughput", data, collection, int(attention), max_graphs)
+    dedup_cps = 0.0
+    for collection, attention, dedup, label, max_graphs in rows:
+        r = _run_part("throughput", data, collection, int(attention), max_graphs, int(dedup))
         device = f"{r['device']} ({r['threads']} torch threads)"
-        print(f"{label:20s} {r['graphs']:6d} {r['mean_nodes']:10.0f} {r['train_cps']:11.0f} "
+        ratio = f"{dedup_cps / r['train_cps']:6.2f}" if not dedup else f"{'':6s}"
+        dedup_cps = r["train_cps"]
+        print(f"{label:20s} {r['graphs']:6d} {r['mean_nodes']:10.0f} {r['train_cps']:11.0f} {ratio} "
               f"{r['predict_cps']:13.0f} {r['peak_mib']:6.0f}Mi", flush=True)
     print(f"(device: {device})")
 

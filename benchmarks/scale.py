@@ -123,6 +123,9 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
     if model.startswith("gnn"):
         out["fit"]["epochs_run"] = len(fitted.history_)
         out["fit"]["default_epochs"] = make_model(model).train_config(c.kind).epochs
+        # Each epoch ends with the valid split scored: that part grows with the valid graphs, not the train ones.
+        out["fit"]["valid_seconds"] = sum(r["valid_seconds"] for r in fitted.history_)
+        out["fit"]["valid_graphs"] = len(list_graphs(root, c, Split.VALID))
     preds: dict[str, dict[str, np.ndarray]] = {}
     for split in (Split.VALID, Split.TEST):
         t0 = time.perf_counter()
@@ -196,7 +199,7 @@ def project(results: dict) -> list[dict]:
         for model, mres in res["models"].items():
             fit = mres["fit"]
             epochs = fit["default_epochs"] / fit["epochs_run"] if fit.get("epochs_run") else 1.0
-            rows.append(_row(f"{model} fit", c, fit, counts[0], mres["peak_mib"], scale=epochs))
+            rows.append(_fit_row(f"{model} fit", c, fit, counts, mres["peak_mib"], scale=epochs))
             if model.startswith("gnn") and cache.get("disk_mib"):
                 # The GNN holds every processed train graph in memory (about its cached size), so its peak grows
                 # with the number of train graphs: add the real count's extra graphs at the measured size.
@@ -207,11 +210,11 @@ def project(results: dict) -> list[dict]:
             rows.append(_row(f"{model} score valid", c, mres["score"], counts[1], mres["peak_mib"]))
             gres = res.get("gpu", {}).get(model)
             if gres is not None:  # the same stages on the GPU, in a column of their own
-                gfit = dict(gres["fit"])
-                if gfit.get("epochs_run"):  # projected to the default epochs, as on the CPU
-                    gfit["seconds"] *= gfit["default_epochs"] / gfit["epochs_run"]
-                for r, g, n in ((rows[-4], gfit, counts[0]), (rows[-3], gres["predict_valid"], counts[1]),
-                                (rows[-2], gres["predict_test"], counts[2])):
+                gfit = gres["fit"]
+                gscale = gfit["default_epochs"] / gfit["epochs_run"] if gfit.get("epochs_run") else 1.0
+                rows[-4]["gpu_projected"] = _fit_row("", c, gfit, counts, 0.0, scale=gscale)["projected"]
+                for r, g, n in ((rows[-3], gres["predict_valid"], counts[1]), (rows[-2], gres["predict_test"],
+                                                                                  counts[2])):
                     r["gpu_projected"] = g["seconds"] / max(g["graphs"], 1) * n
         if "ensemble" in res:
             rows.append(_row("ensemble", c, res["ensemble"]["ensemble"], counts[1], res["ensemble"]["peak_mib"]))
@@ -226,6 +229,19 @@ def _row(stage: str, collection: str, m: dict, real_graphs: int, peak: float, sc
            "peak_mib": peak}
     if m.get("configs"):
         out["configs_per_s"] = m["configs"] / max(m["seconds"], 1e-9)
+    return out
+
+
+def _fit_row(stage: str, collection: str, m: dict, counts: tuple[int, int, int], peak: float, scale: float) -> dict:
+    """A fit's row: a GNN fit's training steps projected by the train graphs and its per-epoch validation by the
+    valid graphs (``valid_seconds``), both scaled to the default epochs; any other fit by the train graphs."""
+    out = _row(stage, collection, m, counts[0], peak, scale=scale)
+    if "valid_seconds" in m and m["graphs"]:
+        train = scale * (m["seconds"] - m["valid_seconds"]) / m["graphs"] * counts[0]
+        valid = scale * m["valid_seconds"] / max(m["valid_graphs"], 1) * counts[1]
+        out["projected"] = train + valid
+        out["per_graph"] = out["projected"] / max(counts[0], 1)
+        out["valid_share"] = m["valid_seconds"] / max(m["seconds"], 1e-9)
     return out
 
 
@@ -248,7 +264,8 @@ def format_projection(rows: list[dict]) -> str:
         key = r["stage"].split(" ")[0] if not r["stage"].startswith("read") else "read (one pass)"
         by_stage[key] = by_stage.get(key, 0.0) + r["projected"]
     lines.append("(measured: the run on the world part; GNN fits ran --gnn-epochs epochs, and s/graph and the projection "
-                 "scale them to the default epochs)")
+                 "scale them to the default epochs; a GNN fit's training is projected by the train graphs and its "
+                 "per-epoch validation by the valid graphs, s/graph being their sum per real train graph)")
     lines.append("")
     lines.append("projected for the real counts, by stage (reading is included in the stages that read):")
     for k, v in by_stage.items():

@@ -5,7 +5,8 @@ A run lives in one folder (``run_dir``)::
 
     settings.json    the run's settings (:class:`TrainConfig` as a dict), written when the run starts
     checkpoint.pt    everything needed to resume: settings, weights, optimiser, schedule, RNG states, history, best
-    curves.csv       epoch, train_loss, valid_metric, lr, seconds (one row per finished epoch)
+    curves.csv       epoch, train_loss, valid_metric, lr, seconds (since the run began), valid_seconds (of
+                     them, this epoch's validation); one row per finished epoch
     curves.png       the same, plotted (when the run ends, and every PLOT_SECONDS before)
     model.json       the fitted model, where the caller saves it there (``fastslow train`` does)
     <hash>/          earlier runs with other settings, one folder per settings hash (:func:`settings_hash`)
@@ -83,7 +84,7 @@ PLOT_SECONDS = 30.0
 (drawing it costs about 0.2 s, as much as several training steps of a demo graph)."""
 RUN_FILES = (SETTINGS_FILE, CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
 """The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
-CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds")
+CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds", "valid_seconds")
 _CHECKPOINT_TYPES: dict[str, type | tuple[type, ...]] = {
     "settings": dict, "epoch": int, "model": dict, "optimizer": dict, "scheduler": dict, "rng": dict,
     "history": list, "best_state": dict, "best_metric": (int, float), "best_epoch": int, "bad_epochs": int,
@@ -909,11 +910,14 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             if not history:
                 best_state = snapshot()
             break
+        validating = time.perf_counter()
         metric = evaluate(net, valid_items, cfg, device)
+        valid_seconds = time.perf_counter() - validating
         every = {i: v for part in distributed.gather(losses) for i, v in part.items()}
         seconds = elapsed_before + time.perf_counter() - started
         history.append({"epoch": epoch, "train_loss": float(np.mean([every[i] for i in sorted(every)])),
-                        "valid_metric": metric, "lr": float(sched.get_last_lr()[0]), "seconds": seconds})
+                        "valid_metric": metric, "lr": float(sched.get_last_lr()[0]), "seconds": seconds,
+                        "valid_seconds": valid_seconds})
         if math.isnan(metric) or metric > best_metric + 1e-6:
             best_metric = metric if not math.isnan(metric) else best_metric
             best_epoch, bad_epochs = epoch, 0

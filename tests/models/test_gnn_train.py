@@ -90,13 +90,16 @@ def test_run_folder_has_checkpoint_and_curves(tiny_world: Path, cache_dir: str, 
     assert sorted(p.name for p in run.iterdir()) == sorted([CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE])
     with (run / CURVES_CSV).open(newline="") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["epoch", "train_loss", "valid_metric", "lr", "seconds"]
+    assert rows[0] == ["epoch", "train_loss", "valid_metric", "lr", "seconds", "valid_seconds"]
     assert [int(r[0]) for r in rows[1:]] == [1, 2, 3]  # one row per epoch
     for row, hist in zip(rows[1:], model.history_, strict=True):
         assert [float(v) for v in row] == pytest.approx([hist[k] for k in rows[0]])
         assert float(row[1]) >= 0 and float(row[3]) > 0 and -1 <= float(row[2]) <= 1  # loss, lr, Kendall tau
     seconds = [float(r[4]) for r in rows[1:]]
     assert seconds == sorted(seconds)
+    # Each epoch's validation is part of its time: between 0 and the time since the previous epoch ended.
+    valid_seconds = [float(r[5]) for r in rows[1:]]
+    assert all(0 < v <= s - before for v, s, before in zip(valid_seconds, seconds, [0.0, *seconds], strict=False))
     assert (run / CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ckpt = torch.load(run / CHECKPOINT, map_location="cpu", weights_only=False)
     assert ckpt["epoch"] == 3 and ckpt["stopped"] == "all epochs" and ckpt["history"] == model.history_
@@ -169,8 +172,9 @@ def test_same_seed_same_weights_and_resume_after_interrupt(tiny_world: Path, cac
     assert [r["epoch"] for r in resumed.history_] == [1, 2, 3]
     assert resumed.history_[0] == ckpt["history"][0]  # epoch 1 kept from the checkpoint, not redone
     for mine, theirs in zip(resumed.history_, straight.history_, strict=True):
-        assert {k: v for k, v in mine.items() if k != "seconds"} == {
-            k: v for k, v in theirs.items() if k != "seconds"}
+        timings = ("seconds", "valid_seconds")
+        assert {k: v for k, v in mine.items() if k not in timings} == {
+            k: v for k, v in theirs.items() if k not in timings}
     _assert_same_weights(resumed, straight)  # as if never interrupted
     assert resumed.best_epoch_ == straight.best_epoch_ and resumed.stopped_ == "all epochs"
 
