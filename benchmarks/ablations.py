@@ -86,9 +86,11 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "sibling graphs: 2 each)", params={"sibling": True}),
     Variant("sibling-double", "sibling training with twice the steps: every graph, own or sibling, 4 steps per "
             "epoch", params={"sibling": True, "steps_per_graph": 8}),
-    Variant("steps-8", "8 steps per graph and epoch (twice the default's): sibling-double's compute without the "
-            "sibling graphs", params={"steps_per_graph": 8}),
-    Variant("steps-16", "16 steps per graph and epoch (four times the default's)", params={"steps_per_graph": 16}),
+    Variant("steps-4", "4 steps per graph and epoch (the layout default until 2026-11-25)",
+            params={"steps_per_graph": 4}),
+    Variant("steps-8", "8 steps per graph and epoch (the layout default since 2026-11-25): sibling-double's compute "
+            "without the sibling graphs", params={"steps_per_graph": 8}),
+    Variant("steps-16", "16 steps per graph and epoch (twice the layout default's)", params={"steps_per_graph": 16}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
     Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
             params={"patience": 10}),

@@ -186,7 +186,7 @@ DEFAULTS: dict[str, TrainConfig] = {
     "tile": TrainConfig(kind="tile", hidden=64, layers=3, lr=1e-3, loss="listmle", epochs=12, configs_per_graph=32,
                         steps_per_graph=1, patience=3, hops="all", train_configs="all"),
     "layout": TrainConfig(kind="layout", hidden=32, layers=3, lr=1e-2, loss="hinge", epochs=10,
-                          configs_per_graph=64, steps_per_graph=4, patience=4, hops=1, train_configs=1000,
+                          configs_per_graph=64, steps_per_graph=8, patience=4, hops=1, train_configs=1000,
                           dim_tokens=True),
 }
 """Each kind's default settings (sized to train all five collections of the demo world on a 2-core CPU within the
