@@ -1,5 +1,5 @@
-"""GNN benchmarks: ``python -m benchmarks.gnn [--quick] [--ablation] [--predict-scale] [--predict-quality]`` (parts 1
-and 2 are part of ``make bench``).
+"""GNN benchmarks: ``python -m benchmarks.gnn [--quick] [--throughput] [--ablation] [--predict-scale]
+[--predict-quality]`` (parts 1 and 2 are part of ``make bench``; ``--throughput`` runs part 2 alone).
 
 Every measurement runs in a fresh subprocess (:func:`benchmarks.measure.run_part`), so its peak resident memory is
 its own. Five parts:
@@ -714,6 +714,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller graphs and fewer steps (under 2 minutes)")
     ap.add_argument("--data", default="data/synthetic-demo", help="world for the throughput part")
     ap.add_argument("--ablation", action="store_true", help="run only the (long) ablation")
+    ap.add_argument("--throughput", action="store_true", help="run only part 2 (training and prediction throughput, "
+                    "deduplicated layout steps beside the plain forward pass)")
     ap.add_argument("--ablation-data", default="data/synthetic-bench", help="world for the ablation")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="ablation seeds (default 0)")
     ap.add_argument("--epochs", type=int, default=3, help="ablation epochs (default 3)")
@@ -775,7 +777,8 @@ def main() -> None:
             resolve_data(None, data, progress=False)
         work = Path(tempfile.mkdtemp(prefix="fastslow-bench-gnn-"))
         try:
-            bench_gst(work, args.quick)
+            if not args.throughput:
+                bench_gst(work, args.quick)
             bench_throughput(data, args.quick)
         finally:
             shutil.rmtree(work, ignore_errors=True)
