@@ -1,8 +1,8 @@
 """GNN benchmarks: ``python -m benchmarks.gnn [--quick] [--throughput] [--ablation] [--predict-scale]
-[--predict-quality]`` (parts 1 and 2 are part of ``make bench``; ``--throughput`` runs part 2 alone).
+[--train-scale] [--predict-quality]`` (parts 1 and 2 are part of ``make bench``; ``--throughput`` runs part 2 alone).
 
 Every measurement runs in a fresh subprocess (:func:`benchmarks.measure.run_part`), so its peak resident memory is
-its own. Five parts:
+its own. Six parts:
 
 1. **Graph Segment Training versus full-graph training** on whole (unpruned) synthetic ``xla`` layout graphs of
    growing size: peak memory and seconds per epoch side by side, with the ratio full / GST; then the valid
@@ -21,6 +21,9 @@ its own. Five parts:
    nodes, 20,000 configs), reading from the file included: configs/s, CPU seconds and peak memory. With
    ``--before DIR`` the same on another ``models`` package (e.g. HEAD's) side by side, and the largest difference
    between their scores on the same configs. ``--profile`` adds cProfile's top functions.
+6. **Training at full scale** (only with ``--train-scale``): training steps of the default ``gnn-attn`` layout
+   network on the graph of part 4, deduplicated (:func:`models.gnn.infer.dedup_scores`) beside the plain forward
+   pass: seconds per step, rows run through the layers, peak memory, one process each.
 5. **Prediction settings and quality** (only with ``--predict-quality``; long): ``gnn-attn`` fitted on each layout
    collection of ``--data``, every config of its valid and test graphs scored with several (``predict_batch``,
    ``tta``) pairs: mean Kendall tau and CPU cost of each.
@@ -344,6 +347,75 @@ def _initialised_model(graph, attention: bool):
     return model, int(data.num_nodes)
 
 
+def part_train_scale(path: Path, dedup: bool, steps: int) -> dict:
+    """Training steps of the default ``gnn-attn`` layout network (initialised) on the full-scale graph of
+    :func:`part_big_graph`, as :func:`models.gnn.train.training_step` takes them: 64 of its first 1,000 configs
+    (the default ``train_configs``) per step; with ``dedup`` off, the plain forward pass (every config through every
+    node). Seconds per step (after one warm-up step), rows the deduplicated pass runs, peak memory."""
+    import numpy as np
+    import torch
+
+    from competition.collections import Collection
+    from competition.reader import load_graph
+    from features.data import graph_to_data
+    from models.gnn.gst import HistoryTable
+    from models.gnn.infer import LayoutStructure, layout_codes
+    from models.gnn.losses import get_loss
+    from models.gnn.net import make_segments
+    from models.gnn.train import GraphScores, Item, Slot, training_step
+
+    if not dedup:
+        GraphScores.forward = lambda self, item, config_feat, *rest: self.net(item.segments, config_feat)
+    graph = load_graph(path, Collection("layout:nlp:random"))
+    model, _ = _initialised_model(graph, True)
+    rows = np.arange(min(1000, graph.num_configs))
+    data = model.prepare(graph)
+    full = model._pipeline()(graph_to_data(graph, rows))
+    item = Item("big", make_segments(data), full.config_feat.to(torch.int8), full.y.double())
+    net = model.network()
+    net.train()
+    cfg = replace(model.train_config("layout"), num_features=int(data.x.shape[1]))
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr)
+    loss_fn = get_loss(cfg.loss)
+    gen, np_rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
+    table = HistoryTable()
+    structure = LayoutStructure(item.segments, bidirectional=True)
+    pos = torch.randperm(item.num_configs, generator=torch.Generator().manual_seed(0))[:cfg.configs_per_graph]
+    by_slot = layout_codes(item.config_feat[pos].float()).t().contiguous()
+    ids, distinct = structure.keys(by_slot, 0, structure.num_components)
+    sizes = structure.comp_nodes[1:] - structure.comp_nodes[:-1]
+    device = torch.device("cpu")
+    training_step(net, [Slot(0, item, gen, np_rng)], cfg, opt, loss_fn, table, device=device)  # warm-up
+    t0 = time.perf_counter()
+    for k in range(steps):
+        training_step(net, [Slot(k, item, gen, np_rng)], cfg, opt, loss_fn, table, device=device)
+    seconds = (time.perf_counter() - t0) / steps
+    return {"nodes": int(graph.num_nodes), "pruned_nodes": item.num_nodes, "slots": int(item.config_feat.shape[1]),
+            "components": structure.num_components, "rows_plain": item.num_nodes * cfg.configs_per_graph,
+            "rows_dedup": int((sizes * distinct).sum()) + int(structure.static.numel()),
+            "s_per_step": seconds, "peak_mib": peak_mib(), "threads": torch.get_num_threads()}
+
+
+def bench_train_scale(work: Path, steps: int) -> None:
+    g = _run_part("big_graph", work / "big")
+    print(f"\n6. Training steps at full scale: the default gnn-attn layout network (initialised) on {g['path']} "
+          f"(a graph the size of the largest real ones), 64 configs per step, {steps} steps timed after one; each "
+          f"mode in its own process")
+    print(f"{'forward pass':14s} {'nodes':>7s} {'pruned':>7s} {'rows':>9s} {'s/step':>8s} {'peak':>8s}")
+    plain = None
+    for dedup in (False, True):
+        r = _run_part("train_scale", g["path"], int(dedup), steps)
+        rows = r["rows_dedup"] if dedup else r["rows_plain"]
+        print(f"{'deduplicated' if dedup else 'plain':14s} {r['nodes']:7d} {r['pruned_nodes']:7d} {rows:9d} "
+              f"{r['s_per_step']:8.3f} {r['peak_mib']:6.0f}Mi", flush=True)
+        if plain is None:
+            plain = r
+        else:
+            print(f"ratio plain / deduplicated: {plain['s_per_step'] / r['s_per_step']:.2f}x time per step, "
+                  f"{r['rows_plain'] / max(r['rows_dedup'], 1):.1f}x rows; {r['components']} components, "
+                  f"{r['slots']} slots ({r['threads']} torch threads)")
+
+
 def part_predict_scale(path: Path, attention: bool, configs: int, save: str, profile: bool,
                        context: str = "batches", tta: int | None = None) -> dict:
     """Time ``model.predict`` on the first ``configs`` configs of the big graph with the default settings
@@ -466,6 +538,8 @@ def _dispatch(part: list[str]) -> dict:
         return part_ablation(Path(a[0]), _hops(a[1]), a[2] == "1", int(a[3]), int(a[4]))
     if name == "big_graph":
         return part_big_graph(Path(a[0]))
+    if name == "train_scale":
+        return part_train_scale(Path(a[0]), a[1] == "1", int(a[2]))
     if name == "predict_quality":
         return part_predict_quality(Path(a[0]), a[1], int(a[2]))
     if name == "predict_scale":
@@ -714,6 +788,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller graphs and fewer steps (under 2 minutes)")
     ap.add_argument("--data", default="data/synthetic-demo", help="world for the throughput part")
     ap.add_argument("--ablation", action="store_true", help="run only the (long) ablation")
+    ap.add_argument("--train-scale", action="store_true",
+                    help="part 6 only: training steps on a graph the size of the largest real ones, deduplicated "
+                         "beside the plain forward pass (seconds per step, peak memory)")
     ap.add_argument("--throughput", action="store_true", help="run only part 2 (training and prediction throughput, "
                     "deduplicated layout steps beside the plain forward pass)")
     ap.add_argument("--ablation-data", default="data/synthetic-bench", help="world for the ablation")
@@ -757,6 +834,14 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         try:
             bench_gst_study(work, args.seeds, args.gst_rows)
+        finally:
+            if not args.workdir:
+                shutil.rmtree(work, ignore_errors=True)
+    elif args.train_scale:
+        work = Path(args.workdir or tempfile.mkdtemp(prefix="fastslow-bench-train-"))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            bench_train_scale(work, 5)
         finally:
             if not args.workdir:
                 shutil.rmtree(work, ignore_errors=True)
