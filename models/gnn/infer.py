@@ -672,8 +672,9 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
     distinct key of the batch instead of once per config, in one run.
 
     The same function of the weights up to float rounding, so the same gradients; a batch of 64 random-search
-    configs of a demo graph holds 4 to 8 times fewer rows than configs x nodes, and a training step takes 3 to 4
-    times less time (``python -m benchmarks.gnn``, part 2). Memory is at most the plain pass's.
+    configs of a demo graph holds 4 to 8 times fewer rows than configs x nodes, and a training step takes 2.7 times
+    less time there, 9.2 times on a graph the size of the largest real ones (``python -m benchmarks.gnn
+    --throughput``, ``--train-scale``). Memory is at most the plain pass's.
 
     Args:
         net: a layout network without dropout (dropout draws a mask per config and node: no rows to share).
