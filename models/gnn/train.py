@@ -85,6 +85,8 @@ PLOT_SECONDS = 30.0
 RUN_FILES = (SETTINGS_FILE, CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
 """The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
 CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds", "valid_seconds")
+_ADDED_CURVE_COLUMNS = ("valid_seconds",)
+"""Columns newer than some checkpoints: an older checkpoint's rows get NaN there instead of being refused."""
 _CHECKPOINT_TYPES: dict[str, type | tuple[type, ...]] = {
     "settings": dict, "epoch": int, "model": dict, "optimizer": dict, "scheduler": dict, "rng": dict,
     "history": list, "best_state": dict, "best_metric": (int, float), "best_epoch": int, "bad_epochs": int,
@@ -634,8 +636,12 @@ def _read_checkpoint(path: Path) -> dict[str, Any] | None:
             wrong.insert(0, "settings")
         if wrong:
             raise UnusableFileError(f"not a checkpoint (missing or odd {', '.join(wrong)})")
-        if not all(isinstance(r, dict) and set(CURVE_COLUMNS) <= r.keys() for r in ckpt["history"]):
-            raise UnusableFileError(f"not a checkpoint (history rows lack {', '.join(CURVE_COLUMNS)})")
+        required = [c for c in CURVE_COLUMNS if c not in _ADDED_CURVE_COLUMNS]
+        if not all(isinstance(r, dict) and set(required) <= r.keys() for r in ckpt["history"]):
+            raise UnusableFileError(f"not a checkpoint (history rows lack {', '.join(required)})")
+        for row in ckpt["history"]:
+            for column in _ADDED_CURVE_COLUMNS:
+                row.setdefault(column, float("nan"))
     except UnusableFileError as exc:
         _discard(path, str(exc))
         return None

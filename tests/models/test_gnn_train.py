@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import importlib
 import shutil
 from pathlib import Path
@@ -316,3 +317,18 @@ def test_reference_context_scores_stream_like_the_whole_graph(tiny_world: Path, 
                                           reference_configs=None), whole)
     with pytest.raises(ValueError, match="predict_context must be one of reference, batches"):
         GNNAttentionModel(predict_context="ordered")
+
+
+def test_a_checkpoint_from_before_valid_seconds_still_resumes(tiny_world: Path, cache_dir: str, tmp_path: Path):
+    """Checkpoints written before curves had ``valid_seconds`` are read (the column NaN), not set aside."""
+    straight = _fit(tiny_world, cache_dir, str(tmp_path / "runs"))
+    path = _run_dir(tmp_path / "runs") / CHECKPOINT
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    for row in ckpt["history"]:
+        del row["valid_seconds"]
+    torch.save(ckpt, path)
+    again = _fit(tiny_world, cache_dir, str(tmp_path / "runs"))  # a finished run: returned at once
+    assert path.exists() and not path.with_name(CHECKPOINT + ".corrupt").exists()
+    assert [r["epoch"] for r in again.history_] == [r["epoch"] for r in straight.history_]
+    assert all(math.isnan(r["valid_seconds"]) for r in again.history_)
+    _assert_same_weights(again, straight)
