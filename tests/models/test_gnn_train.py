@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import math
 import importlib
+import math
 import shutil
 from pathlib import Path
 
