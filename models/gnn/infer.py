@@ -401,7 +401,7 @@ class LayoutStructure:
         bidirectional: whether the network gathers from consumers too (its blocks have ``lin_out``).
 
     Attributes:
-        x, op: every node's clipped features and opcode, in graph order.
+        x, op: every node's features (not yet clipped) and opcode, in graph order.
         static: the nodes of the components without slots; static_matrix: their stencil, one row per node.
         dyn_nodes: the other nodes, sorted by component (so a run of components is a run of nodes);
             stencil: the graph they induce; node_comp: each one's component ``0..K-1``; comp_nodes: ``[K + 1]``
@@ -419,8 +419,10 @@ class LayoutStructure:
         device = segments[0].x.device
         self.device = device
         self.num_nodes = n = sum(s.num_nodes for s in segments)
-        self.x = torch.cat([s.x for s in segments]).clamp(-INPUT_CLIP, INPUT_CLIP)
-        self.op = torch.cat([s.op for s in segments])
+        # The segment's own tensors when there is one (a training graph's structure lives as long as the fit: no
+        # copy of its features), clipped where they are used (:meth:`node_input`).
+        self.x = segments[0].x if len(segments) == 1 else torch.cat([s.x for s in segments])
+        self.op = segments[0].op if len(segments) == 1 else torch.cat([s.op for s in segments])
 
         def edges(adj_name: str) -> _Edges:
             parts = []
@@ -480,6 +482,10 @@ class LayoutStructure:
     @property
     def num_dynamic_nodes(self) -> int:
         return int(self.dyn_nodes.shape[0])
+
+    def node_input(self, net: RankNet) -> torch.Tensor:
+        """Every node's state before any config ``[N, H]``, as :meth:`RankNet.segment_sum` starts it."""
+        return net.node_in(torch.cat([self.x.clamp(-INPUT_CLIP, INPUT_CLIP), net.opcode(self.op)], dim=1))
 
     def keys(self, by_slot: torch.Tensor, c0: int, c1: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The key of each component ``c0 <= c < c1`` per config: ``(ids [k, B] in 0..U_c-1, U [k])``, from the
@@ -574,7 +580,7 @@ class LayoutPlan:
         self.device = st.device
         self.num_nodes = st.num_nodes
         self.num_components = st.num_components
-        base = net.node_in(torch.cat([st.x, net.opcode(st.op)], dim=1)).float()  # [N, H]
+        base = st.node_input(net).float()  # [N, H]
         self.blocks = [_BlockWeights(block) for block in net.blocks]
         self.static_total = _run_blocks(self.blocks, base[st.static], st.static_matrix).sum(0)  # [H]
         self.base = base[st.dyn_nodes]
@@ -683,7 +689,7 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
     """
     st = structure
     b = config_feat.shape[0]
-    x = net.node_in(torch.cat([st.x, net.opcode(st.op)], dim=1))  # [N, H]
+    x = st.node_input(net)  # [N, H]
     total = x.new_zeros(b, x.shape[1])
     if st.static.numel():
         h = x.index_select(0, st.static)

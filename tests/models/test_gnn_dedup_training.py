@@ -42,6 +42,8 @@ def test_dedup_scores_and_gradients_equal_the_forward_pass(attention: bool, bidi
             torch.testing.assert_close(g_dedup, g_plain, rtol=1e-4, atol=1e-4, msg=name)
     # Components whose configs are all alike are run once (nodes 50..59 have no slot).
     assert structure.num_dynamic_nodes < data.num_nodes
+    # A one-segment graph's structure holds its features, not a copy (it lives as long as the fit).
+    assert (structure.x is segments[0].x) == (len(segments) == 1)
 
 
 def test_dedup_scores_with_dimension_tokens_and_a_single_config():
