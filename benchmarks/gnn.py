@@ -195,6 +195,14 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
 # -- part 2: throughput -------------------------------------------------------------------------------------------
 
 
+def _use_plain_forward() -> None:
+    """In this (benchmark part's) process, layout training steps take the plain forward pass, every config through
+    every node, instead of :func:`models.gnn.infer.dedup_scores`: the baseline of the side-by-side ratios."""
+    from models.gnn.train import GraphScores
+
+    GraphScores.forward = lambda self, item, config_feat, *rest: self.net(item.segments, config_feat)
+
+
 def part_throughput(data: Path, collection: str, attention: bool, max_graphs: int, dedup: bool = True) -> dict:
     """Configs per second of training steps and of prediction for the default model of ``collection``; with
     ``dedup`` off, layout training steps take the plain forward pass (every config through every node) instead of
@@ -211,9 +219,7 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     from models.gnn.train import Item, predict_scores, resolve_device, train
 
     if not dedup:
-        from models.gnn.train import GraphScores
-
-        GraphScores.forward = lambda self, item, config_feat, *rest: self.net(item.segments, config_feat)
+        _use_plain_forward()
     device = resolve_device("auto")
     c = Collection(collection)
     kind = c.kind
@@ -362,10 +368,10 @@ def part_train_scale(path: Path, dedup: bool, steps: int) -> dict:
     from models.gnn.infer import LayoutStructure, layout_codes
     from models.gnn.losses import get_loss
     from models.gnn.net import make_segments
-    from models.gnn.train import GraphScores, Item, Slot, training_step
+    from models.gnn.train import Item, Slot, training_step
 
     if not dedup:
-        GraphScores.forward = lambda self, item, config_feat, *rest: self.net(item.segments, config_feat)
+        _use_plain_forward()
     graph = load_graph(path, Collection("layout:nlp:random"))
     model, _ = _initialised_model(graph, True)
     rows = np.arange(min(1000, graph.num_configs))

@@ -212,7 +212,7 @@ def project(results: dict) -> list[dict]:
             if gres is not None:  # the same stages on the GPU, in a column of their own
                 gfit = gres["fit"]
                 gscale = gfit["default_epochs"] / gfit["epochs_run"] if gfit.get("epochs_run") else 1.0
-                rows[-4]["gpu_projected"] = _fit_row("", c, gfit, counts, 0.0, scale=gscale)["projected"]
+                rows[-4]["gpu_projected"] = _fit_projection(gfit, counts, gscale)
                 for r, g, n in ((rows[-3], gres["predict_valid"], counts[1]), (rows[-2], gres["predict_test"],
                                                                                   counts[2])):
                     r["gpu_projected"] = g["seconds"] / max(g["graphs"], 1) * n
@@ -232,15 +232,21 @@ def _row(stage: str, collection: str, m: dict, real_graphs: int, peak: float, sc
     return out
 
 
+def _fit_projection(m: dict, counts: tuple[int, int, int], scale: float) -> float:
+    """A fit's projected seconds: a GNN fit's training steps by the train graphs and its per-epoch validation
+    (``valid_seconds``) by the valid graphs, both scaled to the default epochs; any other fit by the train graphs."""
+    if "valid_seconds" not in m or not m["graphs"]:
+        return scale * m["seconds"] / m["graphs"] * counts[0] if m["graphs"] else 0.0
+    train = scale * (m["seconds"] - m["valid_seconds"]) / m["graphs"] * counts[0]
+    return train + scale * m["valid_seconds"] / max(m["valid_graphs"], 1) * counts[1]
+
+
 def _fit_row(stage: str, collection: str, m: dict, counts: tuple[int, int, int], peak: float, scale: float) -> dict:
-    """A fit's row: a GNN fit's training steps projected by the train graphs and its per-epoch validation by the
-    valid graphs (``valid_seconds``), both scaled to the default epochs; any other fit by the train graphs."""
+    """A fit's row (:func:`_row`), projected by :func:`_fit_projection`."""
     out = _row(stage, collection, m, counts[0], peak, scale=scale)
-    if "valid_seconds" in m and m["graphs"]:
-        train = scale * (m["seconds"] - m["valid_seconds"]) / m["graphs"] * counts[0]
-        valid = scale * m["valid_seconds"] / max(m["valid_graphs"], 1) * counts[1]
-        out["projected"] = train + valid
-        out["per_graph"] = out["projected"] / max(counts[0], 1)
+    out["projected"] = _fit_projection(m, counts, scale)
+    out["per_graph"] = out["projected"] / max(counts[0], 1)
+    if "valid_seconds" in m:
         out["valid_share"] = m["valid_seconds"] / max(m["seconds"], 1e-9)
     return out
 

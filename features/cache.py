@@ -11,8 +11,9 @@ The pipeline hash covers the ``pre_transform`` repr, ``max_configs``, :data:`FOR
 resolved path, so a changed pipeline builds into a new folder and never reuses files made with other settings (as
 the official baselines name their caches by a hash of the settings), and two data roots (two synthetic worlds) never
 share a folder, where each build would remove the other's files as leftovers. The old folder is left in place until
-:meth:`ProcessedGraphs.clean_stale` removes it (with those of other data roots). A graph's source key hashes the npz file's path relative to the data root, its size, its
-``mtime_ns`` and its stem, so a rewritten data file is rebuilt and the others are reused.
+:meth:`ProcessedGraphs.clean_stale` removes it (with those of other data roots). A graph's source key hashes the npz
+file's path relative to the data root, its size, its ``mtime_ns`` and its stem, so a rewritten data file is rebuilt
+and the others are reused.
 
 Every cached file is written through :func:`competition.npzio.atomic_path`: a build that is interrupted leaves only
 complete files (reused by the next build) and ``.part`` temporary files, which never match a cached name and are

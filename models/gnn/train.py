@@ -454,11 +454,13 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
         y = item.y.numpy()
         if item.num_configs < 2 or not np.isfinite(y).all():
             continue
-        segs = [s.to(device) for s in item.segments]
+        # The items are on the device (train() put them there); a layout plan reuses the graph's structure, built
+        # at the first epoch, so that only the weights' part is redone each epoch.
+        plan = LayoutPlan(net, item.segments, item.structure(net)) if cfg.kind == "layout" else None
         # float32 even on CUDA: the metric picks the kept epoch, so it is not left to reduced-precision rounding.
-        scores = predict_scores(net, segs, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
-                                seed=cfg.seed, device=device, mixed_precision=False, context=cfg.predict_context,
-                                reference_configs=cfg.reference_configs)
+        scores = predict_scores(net, item.segments, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
+                                seed=cfg.seed, device=device, plan=plan, mixed_precision=False,
+                                context=cfg.predict_context, reference_configs=cfg.reference_configs)
         mine[i] = graph_score(cfg.kind, y, scores=scores)
     every = {i: v for part in distributed.gather(mine) for i, v in part.items()}
     values = [every[i] for i in sorted(every)]
@@ -889,8 +891,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         stopped = ""
     ddp = distributed.wrap(GraphScores(net), partial=cfg.uses_gst) if world > 1 else None
     share = world / cfg.graphs_per_step  # DistributedDataParallel averages the gradients over the processes
-    started = time.perf_counter()
-    plotted = time.perf_counter()
+    started = plotted = time.perf_counter()
     elapsed_before = history[-1]["seconds"] if history else 0.0
     for epoch in range(start_epoch, cfg.epochs + 1):
         net.train()
