@@ -85,6 +85,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "this variant's first run)", params={"dim_tokens": False}),
     Variant("bridge", "layout: pruning also links kept nodes that a path through removed elementwise ops joined",
             params={"bridge": True}),
+    Variant("flow", "layout: configurable nodes carry where elementwise chains take their layouts (6 columns read on "
+            "the whole graph before pruning)", params={"flow": True}),
+    Variant("flow-bridge", "flow and bridge together: the chains' summary and their links", params={"flow": True,
+            "bridge": True}),
     Variant("sibling", "layout: sibling training at the default's steps (4 per own graph, spread over own and "
             "sibling graphs: 2 each)", params={"sibling": True}),
     Variant("sibling-double", "sibling training with twice the steps: every graph, own or sibling, 4 steps per "

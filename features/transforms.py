@@ -17,13 +17,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+from scipy import sparse
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import subgraph
 
 from competition.opcodes import CONVOLUTION, DOT, OPCODE_GROUP_NAMES, OPCODE_GROUP_OF
 from competition.schema import (
+    COL_SHAPE_PRODUCT,
     COL_TUPLE_COUNT,
     COLS_CONV_DIMS,
     COLS_INPUT_BOUNDS,
@@ -219,6 +222,91 @@ class CollapseChains(BaseTransform):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(hops={self.hops}, direction={self.direction!r}, mode={self.mode!r}, "
                 f"through={self.through!r})")
+
+
+LAYOUT_FLOW_COLUMNS: tuple[str, ...] = (
+    "flow_elementwise", "flow_elements", "flow_fixed_ends", "flow_decision_ends", "source_fixed", "source_decisions",
+)
+"""The columns :class:`LayoutFlowFeatures` appends, in order (each ``log1p`` of a count or an element sum)."""
+
+LAYOUT_FLOW_MAX_DEPTH = 64
+"""Elementwise ops a flow walk passes through at most (deeper ones are not counted)."""
+
+
+def _flow_walk(seeds: np.ndarray, adjacency: sparse.csr_matrix, passable: np.ndarray, decision: np.ndarray,
+               elements: np.ndarray) -> np.ndarray:
+    """From every seed, the nodes reached along ``adjacency`` through passable nodes only, each counted once per
+    seed: float64 ``[len(seeds), 4]``: passable nodes reached, their summed ``elements``, and the non-passable nodes
+    where the walk ended, split into non-decisions and decisions. One sparse product per step over all seeds."""
+    k, n = seeds.size, adjacency.shape[0]
+    out = np.zeros((k, 4))
+    frontier = adjacency[seeds].astype(bool)
+    visited = frontier.copy()
+    for _ in range(LAYOUT_FLOW_MAX_DEPTH):
+        if not frontier.nnz:
+            break
+        rows, cols = frontier.nonzero()
+        inner = passable[cols]
+        out[:, 0] += np.bincount(rows[inner], minlength=k)
+        out[:, 1] += np.bincount(rows[inner], weights=elements[cols[inner]], minlength=k)
+        ends = ~inner
+        out[:, 2] += np.bincount(rows[ends & ~decision[cols]], minlength=k)
+        out[:, 3] += np.bincount(rows[ends & decision[cols]], minlength=k)
+        step = sparse.csr_matrix((np.ones(int(inner.sum()), dtype=bool), (rows[inner], cols[inner])),
+                                 shape=(k, n)) @ adjacency
+        step = (step.astype(bool) > visited).tocsr()  # newly reached only
+        visited = visited + step
+        frontier = step
+    return out
+
+
+class LayoutFlowFeatures(BaseTransform):
+    """Append, per configurable node, where its output layout flows and where its operands' layouts come from, through
+    chains of elementwise ops: 6 float32 columns (:data:`LAYOUT_FLOW_COLUMNS`), 0 on every other node.
+
+    An elementwise op works in its operand's layout and hands it on, so a layout decision reaches every consumer down
+    a chain of them: the chain pays for the layout (a padded minor dim makes every op in it move more bytes), and
+    where it ends the layout meets a demand (another decision's operand, or an op that needs its own layout: a
+    reduce, a concatenate, a computation's root, where a mismatch costs a copy). After pruning to one hop the chain
+    beyond the first op is gone; these columns keep its summary:
+
+    * ``flow_elementwise``, ``flow_elements``: elementwise ops reached from the node down through elementwise ops,
+      and the sum of their output element counts (col 28);
+    * ``flow_fixed_ends``, ``flow_decision_ends``: the other ops where those walks end (a consumer that is not
+      elementwise), split into configurable nodes and the rest;
+    * ``source_fixed``, ``source_decisions``: the same walk up the operands (producers): the ops their layouts come
+      from, configurable or not.
+
+    Each is ``log1p`` of the count or sum; a node reached along several paths counts once per configurable node;
+    walks stop after :data:`LAYOUT_FLOW_MAX_DEPTH` elementwise ops. Elementwise means the ``elementwise`` opcode group
+    (:data:`competition.opcodes.OPCODE_GROUP_OF`). The walks are sparse products over all configurable nodes at
+    once (steps = the longest chain), so a 44,000-node graph costs a fraction of a second.
+
+    Run it before pruning (it walks the whole graph) and before :class:`LogTransform` (it reads raw element counts);
+    a graph without ``config_node_index`` (tile) is unchanged.
+
+    Shapes:
+        ``x [N, F] -> [N, F + 6]``.
+    """
+
+    def forward(self, data: Data) -> Data:
+        nodes = data.get("config_node_index")
+        if nodes is None:
+            return data
+        n = int(data.num_nodes)
+        seeds = nodes.numpy()
+        src, dst = data.edge_index.numpy()
+        adjacency = sparse.csr_matrix((np.ones(src.size, dtype=bool), (src, dst)), shape=(n, n))
+        decision = np.zeros(n, dtype=bool)
+        decision[seeds] = True
+        passable = (_group_table()[data.op] == OPCODE_GROUP_NAMES.index("elementwise")).numpy() & ~decision
+        elements = data.x[:, COL_SHAPE_PRODUCT].double().clamp(min=0).numpy()
+        down = _flow_walk(seeds, adjacency, passable, decision, elements)
+        up = _flow_walk(seeds, adjacency.T.tocsr(), passable, decision, elements)
+        columns = torch.zeros(n, len(LAYOUT_FLOW_COLUMNS), dtype=data.x.dtype)
+        columns[nodes] = torch.from_numpy(np.log1p(np.concatenate([down, up[:, 2:]], 1))).to(data.x.dtype)
+        data.x = torch.cat([data.x, columns], 1)
+        return data
 
 
 def _pad_beyond_rank(values: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,7 @@ from features.transforms import (
     DedupConfigs,
     DropConstantColumns,
     LogTransform,
+    LayoutFlowFeatures,
     Normalize,
     OpcodeGroupFeatures,
     PadLayoutMinusOne,
@@ -74,19 +75,21 @@ PREDICT_BLOCK = REFERENCE_WINDOW
 from)."""
 
 
-def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool
-                     ) -> BaseTransform:
+def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool,
+                     flow: bool) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
     with ``bridge`` keeping an edge between kept nodes that a path through removed elementwise ops linked
     (:class:`features.transforms.CollapseChains`: layout links through long chains of elementwise ops survive);
+    with ``flow`` (layout) the configurable nodes first get the summary of those chains as columns, read on the
+    whole graph (:class:`features.transforms.LayoutFlowFeatures`);
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
     (:class:`features.transforms.ConfigDimensionSizes`); heavy-tailed columns are log-transformed; opcode-group
     columns are appended.
     """
-    steps: list[BaseTransform] = []
+    steps: list[BaseTransform] = [LayoutFlowFeatures()] if kind == "layout" and flow else []
     if kind == "layout" and hops != "all":
         steps.append(CollapseChains(hops=hops, through="elementwise") if bridge else PruneToConfigurable(hops=hops))
     if pad:
@@ -151,6 +154,10 @@ class GNNModel(RankingModel):
         bridge: layout pruning (``hops`` a count) also links two kept nodes that a directed path through removed
             elementwise ops joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
             which layout decisions a chain of elementwise ops ties together.
+        flow: layout: every configurable node also carries, as 6 columns read on the whole graph before pruning,
+            where chains of elementwise ops carry its output layout and where its operands' layouts come from
+            (:class:`features.transforms.LayoutFlowFeatures`: the ops in the chains, their sizes, and the
+            configurable and other ops the chains end at).
         swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
             averaged, and the average is kept when it scores at least as well on the valid split as the best
             single epoch (0: off).
@@ -200,7 +207,8 @@ class GNNModel(RankingModel):
                  graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
-                 sibling: bool | None = None, bridge: bool | None = None, swa_epochs: int | None = None,
+                 sibling: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
+                 swa_epochs: int | None = None,
                  refit: bool | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
@@ -232,6 +240,7 @@ class GNNModel(RankingModel):
         self.dim_tokens = dim_tokens
         self.sibling = sibling
         self.bridge = bridge
+        self.flow = flow
         self.swa_epochs = swa_epochs
         self.refit = refit
         self.gst_finetune_epochs = gst_finetune_epochs
@@ -265,7 +274,7 @@ class GNNModel(RankingModel):
 
     def _pipeline(self) -> BaseTransform:
         s = TrainConfig(**self.settings_)  # a setting a saved model lacks takes TrainConfig's default
-        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge)
+        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge, s.flow)
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
@@ -275,7 +284,8 @@ class GNNModel(RankingModel):
         collection = Collection(collection)
         kind = "tile" if collection.is_tile else "layout"
         settings = self.train_config(kind)
-        pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge)
+        pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
+                                    settings.flow)
         progress = progress and distributed.is_main()
 
         def training_set(of: Split, source: Collection = collection) -> ProcessedGraphs:

@@ -140,6 +140,7 @@ class TrainConfig:
     dim_tokens: bool = False  # layout: each config slot also carries the size features of the dimension it names
     sibling: bool = False  # layout: also train on the train graphs of the same source's other search
     bridge: bool = False  # layout pruning: kept nodes linked through removed elementwise ops get an edge
+    flow: bool = False  # layout: configurable nodes carry a summary of the elementwise chains their layouts flow along
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
     gst_finetune_epochs: int = 0  # GST: epochs fine-tuning the head on every segment's fresh embeddings (0: off)

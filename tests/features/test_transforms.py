@@ -17,6 +17,7 @@ from competition.opcodes import OPCODE_IDS
 from competition.reader import load_graph
 from features import (
     DOT_CONV_COLUMNS,
+    LAYOUT_FLOW_COLUMNS,
     OPCODE_GROUP_NAMES,
     PLACEHOLDER_OPCODE,
     CollapseChains,
@@ -24,6 +25,7 @@ from features import (
     DedupConfigs,
     DotConvFeatures,
     DropConstantColumns,
+    LayoutFlowFeatures,
     LogTransform,
     Normalize,
     OpcodeGroupFeatures,
@@ -153,6 +155,30 @@ def test_collapse_chains_branching_and_blocking():
     nodes = CollapseChains(hops=0, mode="node")(graph(edges, ops, [0, 2, 4, 6]))
     assert nodes.edge_index.tolist() == [[0, 0, 2, 4, 5, 6], [4, 5, 6, 1, 2, 3]]
     assert nodes.op.tolist() == [OP["dot"]] * 4 + [PLACEHOLDER_OPCODE] * 3
+
+
+def test_layout_flow_features_follow_elementwise_chains_both_ways():
+    # 0 parameter -> 1 conv -> 2 add -> 3 multiply -> 4 reduce, 3 -> 5 dot, 6 parameter -> 7 negate -> 5;
+    # 8 add consumes 1 and 7 (two chains meet: counted once per decision); 9 tanh hangs off 8.
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (3, 5), (6, 7), (7, 5), (1, 8), (7, 8), (8, 9)]
+    ops = ["parameter", "convolution", "add", "multiply", "reduce", "dot", "parameter", "negate", "add", "tanh"]
+    data = graph(edges, ops, [1, 5])
+    elements = [1, 10, 10, 10, 1, 5, 1, 7, 3, 3]
+    data.x[:, 28] = torch.tensor(elements, dtype=torch.float32)
+    out = LayoutFlowFeatures()(data)
+    assert out.x.shape == (10, 140 + len(LAYOUT_FLOW_COLUMNS))
+    torch.testing.assert_close(out.x[:, :140], graph(edges, ops, [1, 5]).x.index_put_(
+        (torch.arange(10), torch.full((10,), 28)), torch.tensor(elements, dtype=torch.float32)))
+    counts = torch.expm1(out.x[:, 140:]).round().tolist()
+    # conv 1: down through 2, 3, 8, 9 (elements 10 + 10 + 3 + 3), ending at the reduce 4 and the dot 5;
+    # up: the parameter 0.
+    assert counts[1] == [4, 26, 1, 1, 1, 0]
+    # dot 5: nothing consumes it; up through 3, 2 to the conv and through 7 to the parameter 6.
+    assert counts[5] == [0, 0, 0, 0, 1, 1]
+    assert all(row == [0] * 6 for i, row in enumerate(counts) if i not in (1, 5))
+    # tile graphs (no configurable nodes) are left alone
+    tile = graph(edges, ops, None)
+    assert LayoutFlowFeatures()(tile).x.shape == (10, 140)
 
 
 def layout_row(shape: list[int], layout: list[int], tuple_count: int = 0) -> torch.Tensor:
