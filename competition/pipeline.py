@@ -5,7 +5,8 @@
 2. Fit every available model per collection on the train split, predict the valid and test splits.
 3. Score each model's valid predictions in memory, against the valid labels read once per run
    (:func:`competition.labels.load_labels`), and write them as ``valid-<model>.csv``. With two models or more, fit an ensemble of them on the valid split
-   (:class:`models.ensemble.Ensemble`, weights per collection) and score its cross-validated valid predictions (each
+   (:class:`models.ensemble.Ensemble`, weights per collection; the learned models only when two or more ran, not
+   the reference rankings, see :func:`models.registry.ensemble_members`) and score its cross-validated valid predictions (each
    graph scored with weights fitted without it) the same way. The best combined valid score among the models and
    the ensemble picks the test predictions that become ``submissions/submission.csv``.
 4. Validate the written submission against ``sample_submission.csv`` and the data before it replaces the last one,
@@ -291,7 +292,8 @@ def run_pipeline(
         leaderboard: leaderboard CSV (default ``<out_dir>/leaderboard.csv``).
         progress: show progress bars.
         ensemble: with two models or more, also fit an ensemble of them on the valid split (scored by
-            cross-validation, saved to ``<out_dir>/ensemble.json``) and let it compete for the submission.
+            cross-validation, saved to ``<out_dir>/ensemble.json``) and let it compete for the submission; with two
+            learned models or more, of those only (:func:`models.registry.ensemble_members`).
         ensemble_params: hyper-parameters of :class:`models.ensemble.Ensemble` (default: ``method="auto"``,
             ``normalization="auto"``).
         protocol: which configs of the valid graphs are predicted and scored, by every model, the ensemble and
@@ -306,7 +308,7 @@ def run_pipeline(
     ensemble's weights. So the valid figures of the model that makes the submission are optimistic: the synthetic
     test split, which none of this saw, scores lower.
     """
-    from models.registry import COST_WEIGHTS, default_models
+    from models.registry import COST_WEIGHTS, default_models, ensemble_members
 
     t0 = time.perf_counter()
     budget = TimeBudget(time_budget)
@@ -355,9 +357,11 @@ def run_pipeline(
     fitted: Ensemble | None = None
     ensemble_path: Path | None = None
     components: dict[str, str] = {}
-    if ensemble and len(valid_predictions) >= 2:
+    members = ensemble_members(list(valid_predictions))
+    if ensemble and len(members) >= 2:
         fitted, ensemble_path, valid_reports[ENSEMBLE], test_predictions[ENSEMBLE] = _run_ensemble(
-            scoring, valid_predictions, test_predictions, params=ensemble_params)
+            scoring, {m: valid_predictions[m] for m in members}, {m: test_predictions[m] for m in members},
+            params=ensemble_params)
         components[ENSEMBLE] = fitted.describe()
         ens_combined = valid_reports[ENSEMBLE].combined
         if ens_combined >= valid_reports[best].combined:

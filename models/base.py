@@ -53,6 +53,9 @@ class RankingModel(abc.ABC):
     """
 
     name: ClassVar[str]
+    reference: ClassVar[bool] = False
+    """A reference ranking that learns no ranking of its own (random, default-first): scored beside the others,
+    kept out of the ensemble when two learned models are there (see :func:`models.registry.ensemble_members`)."""
 
     @abc.abstractmethod
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,

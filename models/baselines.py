@@ -48,6 +48,7 @@ class RandomModel(RankingModel):
     """
 
     name = "random"
+    reference = True
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -130,6 +131,7 @@ class DefaultFirstModel(RankingModel):
     """
 
     name = "default-first"
+    reference = True
 
     def __init__(self) -> None:
         pass

@@ -13,8 +13,9 @@ from competition.leaderboard import COLUMNS, append_row, read_rows
 from competition.pipeline import run_pipeline
 from competition.reader import find_data_root
 from competition.submission import read_submission, score_submission, validate_submission
+from models.baselines import DefaultFirstModel
 from models.ensemble import Ensemble
-from models.registry import default_models
+from models.registry import default_models, ensemble_members
 
 
 def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -103,6 +104,23 @@ def test_pipeline_ensembles_the_models(tiny_world: Path, tmp_path: Path, capsys:
                   if line.startswith("collection"))
     assert header.split() == ["collection", "random", "default-first", "ensemble", "oracle"]
     assert f"components: {res.ensemble.describe()}" in out
+
+
+def test_ensemble_members_leave_the_reference_rankings_out_when_two_learned_models_ran():
+    assert ensemble_members(["random", "default-first", "gbdt", "gnn-attn"]) == ["gbdt", "gnn-attn"]
+    assert ensemble_members(["default-first", "gbdt", "gnn", "random"]) == ["gbdt", "gnn"]
+    # fewer than two learned models: every model named (two references still make an ensemble)
+    assert ensemble_members(["random", "default-first", "gbdt"]) == ["random", "default-first", "gbdt"]
+    assert ensemble_members(["random", "default-first"]) == ["random", "default-first"]
+
+
+def test_pipeline_ensembles_the_learned_models_only(tiny_world: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    # default-first counted as learned: with gbdt that makes two, so random stays out of the ensemble
+    monkeypatch.setattr(DefaultFirstModel, "reference", False)
+    res = run_pipeline(tiny_world, models=["random", "default-first", "gbdt"], out_dir=tmp_path, progress=False)
+    assert res.ensemble is not None and res.ensemble.models_ == ["default-first", "gbdt"]
+    assert set(res.valid_reports) == {"random", "default-first", "gbdt", "ensemble"}
 
 
 def test_pipeline_without_ensemble(tiny_world: Path, tmp_path: Path):
