@@ -132,7 +132,7 @@ def _fit_predict(model: str, root: Any, collections: Sequence[Collection], param
 def run_variant(variant: Variant, root: Any, collections: Sequence[Collection], labels: Mapping[Split, SplitLabels],
                 progress: bool = False) -> dict[str, np.ndarray]:
     """The variant's test predictions on one world."""
-    from models.ensemble import Ensemble, normalize_scores
+    from models.ensemble import PIPELINE_PARAMS, Ensemble, normalize_scores
 
     fits = [_fit_predict(variant.model, root, collections, {**variant.params, **({"seed": s} if s else {})},
                          progress) for s in range(variant.seeds)]
@@ -146,7 +146,7 @@ def run_variant(variant: Variant, root: Any, collections: Sequence[Collection], 
     gbdt = _fit_predict("gbdt", root, collections, {}, progress)
     valid = {variant.model: preds[Split.VALID.value], "gbdt": gbdt[Split.VALID.value]}
     test = {variant.model: preds[Split.TEST.value], "gbdt": gbdt[Split.TEST.value]}
-    ens = Ensemble(method="auto", normalization="auto").fit(valid, labels[Split.VALID].targets())
+    ens = Ensemble(**PIPELINE_PARAMS).fit(valid, labels[Split.VALID].targets())
     return ens.predict(test)
 
 

@@ -152,7 +152,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
 def part_ensemble(world: str, collection: str, work: str, models: str) -> dict:
     from competition.collections import Collection, Split
     from competition.labels import load_labels
-    from models.ensemble import Ensemble
+    from models.ensemble import PIPELINE_PARAMS, Ensemble
 
     root, c = _root(world), Collection(collection)
     valid: dict[str, dict[str, np.ndarray]] = {}
@@ -164,7 +164,7 @@ def part_ensemble(world: str, collection: str, work: str, models: str) -> dict:
                 (valid if split == "valid" else test).setdefault(m, {})[gid] = z[key]
     t0 = time.perf_counter()
     labels = load_labels(root, [c], Split.VALID).targets()
-    ens = Ensemble(method="auto", normalization="auto").fit(valid, labels)
+    ens = Ensemble(**PIPELINE_PARAMS).fit(valid, labels)
     ens.cross_val_predict(valid, labels)
     ens.predict(test)
     return {"ensemble": {"seconds": time.perf_counter() - t0, "graphs": len(labels)}, "peak_mib": peak_mib()}

@@ -294,8 +294,9 @@ def run_pipeline(
         ensemble: with two models or more, also fit an ensemble of them on the valid split (scored by
             cross-validation, saved to ``<out_dir>/ensemble.json``) and let it compete for the submission; with two
             learned models or more, of those only (:func:`models.registry.ensemble_members`).
-        ensemble_params: hyper-parameters of :class:`models.ensemble.Ensemble` (default: ``method="auto"``,
-            ``normalization="auto"``).
+        ensemble_params: hyper-parameters of :class:`models.ensemble.Ensemble` (default:
+            :data:`models.ensemble.PIPELINE_PARAMS`: ``method="auto"``, ``normalization="auto"``, ``min_graphs``
+            :data:`~models.ensemble.MIN_FITTED_GRAPHS`).
         protocol: which configs of the valid graphs are predicted and scored, by every model, the ensemble and
             the leaderboard (default: at most 1,000 fixed configs per valid layout graph).
         time_budget: seconds for the whole run (``None``: no limit). Shared out across models and collections
@@ -410,10 +411,10 @@ def _run_ensemble(
     Returns:
         ``(ensemble, its JSON file, valid report, test predictions)``.
     """
-    from models.ensemble import Ensemble
+    from models.ensemble import PIPELINE_PARAMS, Ensemble
 
     labels = scoring.labels.targets()
-    ens = Ensemble(**{"method": "auto", "normalization": "auto", **(params or {})})  # type: ignore[arg-type]
+    ens = Ensemble(**{**PIPELINE_PARAMS, **(params or {})})
     ens.fit(valid_predictions, labels)
     report = scoring.valid(ENSEMBLE, ens.cross_val_predict(valid_predictions, labels), components=ens.describe())
     path = ens.save(scoring.out_dir / "ensemble.json")

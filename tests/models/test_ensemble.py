@@ -244,3 +244,45 @@ def test_best_model_prediction_keeps_the_member_order():
     for sid, s in out.items():
         member = "A" if sid.startswith(LAYOUT.value) else "B"
         np.testing.assert_array_equal(predicted_order(s), predicted_order(preds[member][sid]))
+
+
+def test_collections_with_fewer_graphs_than_min_graphs_take_the_overall_best_member():
+    # xla:default, 10 graphs: A perfect, B random. xla:random, 3 graphs: B perfect, A noisy. A is best overall
+    # (mean over the collections), so with min_graphs=5 the small collection takes A, though B wins there.
+    rng = np.random.default_rng(3)
+    small = Collection.LAYOUT_XLA_RANDOM
+    preds: dict[str, dict[str, np.ndarray]] = {"A": {}, "B": {}}
+    labels: dict[str, np.ndarray] = {}
+    for g in range(10):
+        sid, y = f"{LAYOUT.value}:g{g}", rng.permutation(30) + 1.0
+        labels[sid], preds["A"][sid], preds["B"][sid] = y, y.copy(), rng.random(30)
+    for g in range(3):
+        sid, y = f"{small.value}:s{g}", rng.permutation(30) + 1.0
+        labels[sid], preds["A"][sid], preds["B"][sid] = y, y + rng.normal(0, 8, 30), 3.0 * y
+    plain = Ensemble(method="auto", normalization="auto").fit(preds, labels)
+    assert plain.collections_[small.value]["weights"] == [0.0, 1.0]
+    ens = Ensemble(method="auto", normalization="auto", min_graphs=5).fit(preds, labels)
+    assert ens.collections_[small.value] == {"method": "overall", "normalization": "rank", "weights": [1.0, 0.0]}
+    assert ens.collections_[LAYOUT.value]["weights"] == [1.0, 0.0]  # fitted: 10 graphs
+    a_alone = _mean_metric({s: p for s, p in preds["A"].items() if s.startswith(small.value)}, labels, small)
+    assert ens.cv_score_[small.value] == pytest.approx(a_alone) == ens.member_scores_[small.value]["A"]
+    assert ens.candidate_scores_[small.value] == {}
+    assert f"{small.value} overall=A" in ens.describe()
+    # the cross-validated predictions of the small collection are A's, ranked; predict does the same
+    cv = ens.cross_val_predict(preds, labels)
+    for sid in labels:
+        if sid.startswith(small.value):
+            np.testing.assert_array_equal(cv[sid], normalize_scores(preds["A"][sid], "rank"))
+            np.testing.assert_array_equal(ens.predict(preds)[sid], cv[sid])
+    with pytest.raises(ValueError, match="min_graphs"):
+        Ensemble(min_graphs=0).fit(preds, labels)
+
+
+def test_min_graphs_survives_save_and_load(tmp_path: Path):
+    preds, labels = _world(num_graphs=4)
+    ens = Ensemble(min_graphs=10).fit(preds, labels)
+    loaded = Ensemble.load(ens.save(tmp_path / "e.json"))
+    assert loaded.get_params()["min_graphs"] == 10 and loaded.collections_ == ens.collections_
+    assert all(spec["method"] == "overall" for spec in loaded.collections_.values())
+    for sid, scores in loaded.predict(preds).items():
+        np.testing.assert_array_equal(scores, ens.predict(preds)[sid])
