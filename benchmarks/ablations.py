@@ -87,8 +87,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"bridge": True}),
     Variant("flow", "layout: configurable nodes carry where elementwise chains take their layouts (6 columns read on "
             "the whole graph before pruning)", params={"flow": True}),
-    Variant("flow-bridge", "flow and bridge together: the chains' summary and their links", params={"flow": True,
-            "bridge": True}),
     Variant("sibling", "layout: sibling training at the default's steps (4 per own graph, spread over own and "
             "sibling graphs: 2 each)", params={"sibling": True}),
     Variant("sibling-double", "sibling training with twice the steps: every graph, own or sibling, 4 steps per "
