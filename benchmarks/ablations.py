@@ -87,10 +87,17 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"bridge": True}),
     Variant("flow", "layout: configurable nodes carry where elementwise chains take their layouts (6 columns read on "
             "the whole graph before pruning)", params={"flow": True}),
-    Variant("sibling", "layout: sibling training at the default's steps (4 per own graph, spread over own and "
-            "sibling graphs: 2 each)", params={"sibling": True}),
-    Variant("sibling-double", "sibling training with twice the steps: every graph, own or sibling, 4 steps per "
+    Variant("runtime-head", "nodes predict log-times; the score adds a learned multiple of the log of their "
+            "exponentials' sum (the graph's predicted runtime)", params={"runtime_head": True}),
+    Variant("sibling", "layout: sibling training at the default's steps (8 per own graph, spread over own and "
+            "sibling graphs: 4 each; 4 and 2 before 2026-11-25)", params={"sibling": True}),
+    Variant("sibling-double", "sibling training with 8 steps per own graph (the default's compute since 2026-11-25; "
+            "twice the steps of the 4-step default it was named against): every graph, own or sibling, 4 steps per "
             "epoch", params={"sibling": True, "steps_per_graph": 8}),
+    Variant("sibling-16", "sibling training with 16 steps per own graph: every graph, own or sibling, the default's 8 "
+            "steps per epoch (twice the default's fitting time)", params={"sibling": True, "steps_per_graph": 16}),
+    Variant("margin", "pairwise margin ranking whose margin grows with the log-runtime gap, instead of the hinge",
+            params={"loss": "margin"}),
     Variant("steps-4", "4 steps per graph and epoch (the layout default until 2026-11-25)",
             params={"steps_per_graph": 4}),
     Variant("steps-8", "8 steps per graph and epoch (the layout default since 2026-11-25): sibling-double's compute "
@@ -157,8 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--world-seeds", nargs="+", type=int, default=[0, 1], metavar="SEED",
                         help="world seeds: each variant is fitted and scored on every world")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="NAME",
-                        help="variants to run, 'default' first (always run): " + "; ".join(
+                        help="variants to run, 'default' first (always run unless --without-default): " + "; ".join(
                             f"{v.name}: {v.help}" for v in VARIANTS.values()))
+    parser.add_argument("--without-default", action="store_true",
+                        help="do not fit the default: its line comes from another run's log (--from-logs assembles "
+                             "them; a one-thread fit is deterministic, so the default's line is the same in every run)")
     parser.add_argument("--collections", nargs="+", default=[c.value for c in LAYOUT], metavar="C",
                         help="collections to fit and score")
     parser.add_argument("--worlds-dir", default="data", help="where the worlds are generated or found")
@@ -173,7 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_logs:
         return _table_from_logs(args.from_logs, args.scale, args.worlds_dir)
     collections = [Collection(c) for c in args.collections]
-    names = ["default", *(n for n in args.variants if n != "default")]
+    names = [*([] if args.without_default else ["default"]), *(n for n in args.variants if n != "default")]
+    if not names:
+        parser.error("--without-default leaves no variant to run")
     scores: dict[str, dict[Collection, list[float]]] = {n: {c: [] for c in collections} for n in names}
     oracles: dict[Collection, list[float]] = {c: [] for c in collections}
     started = time.perf_counter()
@@ -195,7 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   + ", ".join(f"{c.value} {report.scores()[c]:.4f}" for c in collections)
                   + f"  ({time.perf_counter() - t0:.0f} s; {(time.perf_counter() - started) / 60:.1f} min so far)",
                   flush=True)
-    print(format_table(scores, oracles, args.scale, args.world_seeds))
+    if args.without_default:
+        print("no table without the default's line: assemble it with --from-logs and a log that has it")
+    else:
+        print(format_table(scores, oracles, args.scale, args.world_seeds))
     return 0
 
 

@@ -46,3 +46,33 @@ def test_parse_log_reads_the_per_variant_lines():
     found = parse_log(lines)
     assert found == {"default": {0: {XD: 0.5411, NR: 0.8633}, 1: {XD: 0.5406, NR: 0.8572}},
                      "sib-ling": {1: {XD: 0.5771, NR: 0.8709}}}
+
+
+def test_without_default_fits_only_the_named_variants(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]):
+    import benchmarks.ablations as ab
+    import competition.synthetic.world as world
+
+    fitted: list[str] = []
+
+    class Report:
+        def scores(self) -> dict[Collection, float]:
+            return {XD: 0.5}
+
+    monkeypatch.setattr(world, "generate_world", lambda *a, **k: None)
+    monkeypatch.setattr(ab, "find_data_root", lambda path: path)
+    monkeypatch.setattr(ab, "load_labels", lambda *a, **k: None)
+    monkeypatch.setattr(ab, "oracle_scores", lambda labels: {XD: 0.8})
+    monkeypatch.setattr(ab, "run_variant", lambda variant, *a, **k: fitted.append(variant.name))
+    monkeypatch.setattr(ab, "score_predictions", lambda preds, labels: Report())
+    argv = ["--world-seeds", "3", "--collections", XD.value, "--variants", "default", "margin"]
+    assert ab.main([*argv, "--without-default"]) == 0
+    out = capsys.readouterr().out
+    assert fitted == ["margin"]
+    assert "[world 1/1 seed 3] margin (1/1): layout:xla:default 0.5000" in out and "default (" not in out
+    assert parse_log(out.splitlines()) == {"margin": {3: {XD: 0.5}}}
+    fitted.clear()
+    assert ab.main(argv) == 0  # without the flag the default is fitted first, and the table printed
+    assert fitted == ["default", "margin"] and "vs default" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        ab.main(["--variants", "default", "--without-default"])

@@ -548,7 +548,7 @@ class _Rows:
         return code_values(by_slot[st.slot_ids[self.s0:self.s1][self.slot_entry], self.slot_config])
 
     def pooled(self, h: torch.Tensor) -> torch.Tensor:
-        """Each config's sum of the final states of the run's nodes ``[B, H]``, from the rows' states ``h``."""
+        """Each config's sum of the run's nodes' rows ``h`` ``[R, P]`` (their :meth:`RankNet.readout`): ``[B, P]``."""
         group_sum = torch.zeros(self.groups, h.shape[1], dtype=h.dtype, device=h.device).index_add(
             0, self.group_of_row, h)
         return F.embedding_bag(self.gid.t().contiguous(), group_sum, mode="sum")
@@ -580,7 +580,7 @@ class LayoutPlan:
         self.device = st.device
         base = st.node_input(net).float()  # [N, H]
         self.blocks = [_BlockWeights(block) for block in net.blocks]
-        self.static_total = _run_blocks(self.blocks, base[st.static], st.static_matrix).sum(0)  # [H]
+        self.static_total = net.readout(_run_blocks(self.blocks, base[st.static], st.static_matrix)).sum(0)  # [P]
         self.base = base[st.dyn_nodes]
 
     @property
@@ -598,7 +598,7 @@ class LayoutPlan:
     @torch.inference_mode()
     def totals(self, codes: torch.Tensor, context: ReferenceContext | None = None,
                record: ReferenceContext | None = None) -> torch.Tensor:
-        """The sum of the final node states per config ``[B, H]`` for a batch of configs given by their codes
+        """The sum of the nodes' readout (final states) per config ``[B, P]`` for a batch of configs given by their codes
         (:func:`config_codes`, ``[B, NC]``): what ``sum(net.segment_sum(s, config_feat) for s in segments)``
         gives for the same batch.
 
@@ -623,7 +623,7 @@ class LayoutPlan:
 
     def _run(self, run: _Rows, by_slot: torch.Tensor, reference: ReferenceContext | None = None,
              record: bool = False) -> torch.Tensor:
-        """A run of components, once per distinct key: their pooled sum per config ``[B, H]``."""
+        """A run of components, once per distinct key: their pooled sum per config ``[B, P]``."""
         st = self.structure
         h = self.base[run.n0:run.n1].repeat_interleave(run.lengths, dim=0, output_size=run.total)
         emb = self.net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.s0:run.s1][run.slot_entry],
@@ -634,7 +634,7 @@ class LayoutPlan:
                                                           record)
         h = _run_blocks(self.blocks, h, run.conv_matrix, rows_of, run.lengths, run.node_of_row, by_slot.shape[1],
                         context)
-        return run.pooled(h)
+        return run.pooled(self.net.readout(h))
 
     @torch.inference_mode()
     def scores(self, codes: torch.Tensor, context: ReferenceContext | None = None) -> torch.Tensor:
@@ -697,12 +697,12 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
     st = structure
     b = config_feat.shape[0]
     x = st.node_input(net)  # [N, H]
-    total = x.new_zeros(b, x.shape[1])
+    total = x.new_zeros(b, net.pooled_width)
     if st.static.numel():
         h = x.index_select(0, st.static)
         for block in net.blocks:
             h = _train_block(block, h, st.static_matrix, None, None, None, b)
-        total = total + h.sum(0)
+        total = total + net.readout(h).sum(0)
     if st.num_components and b:
         by_slot = layout_codes(config_feat).t().contiguous()  # [NC, B]
         ids, distinct = st.keys(by_slot, 0, st.num_components)
@@ -714,7 +714,7 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
         rows_of = run.rows_of() if attention else None
         for block in net.blocks:
             h = _train_block(block, h, run.conv_matrix, rows_of, run.lengths, run.node_of_row, b)
-        total = total + run.pooled(h)
+        total = total + run.pooled(net.readout(h))
     return net.score(total, st.num_nodes, config_feat)
 
 

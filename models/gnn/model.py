@@ -158,6 +158,9 @@ class GNNModel(RankingModel):
             where chains of elementwise ops carry its output layout and where its operands' layouts come from
             (:class:`features.transforms.LayoutFlowFeatures`: the ops in the chains, their sizes, and the
             configurable and other ops the chains end at).
+        runtime_head: every node also predicts its log-time from its final state; the score adds a learned
+            positive multiple of the log of their exponentials' sum, the graph's predicted runtime
+            (:class:`models.gnn.net.RankNet`, ``runtime_head``).
         swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
             averaged, and the average is kept when it scores at least as well on the valid split as the best
             single epoch (0: off).
@@ -208,6 +211,7 @@ class GNNModel(RankingModel):
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
                  sibling: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
+                 runtime_head: bool | None = None,
                  swa_epochs: int | None = None,
                  refit: bool | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
@@ -241,6 +245,7 @@ class GNNModel(RankingModel):
         self.sibling = sibling
         self.bridge = bridge
         self.flow = flow
+        self.runtime_head = runtime_head
         self.swa_epochs = swa_epochs
         self.refit = refit
         self.gst_finetune_epochs = gst_finetune_epochs

@@ -19,6 +19,7 @@ How configs enter:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,8 @@ CONFIG_VALUES = LAYOUT_CONFIG_VALUES  # layout config values -1..5, embedded at 
 CONFIG_VALUE_DIM = 4
 INPUT_CLIP = 10.0  # normalised node features are clipped to this, so an unseen extreme value cannot blow up
 DIM_FEATURES = 6  # features of one dimension size (dimension_features)
+NODE_TIME_CLIP = 30.0  # a node's predicted log-time is clipped to +-this before exp (a graph's sum stays finite)
+TIME_SCALE_INIT = 1.0  # the runtime head's initial weight on the predicted log-runtime
 SLOT_TENSOR = torch.arange(LAYOUT_CONFIG_SLOTS) // LAYOUT_SLOT_WIDTH  # each config slot's tensor (output, 2 operands)
 
 
@@ -156,10 +159,17 @@ class RankNet(nn.Module):
         dropout: dropout probability.
         dim_tokens: layout only: each config slot also carries the :func:`dimension_features` of the dimension it
             names (the segments must then hold ``slot_sizes``).
+        runtime_head: every node also predicts its log-time ``t_n`` (a linear map of its final state); the graph's
+            predicted runtime ``sum_n exp(t_n)`` is pooled with the states (:meth:`readout`), and the score adds a
+            learned positive multiple of its log (:meth:`score`). A roofline runtime is a sum of per-op times that
+            span orders of magnitude, while the node features are logs of sizes: a linear map of them is a log-time,
+            and summing in linear space weighs a layout change at a large op by what it costs there, which the
+            states' plain sum cannot.
     """
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
-                 bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool) -> None:
+                 bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
+                 runtime_head: bool) -> None:
         super().__init__()
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
@@ -184,6 +194,23 @@ class RankNet(nn.Module):
         self.head = nn.Sequential(nn.LayerNorm(head_in), nn.Linear(head_in, hidden), nn.GELU(), nn.Dropout(dropout),
                                   nn.Linear(hidden, 1))
         self.hidden = hidden
+        self.node_time = nn.Linear(hidden, 1) if runtime_head else None
+        self.time_scale = nn.Parameter(torch.tensor(math.log(TIME_SCALE_INIT))) if runtime_head else None
+
+    @property
+    def pooled_width(self) -> int:
+        """Channels of the per-config sum the layers' states are pooled into (:meth:`readout`)."""
+        return self.hidden + (1 if self.node_time is not None else 0)
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """What each node contributes to its config's pooled sum: ``[..., H]`` final states -> ``[..., P]``
+        (:attr:`pooled_width`): the states, and with ``runtime_head`` the node's predicted time
+        ``exp(clip(t_n))`` as a last channel (float32 at least: the sums it makes differ between configs by a
+        fraction of a percent)."""
+        if self.node_time is None:
+            return h
+        h = h if h.dtype == torch.float64 else h.float()
+        return torch.cat([h, self.node_time(h).clamp(-NODE_TIME_CLIP, NODE_TIME_CLIP).exp()], dim=-1)
 
     def config_embedding(self, values: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor | None
                          ) -> torch.Tensor:
@@ -221,7 +248,7 @@ class RankNet(nn.Module):
                 float ``[B, 24]``.
 
         Returns:
-            float32 ``[B, H]``: the sum of the segment's final node states, per config.
+            float32 ``[B, P]``: the sum of the segment's final node states (:meth:`readout`), per config.
         """
         b = config_feat.shape[0]
         x = segment.x.clamp(-INPUT_CLIP, INPUT_CLIP)
@@ -239,7 +266,8 @@ class RankNet(nn.Module):
             h = h + self._tile_config(config_feat).unsqueeze(1)
         for block in self.blocks:
             h = block(h, segment.adj_in, segment.adj_out)
-        return h.sum(1).expand(b, -1) if h.shape[0] == 1 and b > 1 else h.sum(1)
+        pooled = self.readout(h).sum(1)
+        return pooled.expand(b, -1) if pooled.shape[0] == 1 and b > 1 else pooled
 
     def head_input(self, total: torch.Tensor, num_nodes: int, config_feat: torch.Tensor) -> torch.Tensor:
         pooled = torch.cat([signed_log(total), total / max(num_nodes, 1)], dim=1)
@@ -261,5 +289,11 @@ class RankNet(nn.Module):
         return self.score(total, num_nodes, config_feat)
 
     def score(self, total: torch.Tensor, num_nodes: int, config_feat: torch.Tensor) -> torch.Tensor:
-        """Scores ``[B]`` from the sum of node states over the graph ``total [B, H]`` and its node count."""
-        return self.head(self.head_input(total, num_nodes, config_feat)).squeeze(1)
+        """Scores ``[B]`` from the sum over the graph of the nodes' :meth:`readout` ``total [B, P]`` and its node
+        count; with ``runtime_head``, the head's score plus ``exp(time_scale) * log(predicted runtime)``."""
+        if self.node_time is None:
+            return self.head(self.head_input(total, num_nodes, config_feat)).squeeze(1)
+        assert self.time_scale is not None
+        states, runtime = total[:, :-1], total[:, -1]
+        head = self.head(self.head_input(states.to(self.time_scale.dtype), num_nodes, config_feat)).squeeze(1)
+        return head + self.time_scale.exp() * torch.log(runtime.clamp_min(torch.finfo(runtime.dtype).tiny))

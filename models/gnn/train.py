@@ -141,6 +141,7 @@ class TrainConfig:
     sibling: bool = False  # layout: also train on the train graphs of the same source's other search
     bridge: bool = False  # layout pruning: kept nodes linked through removed elementwise ops get an edge
     flow: bool = False  # layout: configurable nodes carry a summary of the elementwise chains their layouts flow along
+    runtime_head: bool = False  # nodes predict log-times; the score adds a learned multiple of log(sum of their exp)
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
     gst_finetune_epochs: int = 0  # GST: epochs fine-tuning the head on every segment's fresh embeddings (0: off)
@@ -173,7 +174,8 @@ class TrainConfig:
     def make_net(self) -> RankNet:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
-                       join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens)
+                       join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens,
+                       runtime_head=self.runtime_head)
 
     @property
     def uses_gst(self) -> bool:

@@ -23,13 +23,14 @@ def _grads(net: torch.nn.Module, scores: torch.Tensor) -> list[torch.Tensor | No
                                     allow_unused=True))
 
 
+@pytest.mark.parametrize("runtime_head", [False, True])
 @pytest.mark.parametrize("segment_size", [None, 13])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("attention", [False, True])
 def test_dedup_scores_and_gradients_equal_the_forward_pass(attention: bool, bidirectional: bool,
-                                                           segment_size: int | None):
+                                                           segment_size: int | None, runtime_head: bool):
     data, cf = _graph()
-    net = _net(attention, bidirectional).train()
+    net = _net(attention, bidirectional, runtime_head=runtime_head).train()
     segments = make_segments(data, segment_size)
     structure = LayoutStructure(segments, bidirectional=bidirectional)
     expected = net(segments, cf)
@@ -39,7 +40,9 @@ def test_dedup_scores_and_gradients_equal_the_forward_pass(attention: bool, bidi
                                            net.named_parameters(), strict=True):
         assert (g_dedup is None) == (g_plain is None), name
         if g_plain is not None:
-            torch.testing.assert_close(g_dedup, g_plain, rtol=1e-4, atol=1e-4, msg=name)
+            # float rounding scales with the gradient (the runtime head's exp makes some in the thousands)
+            atol = max(1e-4, 1e-5 * float(g_plain.abs().max()))
+            torch.testing.assert_close(g_dedup, g_plain, rtol=1e-4, atol=atol, msg=name)
     # Components whose configs are all alike are run once (nodes 50..59 have no slot).
     assert structure.num_dynamic_nodes < data.num_nodes
     # A one-segment graph's structure holds its features, not a copy (it lives as long as the fit).

@@ -35,22 +35,25 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
     return data, cf
 
 
-def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False) -> RankNet:
+def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False,
+         runtime_head: bool = False) -> RankNet:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
-                  join="early", dropout=0.0, dim_tokens=dim_tokens).eval()
+                  join="early", dropout=0.0, dim_tokens=dim_tokens, runtime_head=runtime_head).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
     return net
 
 
+@pytest.mark.parametrize("runtime_head", [False, True])
 @pytest.mark.parametrize("segment_size", [None, 13])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("attention", [False, True])
-def test_plan_scores_equal_the_forward_pass(attention: bool, bidirectional: bool, segment_size: int | None):
+def test_plan_scores_equal_the_forward_pass(attention: bool, bidirectional: bool, segment_size: int | None,
+                                            runtime_head: bool):
     data, cf = _graph()
-    net = _net(attention, bidirectional)
+    net = _net(attention, bidirectional, runtime_head=runtime_head)
     segments = make_segments(data, segment_size)
     plan = LayoutPlan(net, segments)
     with torch.no_grad():

@@ -3,6 +3,8 @@ make_segments, each against hand-built graphs and known answers."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch_geometric.data import Data
@@ -14,7 +16,7 @@ from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, RankNet, ma
 EDGES = torch.tensor([[0, 1, 2], [2, 2, 3]])
 # RankNet takes every setting explicitly (its defaults live in models.gnn.train): these, unless a test says otherwise.
 NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
-           dim_tokens=False)
+           dim_tokens=False, runtime_head=False)
 
 
 
@@ -186,6 +188,32 @@ def test_ranknet_tile_scores_one_per_config(join: str, attention: bool):
     scores = net(make_segments(data), cf)
     assert scores.shape == (4,) and torch.isfinite(scores).all()
     assert len(set(scores.tolist())) == 4
+
+
+@pytest.mark.parametrize("kind", ["layout", "tile"])
+def test_runtime_head_adds_the_scaled_log_of_the_nodes_predicted_times(kind: str):
+    """Every node predicting the log-time b (zero weights, bias b) makes the runtime N e^b: the score is the plain
+    head's plus exp(time_scale) * (log N + b); the states the head reads are the same as without the runtime head."""
+    data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=4)
+    torch.manual_seed(0)
+    plain = RankNet(kind, F, **NET).eval()
+    net = RankNet(kind, F, **{**NET, "runtime_head": True}).eval()
+    net.load_state_dict({**plain.state_dict(), "node_time.weight": torch.zeros(1, NET["hidden"]),
+                         "node_time.bias": torch.tensor([3.0]), "time_scale": torch.tensor(math.log(2.0))})
+    segs = make_segments(data)
+    expected = plain(segs, cf) + 2.0 * (math.log(N) + 3.0)
+    torch.testing.assert_close(net(segs, cf), expected)
+    assert net.pooled_width == NET["hidden"] + 1 and plain.pooled_width == NET["hidden"]
+    # Times are summed in linear space: a node's predicted time counts by its size, so doubling one node's time
+    # out of N moves the log-runtime by log((N + 1) / N).
+    with torch.no_grad():
+        states = net.readout(torch.zeros(1, N, NET["hidden"]))
+    assert states.shape == (1, N, NET["hidden"] + 1)
+    torch.testing.assert_close(states[..., -1], torch.full((1, N), math.exp(3.0)))
+    # The clip keeps a graph's sum finite whatever the weights.
+    with torch.no_grad():
+        net.node_time.bias.fill_(1e4)
+    assert torch.isfinite(net(segs, cf)).all()
 
 
 def test_ranknet_rejects_unknown_kind_and_join():
