@@ -87,6 +87,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"bridge": True}),
     Variant("flow", "layout: configurable nodes carry where elementwise chains take their layouts (6 columns read on "
             "the whole graph before pruning)", params={"flow": True}),
+    Variant("train-configs-4000", "4,000 configs cached per training graph instead of 1,000 (every config of a "
+            "bench graph)", params={"train_configs": 4000}),
     Variant("runtime-head", "nodes predict log-times; the score adds a learned multiple of the log of their "
             "exponentials' sum (the graph's predicted runtime)", params={"runtime_head": True}),
     Variant("sibling", "layout: sibling training at the default's steps (8 per own graph, spread over own and "

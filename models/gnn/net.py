@@ -210,7 +210,9 @@ class RankNet(nn.Module):
         if self.node_time is None:
             return h
         h = h if h.dtype == torch.float64 else h.float()
-        return torch.cat([h, self.node_time(h).clamp(-NODE_TIME_CLIP, NODE_TIME_CLIP).exp()], dim=-1)
+        with torch.autocast(h.device.type, enabled=False):  # not in bfloat16 under the prediction's autocast
+            t = self.node_time(h).clamp(-NODE_TIME_CLIP, NODE_TIME_CLIP).exp()
+        return torch.cat([h, t], dim=-1)
 
     def config_embedding(self, values: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor | None
                          ) -> torch.Tensor:

@@ -210,6 +210,12 @@ def test_runtime_head_adds_the_scaled_log_of_the_nodes_predicted_times(kind: str
         states = net.readout(torch.zeros(1, N, NET["hidden"]))
     assert states.shape == (1, N, NET["hidden"] + 1)
     torch.testing.assert_close(states[..., -1], torch.full((1, N), math.exp(3.0)))
+    # Under the prediction's bfloat16 autocast the times are still computed and pooled in float32.
+    h = torch.randn(2, N, NET["hidden"])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = net.readout(h.bfloat16())
+    assert cast.dtype == torch.float32
+    torch.testing.assert_close(cast, net.readout(h.bfloat16().float()))
     # The clip keeps a graph's sum finite whatever the weights.
     with torch.no_grad():
         net.node_time.bias.fill_(1e4)
