@@ -89,6 +89,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "the whole graph before pruning)", params={"flow": True}),
     Variant("train-configs-4000", "4,000 configs cached per training graph instead of 1,000 (every config of a "
             "bench graph)", params={"train_configs": 4000}),
+    Variant("key-dims", "layout: each config slot also says whether the dimension it names is its tensor's key "
+            "dimension (convolution feature dims, dot contracting dims, a dot output's last dim)",
+            params={"key_dims": True}),
     Variant("runtime-head", "nodes predict log-times; the score adds a learned multiple of the log of their "
             "exponentials' sum (the graph's predicted runtime)", params={"runtime_head": True}),
     Variant("sibling", "layout: sibling training at the default's steps (8 per own graph, spread over own and "

@@ -6,7 +6,7 @@ Node-indexed attributes (``x``, ``op``, ``config_node_index``), ``edge_index`` a
 
 Order matters where a transform reads ``x`` columns by their position in the 140-column format (cols 21-26 shape
 dims, 134-139 layout, ...): run :class:`PadLayoutMinusOne`, :class:`ShapeAlignmentFeatures`,
-:class:`DotConvFeatures` and :class:`ConfigDimensionSizes` before :class:`LogTransform` (which changes the values they
+:class:`DotConvFeatures`, :class:`ConfigDimensionSizes` and :class:`ConfigKeyDims` before :class:`LogTransform` (which changes the values they
 read), and
 :class:`DropConstantColumns` / :class:`Normalize` last. The appending transforms add columns at the end, so the
 original positions stay valid after them.
@@ -445,6 +445,56 @@ class ConfigDimensionSizes(BaseTransform):
         tensors = torch.stack([nodes, first, second], 1)
         tensors = torch.where(tensors < 0, torch.full_like(tensors, missing), tensors)
         data.config_dim_sizes = shapes[tensors]  # [NC, 3, 7]
+        return data
+
+
+class ConfigKeyDims(BaseTransform):
+    """Attach, per layout config slot group, which dimension of each tensor is its *key* dimension:
+    ``config_dim_keys`` float32 ``[NC, 3, 7]``, 1 at ``[s, t, v + 1]`` when dimension ``v`` of tensor ``t`` (0
+    output, 1 and 2 the operands, in the order of :func:`operand_nodes`, as :class:`ConfigDimensionSizes`) of slot
+    ``s``'s node is the dimension the matrix unit reduces or produces along, 0 elsewhere:
+
+    * convolution: the output's feature dim (col 106), the input's feature dim (col 94), the kernel's input-feature
+      dim (col 99);
+    * dot: the operands' contracting dims as :func:`_infer_dot` finds them (tried in both operand orders, since
+      the file does not keep it; none when no split fits) and the output's last dim;
+    * reshape and every other op: none.
+
+    A TPU's matrix unit runs best with these dims minor-most (the 128 lanes), so whether a config value names the
+    key dim is what a layout decides at a convolution or a dot; the network cannot read it off the config value
+    and a node column without comparing two integers. :meth:`models.gnn.net.RankNet.config_embedding` adds it to
+    each slot (``key_dims=True``). Run it before :class:`LogTransform` (it reads raw shapes) and after pruning.
+
+    Shapes:
+        adds ``config_dim_keys [NC, 3, 7]``.
+    """
+
+    def forward(self, data: Data) -> Data:
+        nodes = data.get("config_node_index")
+        if nodes is None:
+            return data
+        keys = torch.zeros(nodes.numel(), 3, MAX_RANK + 1)
+        first, second = operand_nodes(data.edge_index, nodes, data.x.shape[0])
+        shapes = data.x[:, COLS_SHAPE].tolist()
+        conv_dims = data.x[:, COLS_CONV_DIMS].tolist()
+        ops = data.op.tolist()
+        for s, (node, a, b) in enumerate(zip(nodes.tolist(), first.tolist(), second.tolist(), strict=True)):
+            found: list[int | None] = [None, None, None]  # per tensor: its key dim
+            out = _shape(shapes[node])
+            if ops[node] == CONVOLUTION:
+                cd = conv_dims[node]  # offsets into cols 93-106
+                found = [int(cd[13]), int(cd[1]) if a >= 0 else None, int(cd[6]) if b >= 0 else None]
+            elif ops[node] == DOT and a >= 0:
+                found[0] = len(out) - 1 if out else None
+                lhs, rhs = _shape(shapes[a]), _shape(shapes[b])
+                if (dims := _infer_dot(lhs, rhs, out)) is not None:
+                    found[1], found[2] = dims[1], dims[2]
+                elif (dims := _infer_dot(rhs, lhs, out)) is not None:
+                    found[1], found[2] = dims[2], dims[1]
+            for t, dim in enumerate(found):
+                if dim is not None and 0 <= dim < MAX_RANK:
+                    keys[s, t, dim + 1] = 1.0
+        data.config_dim_keys = keys
         return data
 
 

@@ -39,6 +39,7 @@ from features.data import graph_to_data
 from features.transforms import (
     CollapseChains,
     ConfigDimensionSizes,
+    ConfigKeyDims,
     DedupConfigs,
     DropConstantColumns,
     LayoutFlowFeatures,
@@ -76,7 +77,7 @@ from)."""
 
 
 def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool,
-                     flow: bool) -> BaseTransform:
+                     flow: bool, key_dims: bool) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
@@ -86,7 +87,8 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     whole graph (:class:`features.transforms.LayoutFlowFeatures`);
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
-    (:class:`features.transforms.ConfigDimensionSizes`); heavy-tailed columns are log-transformed; opcode-group
+    (:class:`features.transforms.ConfigDimensionSizes`), and with ``key_dims`` (layout) which of them are the key
+    dimensions (:class:`features.transforms.ConfigKeyDims`); heavy-tailed columns are log-transformed; opcode-group
     columns are appended.
     """
     steps: list[BaseTransform] = [LayoutFlowFeatures()] if kind == "layout" and flow else []
@@ -97,6 +99,8 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     steps.append(ShapeAlignmentFeatures())  # reads the raw sizes: before the log
     if kind == "layout" and dim_tokens:
         steps.append(ConfigDimensionSizes())
+    if kind == "layout" and key_dims:
+        steps.append(ConfigKeyDims())
     steps += [LogTransform(), OpcodeGroupFeatures()]
     return Compose(steps)
 
@@ -158,6 +162,9 @@ class GNNModel(RankingModel):
             where chains of elementwise ops carry its output layout and where its operands' layouts come from
             (:class:`features.transforms.LayoutFlowFeatures`: the ops in the chains, their sizes, and the
             configurable and other ops the chains end at).
+        key_dims: layout: each config slot also says whether the dimension its value names is its tensor's key
+            dimension (:class:`features.transforms.ConfigKeyDims`: convolution feature dims, dot contracting dims and
+            output's last dim), where a TPU's matrix unit wants the minor-most place.
         runtime_head: every node also predicts its log-time from its final state; the score adds a learned
             positive multiple of the log of their exponentials' sum, the graph's predicted runtime
             (:class:`models.gnn.net.RankNet`, ``runtime_head``).
@@ -211,7 +218,7 @@ class GNNModel(RankingModel):
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
                  sibling: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
-                 runtime_head: bool | None = None,
+                 key_dims: bool | None = None, runtime_head: bool | None = None,
                  swa_epochs: int | None = None,
                  refit: bool | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
@@ -245,6 +252,7 @@ class GNNModel(RankingModel):
         self.sibling = sibling
         self.bridge = bridge
         self.flow = flow
+        self.key_dims = key_dims
         self.runtime_head = runtime_head
         self.swa_epochs = swa_epochs
         self.refit = refit
@@ -279,7 +287,7 @@ class GNNModel(RankingModel):
 
     def _pipeline(self) -> BaseTransform:
         s = TrainConfig(**self.settings_)  # a setting a saved model lacks takes TrainConfig's default
-        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge, s.flow)
+        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge, s.flow, s.key_dims)
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
@@ -290,7 +298,7 @@ class GNNModel(RankingModel):
         kind = "tile" if collection.is_tile else "layout"
         settings = self.train_config(kind)
         pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                                    settings.flow)
+                                    settings.flow, settings.key_dims)
         progress = progress and distributed.is_main()
 
         def training_set(of: Split, source: Collection = collection) -> ProcessedGraphs:

@@ -82,6 +82,8 @@ class Segment:
         adj_in, adj_out: row-normalised sparse adjacencies (see :func:`models.gnn.layers.mean_adjacency`).
         slots: int64 ``[s]``, which configurable slots (columns of a layout ``config_feat``) lie in the segment.
         slot_nodes: int64 ``[s]``, their nodes, relabelled into the segment.
+        slot_keys: float32 ``[s, 3, 7]``, 1 where a value names its tensor's key dimension
+            (:class:`features.transforms.ConfigKeyDims`), or ``None`` when the graph has none.
         slot_sizes: float32 ``[s, 3, 7]``, the sizes of the dimensions each slot's config values name
             (:class:`features.transforms.ConfigDimensionSizes`), or ``None`` when the graph has none.
     """
@@ -95,6 +97,7 @@ class Segment:
     slots: torch.Tensor
     slot_nodes: torch.Tensor
     slot_sizes: torch.Tensor | None = None
+    slot_keys: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -103,7 +106,8 @@ class Segment:
     def to(self, device: torch.device | str) -> Segment:
         return Segment(self.start, self.stop, self.x.to(device), self.op.to(device), self.adj_in.to(device),
                        self.adj_out.to(device), self.slots.to(device), self.slot_nodes.to(device),
-                       None if self.slot_sizes is None else self.slot_sizes.to(device))
+                       None if self.slot_sizes is None else self.slot_sizes.to(device),
+                       None if self.slot_keys is None else self.slot_keys.to(device))
 
 
 def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
@@ -127,6 +131,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
     slot_node = data.get("config_node_index")
     slot_node = torch.zeros(0, dtype=torch.long) if slot_node is None else slot_node
     sizes = data.get("config_dim_sizes")
+    keys = data.get("config_dim_keys")
     segments = []
     for start in range(0, max(n, 1), size):
         stop = min(start + size, n)
@@ -137,6 +142,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
             start, stop, data.x[start:stop], data.op[start:stop],
             mean_adjacency(local, stop - start), mean_adjacency(local, stop - start, reverse=True),
             slots, slot_node[slots] - start, None if sizes is None else sizes[slots],
+            None if keys is None else keys[slots],
         ))
     return segments
 
@@ -159,6 +165,8 @@ class RankNet(nn.Module):
         dropout: dropout probability.
         dim_tokens: layout only: each config slot also carries the :func:`dimension_features` of the dimension it
             names (the segments must then hold ``slot_sizes``).
+        key_dims: layout only: each config slot also says whether the dimension it names is its tensor's key
+            dimension (:class:`features.transforms.ConfigKeyDims`; the segments must then hold ``slot_keys``).
         runtime_head: every node also predicts its log-time ``t_n`` (a linear map of its final state); the graph's
             predicted runtime ``sum_n exp(t_n)`` is pooled with the states (:meth:`readout`), and the score adds a
             learned positive multiple of its log (:meth:`score`). A roofline runtime is a sum of per-op times that
@@ -169,7 +177,7 @@ class RankNet(nn.Module):
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
                  bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
-                 runtime_head: bool) -> None:
+                 key_dims: bool, runtime_head: bool) -> None:
         super().__init__()
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
@@ -184,9 +192,11 @@ class RankNet(nn.Module):
             self.config_in = nn.Linear(LAYOUT_CONFIG_SLOTS * CONFIG_VALUE_DIM, hidden)
             self.config_dims = nn.Linear(LAYOUT_CONFIG_SLOTS * DIM_FEATURES, hidden, bias=False) if dim_tokens \
                 else None
+            self.config_keys = nn.Linear(LAYOUT_CONFIG_SLOTS, hidden, bias=False) if key_dims else None
         else:
             self.config_in = nn.Sequential(nn.Linear(TILE_CONFIG_COLUMNS, hidden), nn.GELU(),
                                            nn.Linear(hidden, hidden))
+            self.config_dims = self.config_keys = None
         self.blocks = nn.ModuleList(GNNBlock(hidden, bidirectional=bidirectional, attention=attention,
                                              dropout=dropout) for _ in range(layers))
         head_in = 2 * hidden + (hidden if self.join == "late" else 0)
@@ -214,29 +224,37 @@ class RankNet(nn.Module):
             t = self.node_time(h).clamp(-NODE_TIME_CLIP, NODE_TIME_CLIP).exp()
         return torch.cat([h, t], dim=-1)
 
-    def config_embedding(self, values: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor | None
-                         ) -> torch.Tensor:
+    def config_embedding(self, values: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor | None,
+                         keys: torch.Tensor | None = None) -> torch.Tensor:
         """The embedding of layout config values, added to their nodes' states.
 
         Args:
             values: int64 ``[..., 18]``, config values + 1 (0..6).
             slot: int64 ``[...]`` (broadcast against ``values.shape[:-1]``), each row's index into ``sizes``.
             sizes: float32 ``[S, 3, 7]`` (:attr:`Segment.slot_sizes`); used (and required) with ``dim_tokens``.
+            keys: float32 ``[S, 3, 7]`` (:attr:`Segment.slot_keys`); used (and required) with ``key_dims``.
 
         Returns:
             ``[..., H]``: ``Linear(value embeddings)``, plus with ``dim_tokens`` ``Linear(dimension features of the
-            size each value names)``; only the named sizes are gathered, never a ``[..., 18, 7]`` table.
+            size each value names)``, plus with ``key_dims`` ``Linear(whether each value names its tensor's key
+            dimension)``; only the named entries are gathered, never a ``[..., 18, 7]`` table.
         """
         emb = self.config_in(self.config_value(values).flatten(-2))
-        if self.config_dims is None:
+        if self.config_dims is None and self.config_keys is None:
             return emb
-        if sizes is None:
-            raise ValueError("this network encodes config dimensions (dim_tokens): its graphs need config_dim_sizes "
-                             "(features.transforms.ConfigDimensionSizes in the feature pipeline)")
         tensor = SLOT_TENSOR.to(values.device)
         index = (slot.unsqueeze(-1) * len(LAYOUT_SLOTS) + tensor) * CONFIG_VALUES + values  # into sizes.flatten()
-        named = sizes.flatten()[index]
-        return emb + self.config_dims(dimension_features(named).flatten(-2))
+        if self.config_dims is not None:
+            if sizes is None:
+                raise ValueError("this network encodes config dimensions (dim_tokens): its graphs need "
+                                 "config_dim_sizes (features.transforms.ConfigDimensionSizes in the feature pipeline)")
+            emb = emb + self.config_dims(dimension_features(sizes.flatten()[index]).flatten(-2))
+        if self.config_keys is not None:
+            if keys is None:
+                raise ValueError("this network encodes key dimensions (key_dims): its graphs need config_dim_keys "
+                                 "(features.transforms.ConfigKeyDims in the feature pipeline)")
+            emb = emb + self.config_keys(keys.flatten()[index].to(emb.dtype))
+        return emb
 
     def _tile_config(self, config_feat: torch.Tensor) -> torch.Tensor:
         return self.config_in(signed_log(config_feat))
@@ -262,7 +280,7 @@ class RankNet(nn.Module):
                 h = h.expand(b, -1, -1)
                 values = config_feat[:, segment.slots].long().add(1).clamp(0, CONFIG_VALUES - 1)  # [B, s, 18]
                 slot = torch.arange(values.shape[1], device=values.device)
-                emb = self.config_embedding(values, slot, segment.slot_sizes)  # [B, s, H]
+                emb = self.config_embedding(values, slot, segment.slot_sizes, segment.slot_keys)  # [B, s, H]
                 h = h.index_add(1, segment.slot_nodes, emb)
         elif self.join == "early":
             h = h + self._tile_config(config_feat).unsqueeze(1)

@@ -141,6 +141,7 @@ class TrainConfig:
     sibling: bool = False  # layout: also train on the train graphs of the same source's other search
     bridge: bool = False  # layout pruning: kept nodes linked through removed elementwise ops get an edge
     flow: bool = False  # layout: configurable nodes carry a summary of the elementwise chains their layouts flow along
+    key_dims: bool = False  # layout: each config slot also says whether the dimension it names is its tensor's key dim
     runtime_head: bool = False  # nodes predict log-times; the score adds a learned multiple of log(sum of their exp)
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
@@ -175,7 +176,7 @@ class TrainConfig:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
                        join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens,
-                       runtime_head=self.runtime_head)
+                       key_dims=self.key_dims, runtime_head=self.runtime_head)
 
     @property
     def uses_gst(self) -> bool:

@@ -22,6 +22,7 @@ from features import (
     PLACEHOLDER_OPCODE,
     CollapseChains,
     ConfigDimensionSizes,
+    ConfigKeyDims,
     DedupConfigs,
     DotConvFeatures,
     DropConstantColumns,
@@ -291,6 +292,36 @@ def test_config_dimension_sizes():
     assert sizes[0].tolist() == [[0, 2, 4, 0, 0, 0, 0], [0, 2, 300, 0, 0, 0, 0], [0] * 7]
     assert sizes[1].tolist() == [[0, 8, 16, 3, 0, 0, 0], [0] * 7, [0] * 7]
     assert ConfigDimensionSizes()(Data(x=x[:1], op=torch.tensor([0]))).get("config_dim_sizes") is None
+
+
+def test_config_key_dims_by_hand():
+    x = torch.stack([
+        layout_row([3, 4], [1, 0]),  # node 0: a dot operand [3, 4]
+        layout_row([2, 3], [1, 0]),  # node 1: the other operand [2, 3]
+        layout_row([2, 4], [1, 0]),  # node 2: dot [2, 3] x [3, 4]: the lhs is node 1 (contracting dim 1), the rhs
+        #                              node 0 (contracting dim 0); the output's key is its last dim
+        layout_row([8, 5, 5, 16], [3, 2, 1, 0]),  # node 3: conv input (NHWC)
+        layout_row([3, 3, 16, 32], [3, 2, 1, 0]),  # node 4: kernel (HWIO)
+        layout_row([8, 5, 5, 32], [0, 3, 2, 1]),  # node 5: conv output
+        layout_row([8, 16, 3], [2, 1, 0]),  # node 6: reshape of node 5
+        layout_row([5, 7], [1, 0]),  # node 7: a dot whose operands match no split
+    ])
+    x[5, 93:107] = torch.tensor([0, 3, 1, 2, 0, 0, 2, 3, 0, 1, 0, 0, 0, 3], dtype=torch.float32)
+    data = Data(x=x, op=torch.tensor([OP["parameter"], OP["parameter"], OP["dot"], OP["parameter"], OP["parameter"],
+                                      OP["convolution"], OP["reshape"], OP["dot"]]),
+                edge_index=torch.tensor([[0, 1, 3, 4, 5, 0, 1], [2, 2, 5, 5, 6, 7, 7]]),
+                config_node_index=torch.tensor([2, 5, 6, 7]))
+    keys = ConfigKeyDims()(data).config_dim_keys
+    assert keys.shape == (4, 3, 7)
+    named = [[[int(v) - 1 for v in row.nonzero().flatten()] for row in slot] for slot in keys]
+    # The dot's operands in node order are [3, 4] then [2, 3]: only the swapped order fits, so tensor 1 (node 0)
+    # contracts dim 0 and tensor 2 (node 1) dim 1; the output's key is its last dim (1).
+    assert named[0] == [[1], [0], [1]]
+    # The conv: output feature dim 3 (col 106), input feature dim 3 (col 94), kernel input feature dim 2 (col 99).
+    assert named[1] == [[3], [3], [2]]
+    assert named[2] == [[], [], []]  # a reshape has no key dims
+    assert named[3] == [[1], [], []]  # no contracting split fits [3, 4] x [2, 3] -> [5, 7]: the output's last only
+    assert ConfigKeyDims()(Data(x=x[:1], op=torch.tensor([0]))).get("config_dim_keys") is None
 
 
 def test_dimension_features_by_hand():

@@ -49,11 +49,13 @@ def test_dedup_scores_and_gradients_equal_the_forward_pass(attention: bool, bidi
     assert (structure.x is segments[0].x) == (len(segments) == 1)
 
 
-def test_dedup_scores_with_dimension_tokens_and_a_single_config():
+def test_dedup_scores_with_dimension_tokens_key_dims_and_a_single_config():
     data, cf = _graph()
     data.config_dim_sizes = torch.randint(1, 300, (len(SLOT_NODES), 3, 7),
                                           generator=torch.Generator().manual_seed(1)).float()
-    net = _net(True, dim_tokens=True).train()
+    data.config_dim_keys = (torch.rand(len(SLOT_NODES), 3, 7, generator=torch.Generator().manual_seed(2)) < 0.2
+                            ).float()
+    net = _net(True, dim_tokens=True, key_dims=True).train()
     segments = make_segments(data)
     structure = LayoutStructure(segments, bidirectional=True)
     for batch in (cf, cf[:1]):

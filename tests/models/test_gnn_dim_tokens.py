@@ -57,3 +57,21 @@ def test_streamed_prediction_equals_the_forward_pass_and_survives_save_load(tiny
                                                                        progress=False)
     assert plain.network().config_dims is None
     assert "config_dim_sizes" not in plain.prepare(graph)
+
+
+def test_key_dims_end_to_end(tiny_world: Path, model: GNNAttentionModel):
+    """key_dims: the pipeline attaches the key flags, training and the streamed prediction use them."""
+    root = find_data_root(tiny_world)
+    keyed = GNNAttentionModel(**QUICK, key_dims=True, cache_dir=model.cache_dir).fit(root, LAYOUT, progress=False)
+    graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
+    data = keyed.prepare(graph)
+    keys = data.config_dim_keys
+    assert keys.shape == data.config_dim_sizes.shape and set(keys.unique().tolist()) <= {0.0, 1.0}
+    assert (keys.sum(-1) <= 1).all()  # at most one key dim per tensor
+    assert (keys[:, :, 0] == 0).all() and (keys[:, :, 1:] * (data.config_dim_sizes[:, :, 1:] == 0)).sum() == 0
+    assert keys.sum() > 0  # the tiny world has convolutions or dots
+    assert keyed.network().config_keys is not None and model.network().config_keys is None
+    assert "config_dim_keys" not in model.prepare(graph)
+    with torch.no_grad():
+        expected = keyed.network()(make_segments(data), torch.from_numpy(graph.config_features()))
+    np.testing.assert_allclose(keyed.predict(graph), expected.double().numpy(), rtol=1e-5, atol=1e-5)

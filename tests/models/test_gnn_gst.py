@@ -29,7 +29,7 @@ def _graph(seed: int = 0) -> tuple[Data, torch.Tensor, torch.Tensor]:
 def _net(seed: int = 0, attention: bool = False, runtime_head: bool = False) -> RankNet:
     torch.manual_seed(seed)
     return RankNet("layout", F, hidden=H, layers=2, opcode_dim=16, bidirectional=True, attention=attention,
-                   join="early", dropout=0.0, dim_tokens=False, runtime_head=runtime_head)
+                   join="early", dropout=0.0, dim_tokens=False, key_dims=False, runtime_head=runtime_head)
 
 
 POSITIONS = torch.arange(B)

@@ -36,10 +36,11 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
 
 
 def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False,
-         runtime_head: bool = False) -> RankNet:
+         key_dims: bool = False, runtime_head: bool = False) -> RankNet:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
-                  join="early", dropout=0.0, dim_tokens=dim_tokens, runtime_head=runtime_head).eval()
+                  join="early", dropout=0.0, dim_tokens=dim_tokens, key_dims=key_dims,
+                  runtime_head=runtime_head).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -84,6 +85,28 @@ def test_plan_scores_equal_the_forward_pass_with_dimension_tokens(attention: boo
         assert not torch.allclose(net(make_segments(data, segment_size), cf), expected)
     del data.config_dim_sizes
     with pytest.raises(ValueError, match="config_dim_sizes"):
+        net(make_segments(data, segment_size), cf)
+
+
+@pytest.mark.parametrize("segment_size", [None, 13])
+@pytest.mark.parametrize("attention", [False, True])
+def test_plan_scores_equal_the_forward_pass_with_key_dims(attention: bool, segment_size: int | None):
+    data, cf = _graph()
+    g = torch.Generator().manual_seed(2)
+    keys = torch.zeros(len(SLOT_NODES), 3, 7)
+    keys[torch.arange(len(SLOT_NODES)), torch.randint(0, 3, (len(SLOT_NODES),), generator=g),
+         torch.randint(1, 5, (len(SLOT_NODES),), generator=g)] = 1.0
+    data.config_dim_keys = keys
+    net = _net(attention, key_dims=True)
+    segments = make_segments(data, segment_size)
+    with torch.no_grad():
+        expected = net(segments, cf)
+    torch.testing.assert_close(LayoutPlan(net, segments).scores(config_codes(cf)), expected, rtol=1e-5, atol=1e-5)
+    data.config_dim_keys = keys.flip(0)  # other key dims: other scores
+    with torch.no_grad():
+        assert not torch.allclose(net(make_segments(data, segment_size), cf), expected)
+    del data.config_dim_keys
+    with pytest.raises(ValueError, match="config_dim_keys"):
         net(make_segments(data, segment_size), cf)
 
 
