@@ -475,18 +475,19 @@ class ConfigKeyDims(BaseTransform):
             return data
         keys = torch.zeros(nodes.numel(), 3, MAX_RANK + 1)
         first, second = operand_nodes(data.edge_index, nodes, data.x.shape[0])
-        shapes = data.x[:, COLS_SHAPE].tolist()
-        conv_dims = data.x[:, COLS_CONV_DIMS].tolist()
-        ops = data.op.tolist()
-        for s, (node, a, b) in enumerate(zip(nodes.tolist(), first.tolist(), second.tolist(), strict=True)):
+        # only the slots' nodes and operands are read (a real module has tens of thousands of other nodes)
+        shapes = [data.x[t.clamp(min=0), COLS_SHAPE].tolist() for t in (nodes, first, second)]
+        conv_dims = data.x[nodes, COLS_CONV_DIMS].tolist()
+        ops = data.op[nodes].tolist()
+        for s, (a, b) in enumerate(zip(first.tolist(), second.tolist(), strict=True)):
             found: list[int | None] = [None, None, None]  # per tensor: its key dim
-            out = _shape(shapes[node])
-            if ops[node] == CONVOLUTION:
-                cd = conv_dims[node]  # offsets into cols 93-106
+            out = _shape(shapes[0][s])
+            if ops[s] == CONVOLUTION:
+                cd = conv_dims[s]  # offsets into cols 93-106
                 found = [int(cd[13]), int(cd[1]) if a >= 0 else None, int(cd[6]) if b >= 0 else None]
-            elif ops[node] == DOT and a >= 0:
+            elif ops[s] == DOT and a >= 0:
                 found[0] = len(out) - 1 if out else None
-                lhs, rhs = _shape(shapes[a]), _shape(shapes[b])
+                lhs, rhs = _shape(shapes[1][s]), _shape(shapes[2][s])
                 if (dims := _infer_dot(lhs, rhs, out)) is not None:
                     found[1], found[2] = dims[1], dims[2]
                 elif (dims := _infer_dot(rhs, lhs, out)) is not None:
