@@ -76,3 +76,29 @@ def test_without_default_fits_only_the_named_variants(monkeypatch: pytest.Monkey
     assert fitted == ["default", "margin"] and "vs default" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         ab.main(["--variants", "default", "--without-default"])
+
+
+def test_tables_from_logs_merge_runs_split_by_collection(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                          capsys: pytest.CaptureFixture[str]):
+    """One run fitted default and 'x' on xla:default, another default on nlp:random (same world): the default's
+    line holds both collections, and 'x' gets a table of the collection it shares with the default."""
+    import benchmarks.ablations as ab
+
+    monkeypatch.setattr(ab, "find_data_root", lambda path: path)
+    monkeypatch.setattr(ab, "load_labels", lambda *a, **k: None)
+    monkeypatch.setattr(ab, "oracle_scores", lambda labels: {XD: 0.8, NR: 1.0})
+    (tmp_path / "a.log").write_text(
+        "[world 1/1 seed 0] default (1/2): layout:xla:default 0.5000  (1 s; 0.0 min so far)\n"
+        "[world 1/1 seed 0] x (2/2): layout:xla:default 0.6000  (1 s; 0.0 min so far)\n")
+    (tmp_path / "b.log").write_text(
+        "[world 1/1 seed 0] default (1/1): layout:nlp:random 0.9000  (1 s; 0.0 min so far)\n")
+    assert ab._table_from_logs([str(tmp_path / "a.log"), str(tmp_path / "b.log")], "demo", "data") == 0
+    tables = [t.strip() for t in capsys.readouterr().out.split("\n\n") if t.strip()]
+    assert len(tables) == 2
+    both = tables[0].splitlines()
+    assert XD.value in both[1] and NR.value in both[1]
+    assert next(line for line in both if line.startswith("default")).split()[1:5] == \
+        ["0.5000±nan", "62%", "0.9000±nan", "90%"]
+    one = tables[1].splitlines()
+    assert NR.value not in one[1]
+    assert next(line for line in one if line.startswith("x ")).split()[-1] == "+0.1000±nan"
