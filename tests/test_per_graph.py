@@ -1,0 +1,45 @@
+"""The per-graph report: every graph of a split scored, with its configurable nodes by kind, and the means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.per_graph import format_rows, graph_rows
+from competition.collections import Collection, Split
+from competition.opcodes import CONVOLUTION, DOT, RESHAPE
+from competition.reader import find_data_root, list_graphs, load_graph
+
+XR = Collection.LAYOUT_XLA_RANDOM
+
+
+class Measured:
+    """Predicts each config's measured runtime (sign -1: the reverse order)."""
+
+    def __init__(self, sign: float = 1.0) -> None:
+        self.sign = sign
+
+    def predict(self, graph) -> np.ndarray:
+        return self.sign * graph.config_runtime.astype(np.float64)
+
+
+def test_rows_score_every_graph_and_count_its_configurable_nodes(tiny_world: Path):
+    root = find_data_root(tiny_world)
+    rows = graph_rows(Measured(), root, XR, Split.TRAIN)
+    paths = list_graphs(root, XR, Split.TRAIN)
+    assert [r.stem for r in rows] == [p.stem for p in paths] and all(r.split == Split.TRAIN for r in rows)
+    for row, path in zip(rows, paths, strict=True):
+        g = load_graph(path, XR)
+        kinds = g.node_opcode[g.node_config_ids]
+        assert (row.nodes, row.configurable, row.configs) == (len(g.node_opcode), len(kinds), g.num_configs)
+        assert (row.convolutions, row.dots, row.reshapes) == (
+            int((kinds == CONVOLUTION).sum()), int((kinds == DOT).sum()), int((kinds == RESHAPE).sum()))
+        assert row.score == 1.0  # ranked by its own runtimes
+        assert row.oracle is not None and -1 <= row.oracle <= 1
+    reverse = graph_rows(Measured(-1.0), root, XR, Split.TRAIN)
+    assert [r.score for r in reverse] == [-1.0] * len(rows)
+    text = format_rows(rows + reverse).splitlines()
+    assert len(text) == 1 + 2 * len(rows) + 1  # header, a line per row, one summary for the split
+    oracle = np.mean([r.oracle for r in rows + reverse])
+    assert text[-1] == f"train: {2 * len(rows)} graphs, mean score 0.0000, oracle {oracle:.4f}"
