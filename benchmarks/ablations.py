@@ -72,6 +72,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hops2-layers4", "deeper pruning (2 hops) with 4 layers", params={"hops": 2, "layers": 4}),
     Variant("gst", "Graph Segment Training, segments of 1,000 nodes", params={"segment_size": 1000}),
     Variant("hinge", "the pairwise hinge loss (the layout default; tile's is ListMLE)", params={"loss": "hinge"}),
+    Variant("layers-4", "4 message-passing layers (the default's 3) at the default's 1-hop pruning",
+            params={"layers": 4}),
     Variant("hidden-64", "64 channels (layout's default 32; tile's default)", params={"hidden": 64}),
     Variant("hidden-128", "128 channels (tile's default 64, layout's 32)", params={"hidden": 128}),
     Variant("late-join", "tile: the config joined after pooling instead of to every node", params={"join": "late"}),
@@ -79,7 +81,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"epochs": 6}),
     Variant("epochs-12", "12 epochs (at most; early stopping as by default; the tile default since)",
             params={"epochs": 12}),
-    Variant("lr-3e-3", "peak learning rate 3e-3 (tile's default 1e-3)", params={"lr": 3e-3}),
+    Variant("lr-3e-3", "peak learning rate 3e-3 (tile's default 1e-3, layout's 1e-2)", params={"lr": 3e-3}),
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
     Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
             "this variant's first run)", params={"dim_tokens": False}),
