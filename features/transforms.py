@@ -6,8 +6,8 @@ Node-indexed attributes (``x``, ``op``, ``config_node_index``), ``edge_index`` a
 
 Order matters where a transform reads ``x`` columns by their position in the 140-column format (cols 21-26 shape
 dims, 134-139 layout, ...): run :class:`PadLayoutMinusOne`, :class:`ShapeAlignmentFeatures`,
-:class:`DotConvFeatures`, :class:`ConfigDimensionSizes` and :class:`ConfigKeyDims` before :class:`LogTransform` (which changes the values they
-read), and
+:class:`DotConvFeatures`, :class:`ConfigDimensionSizes` and :class:`ConfigKeyDims` before :class:`LogTransform`
+(which changes the values they read), and
 :class:`DropConstantColumns` / :class:`Normalize` last. The appending transforms add columns at the end, so the
 original positions stay valid after them.
 """
@@ -34,6 +34,12 @@ from competition.schema import (
     COLS_LAYOUT,
     COLS_OUTPUT_BOUNDS,
     COLS_SHAPE,
+    CONV_INPUT_BATCH,
+    CONV_INPUT_FEATURE,
+    CONV_KERNEL_INPUT_FEATURE,
+    CONV_KERNEL_OUTPUT_FEATURE,
+    CONV_OUTPUT_BATCH,
+    CONV_OUTPUT_FEATURE,
     MAX_RANK,
     TPU_LANES,
     TPU_SUBLANES,
@@ -414,6 +420,17 @@ def operand_nodes(edge_index: torch.Tensor, nodes: torch.Tensor, num_nodes: int
     return first, torch.where(second < 0, first, second)
 
 
+def slot_tensors(data: Data) -> torch.Tensor | None:
+    """int64 ``[NC, 3]``: the nodes of each configurable slot's output and two operands (:func:`operand_nodes`;
+    -1 for an operand not in the graph), the tensors a layout config's 18 values speak of; ``None`` for a graph
+    without configurable slots (tile)."""
+    nodes = data.get("config_node_index")
+    if nodes is None:
+        return None
+    first, second = operand_nodes(data.edge_index, nodes, data.x.shape[0])
+    return torch.stack([nodes, first, second], 1)
+
+
 class ConfigDimensionSizes(BaseTransform):
     """Attach, per layout config slot group, the size of every dimension its config values can name:
     ``config_dim_sizes`` float32 ``[NC, 3, 7]``.
@@ -434,15 +451,13 @@ class ConfigDimensionSizes(BaseTransform):
     """
 
     def forward(self, data: Data) -> Data:
-        nodes = data.get("config_node_index")
-        if nodes is None:
+        tensors = slot_tensors(data)
+        if tensors is None:
             return data
         shapes = data.x[:, COLS_SHAPE].float()
         shapes = torch.where((data.x[:, COL_TUPLE_COUNT] > 0)[:, None], torch.zeros_like(shapes), shapes)
         shapes = torch.cat([torch.zeros(shapes.shape[0] + 1, 1), torch.cat([shapes, torch.zeros(1, MAX_RANK)])], 1)
         missing = shapes.shape[0] - 1  # the all-zero row stands for an absent operand
-        first, second = operand_nodes(data.edge_index, nodes, data.x.shape[0])
-        tensors = torch.stack([nodes, first, second], 1)
         tensors = torch.where(tensors < 0, torch.full_like(tensors, missing), tensors)
         data.config_dim_sizes = shapes[tensors]  # [NC, 3, 7]
         return data
@@ -470,11 +485,11 @@ class ConfigKeyDims(BaseTransform):
     """
 
     def forward(self, data: Data) -> Data:
-        nodes = data.get("config_node_index")
-        if nodes is None:
+        tensors = slot_tensors(data)
+        if tensors is None:
             return data
+        nodes, first, second = tensors.unbind(1)
         keys = torch.zeros(nodes.numel(), 3, MAX_RANK + 1)
-        first, second = operand_nodes(data.edge_index, nodes, data.x.shape[0])
         # only the slots' nodes and operands are read (a real module has tens of thousands of other nodes)
         shapes = [data.x[t.clamp(min=0), COLS_SHAPE].tolist() for t in (nodes, first, second)]
         conv_dims = data.x[nodes, COLS_CONV_DIMS].tolist()
@@ -483,8 +498,9 @@ class ConfigKeyDims(BaseTransform):
             found: list[int | None] = [None, None, None]  # per tensor: its key dim
             out = _shape(shapes[0][s])
             if ops[s] == CONVOLUTION:
-                cd = conv_dims[s]  # offsets into cols 93-106
-                found = [int(cd[13]), int(cd[1]) if a >= 0 else None, int(cd[6]) if b >= 0 else None]
+                cd = conv_dims[s]
+                found = [int(cd[CONV_OUTPUT_FEATURE]), int(cd[CONV_INPUT_FEATURE]) if a >= 0 else None,
+                         int(cd[CONV_KERNEL_INPUT_FEATURE]) if b >= 0 else None]
             elif ops[s] == DOT and a >= 0:
                 found[0] = len(out) - 1 if out else None
                 lhs, rhs = _shape(shapes[1][s]), _shape(shapes[2][s])
@@ -596,9 +612,12 @@ class DotConvFeatures(BaseTransform):
                     row[6], row[7] = float(minor[a] == i), float(minor[b] == j)
                 else:
                     cd = conv_dims[node]  # offsets into cols 93-106
-                    row[8], row[9] = float(minor[a] == cd[1]), float(minor[a] == cd[0])
-                    row[10], row[11] = float(minor[b] == cd[6]), float(minor[b] == cd[7])
-                    row[12], row[13] = float(minor[node] == cd[13]), float(minor[node] == cd[12])
+                    row[8] = float(minor[a] == cd[CONV_INPUT_FEATURE])
+                    row[9] = float(minor[a] == cd[CONV_INPUT_BATCH])
+                    row[10] = float(minor[b] == cd[CONV_KERNEL_INPUT_FEATURE])
+                    row[11] = float(minor[b] == cd[CONV_KERNEL_OUTPUT_FEATURE])
+                    row[12] = float(minor[node] == cd[CONV_OUTPUT_FEATURE])
+                    row[13] = float(minor[node] == cd[CONV_OUTPUT_BATCH])
         data.x = torch.cat([data.x, feats], 1)
         return data
 

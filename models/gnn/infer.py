@@ -600,8 +600,8 @@ class LayoutPlan:
     @torch.inference_mode()
     def totals(self, codes: torch.Tensor, context: ReferenceContext | None = None,
                record: ReferenceContext | None = None) -> torch.Tensor:
-        """The sum of the nodes' readout (final states) per config ``[B, P]`` for a batch of configs given by their codes
-        (:func:`config_codes`, ``[B, NC]``): what ``sum(net.segment_sum(s, config_feat) for s in segments)``
+        """The sum of the nodes' readout (final states) per config ``[B, P]`` for a batch of configs given by their
+        codes (:func:`config_codes`, ``[B, NC]``): what ``sum(net.segment_sum(s, config_feat) for s in segments)``
         gives for the same batch.
 
         With ``context``, the attention layers compare each config with the reference set instead of the batch

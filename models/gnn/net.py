@@ -82,10 +82,10 @@ class Segment:
         adj_in, adj_out: row-normalised sparse adjacencies (see :func:`models.gnn.layers.mean_adjacency`).
         slots: int64 ``[s]``, which configurable slots (columns of a layout ``config_feat``) lie in the segment.
         slot_nodes: int64 ``[s]``, their nodes, relabelled into the segment.
-        slot_keys: float32 ``[s, 3, 7]``, 1 where a value names its tensor's key dimension
-            (:class:`features.transforms.ConfigKeyDims`), or ``None`` when the graph has none.
         slot_sizes: float32 ``[s, 3, 7]``, the sizes of the dimensions each slot's config values name
             (:class:`features.transforms.ConfigDimensionSizes`), or ``None`` when the graph has none.
+        slot_keys: float32 ``[s, 3, 7]``, 1 where a value names its tensor's key dimension
+            (:class:`features.transforms.ConfigKeyDims`), or ``None`` when the graph has none.
     """
 
     start: int
@@ -225,7 +225,7 @@ class RankNet(nn.Module):
         return torch.cat([h, t], dim=-1)
 
     def config_embedding(self, values: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor | None,
-                         keys: torch.Tensor | None = None) -> torch.Tensor:
+                         keys: torch.Tensor | None) -> torch.Tensor:
         """The embedding of layout config values, added to their nodes' states.
 
         Args:

@@ -68,4 +68,5 @@ def test_bridge_is_off_by_default():
     assert GNNAttentionModel(runs_dir=None).train_config("layout").bridge is False
     assert GNNAttentionModel(runs_dir=None, bridge=True).train_config("layout").bridge is True
     with pytest.raises(TypeError):
-        feature_pipeline("layout", 1, True, True, False, False)  # every setting is passed: the defaults live in TrainConfig
+        # every setting is passed: the defaults live in TrainConfig
+        feature_pipeline("layout", 1, True, True, False, False)

@@ -204,8 +204,7 @@ def test_runtime_head_adds_the_scaled_log_of_the_nodes_predicted_times(kind: str
     expected = plain(segs, cf) + 2.0 * (math.log(N) + 3.0)
     torch.testing.assert_close(net(segs, cf), expected)
     assert net.pooled_width == NET["hidden"] + 1 and plain.pooled_width == NET["hidden"]
-    # Times are summed in linear space: a node's predicted time counts by its size, so doubling one node's time
-    # out of N moves the log-runtime by log((N + 1) / N).
+    # Each node contributes its state and its time exp(b) to the pooled sum.
     with torch.no_grad():
         states = net.readout(torch.zeros(1, N, NET["hidden"]))
     assert states.shape == (1, N, NET["hidden"] + 1)
