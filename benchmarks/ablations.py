@@ -99,6 +99,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"key_dims": True}),
     Variant("runtime-head", "nodes predict log-times; the score adds a learned multiple of the log of their "
             "exponentials' sum (the graph's predicted runtime)", params={"runtime_head": True}),
+    Variant("links", "layout: the score adds a learned term per pair of decisions a copy may join (found on the "
+            "whole graph; from the pair's size and kinds and which of their config values agree)",
+            params={"links": True}),
     Variant("sibling", "layout: sibling training at the default's steps (8 per own graph, spread over own and "
             "sibling graphs: 4 each; 4 and 2 before 2026-11-25)", params={"sibling": True}),
     Variant("sibling-double", "sibling training with 8 steps per own graph (the default's compute since 2026-11-25; "

@@ -130,7 +130,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
 
     device = resolve_device("auto")
     graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
-    data = feature_pipeline("layout", "all", True, False, False, False, False)(graph_to_data(graph))
+    data = feature_pipeline("layout", "all", True, False, False, False, False, False)(graph_to_data(graph))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])
     data = normalize(columns(data))
@@ -224,7 +224,7 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     c = Collection(collection)
     kind = c.kind
     d = DEFAULTS[kind]
-    pipeline = feature_pipeline(kind, d.hops, True, d.dim_tokens, d.bridge, d.flow, d.key_dims)
+    pipeline = feature_pipeline(kind, d.hops, True, d.dim_tokens, d.bridge, d.flow, d.key_dims, d.links)
     ds = ProcessedGraphs(find_data_root(data), c, Split.TRAIN, pre_transform=Compose([pipeline, DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=d.max_train_configs, progress=False)
     ds.build()
@@ -296,7 +296,7 @@ def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, 
     seconds = time.perf_counter() - t0
     taus = _valid_taus(model, root, c)
     ds = ProcessedGraphs(root, c, Split.TRAIN,
-                         pre_transform=Compose([feature_pipeline("layout", hops, pad, False, False, False, False),
+                         pre_transform=Compose([feature_pipeline("layout", hops, pad, False, False, False, False, False),
                                                 DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"].max_train_configs, progress=False)
     stats = [g["stats"] for g in ds.manifest()["graphs"].values()]
@@ -336,7 +336,7 @@ def _initialised_model(graph, attention: bool):
     model = (GNNAttentionModel if attention else GNNModel)(runs_dir=None)
     settings = model.train_config("layout")
     data = feature_pipeline("layout", settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                            settings.flow, settings.key_dims)(
+                            settings.flow, settings.key_dims, settings.links)(
         graph_to_data(graph, np.arange(min(64, graph.num_configs))))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])

@@ -15,6 +15,7 @@ world's hidden runtimes.
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,14 +94,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--collection", default=Collection.LAYOUT_XLA_DEFAULT.value,
                         choices=[c.value for c in Collection], help="the collection fitted and scored")
     parser.add_argument("--model", default="gnn-attn", choices=sorted(MODELS), help="registered model, defaults")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a hyper-parameter of the model instead of its default (repeatable; the value a Python "
+                             "literal, else text), e.g. --param links=True --param steps_per_graph=16")
     args = parser.parse_args(argv)
+    from models.registry import param_problem
+
+    params: dict[str, Any] = {"runs_dir": None} if args.model.startswith("gnn") else {}
+    for given in args.param:
+        key, sep, text = given.partition("=")
+        if not sep or not key:
+            parser.error(f"--param {given!r}: expected KEY=VALUE")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        if (problem := param_problem(MODELS[args.model], key, value)) is not None:
+            parser.error(f"--param {given}: {problem}")
+        params[key] = value
     from competition.synthetic.world import generate_world
 
     path = world_dir(args.scale, args.world_seed, args.worlds_dir)
     generate_world(path, scale=args.scale, seed=args.world_seed)
     root = find_data_root(path)
     collection = Collection(args.collection)
-    params = {"runs_dir": None} if args.model.startswith("gnn") else {}
     model = MODELS[args.model](**params).fit(root, collection, progress=False)
     rows = [row for split in (Split.TRAIN, Split.VALID, Split.TEST)
             for row in graph_rows(model, root, collection, split)]

@@ -86,7 +86,7 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
     root, c = _root(world), Collection(collection)
     kind = c.kind
     d = DEFAULTS[kind]
-    pipeline = feature_pipeline(kind, d.hops, True, d.dim_tokens, d.bridge, d.flow, d.key_dims)
+    pipeline = feature_pipeline(kind, d.hops, True, d.dim_tokens, d.bridge, d.flow, d.key_dims, d.links)
     out: dict = {}
     for split, kw in ((Split.TRAIN, {"pre_transform": Compose([pipeline, DedupConfigs("min")]),
                                      "max_configs": d.max_train_configs}),

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 from scipy import sparse
+from scipy.sparse import csgraph
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import subgraph
 
-from competition.opcodes import CONVOLUTION, DOT, OPCODE_GROUP_NAMES, OPCODE_GROUP_OF
+from competition.opcodes import CONVOLUTION, DOT, OPCODE_GROUP_NAMES, OPCODE_GROUP_OF, RESHAPE
 from competition.schema import (
     COL_SHAPE_PRODUCT,
     COL_TUPLE_COUNT,
@@ -312,6 +313,108 @@ class LayoutFlowFeatures(BaseTransform):
         columns = torch.zeros(n, len(LAYOUT_FLOW_COLUMNS), dtype=data.x.dtype)
         columns[nodes] = torch.from_numpy(np.log1p(np.concatenate([down, up[:, 2:]], 1))).to(data.x.dtype)
         data.x = torch.cat([data.x, columns], 1)
+        return data
+
+
+LINK_FEATURES: tuple[str, ...] = (
+    "log_elements", "log_chain_ops",
+    "a_convolution", "a_dot", "a_reshape", "b_convolution", "b_dot", "b_reshape",
+    "a_output", "a_operand0", "a_operand1", "b_output", "b_operand0", "b_operand1",
+)
+"""The columns of ``link_feat`` (:class:`DecisionLinks`), in order."""
+
+MAX_CLUSTER_PAIRS = 32
+"""A chain cluster whose ends make more pairs than this links each end to the next one only (in node order)."""
+
+_LINK_OPCODES = (CONVOLUTION, DOT, RESHAPE)
+
+
+class DecisionLinks(BaseTransform):
+    """Attach the pairs of layout decisions that a copy may join: ``link_index`` int64 ``[L, 4]`` (slot ``a``, its
+    tensor, slot ``b``, its tensor; tensors 0 output, 1 and 2 the operands of :func:`operand_nodes`, the order of a
+    layout config's 18 values) and ``link_feat`` float32 ``[L, 14]`` (:data:`LINK_FEATURES`).
+
+    An elementwise op works in its operand's layout and hands it on, so every tensor that touches a connected
+    cluster of elementwise ops (edges either way) should carry one layout: a decision's output flowing in, a
+    decision's operand read from it. Where two of them differ the compiler inserts a copy, whose cost depends on
+    both decisions at once, so no sum of per-node terms can express it, and after pruning the two decisions often
+    lie in different components (a chain longer than the kept hops). The ends of each cluster are linked in pairs
+    (all pairs, or consecutive ones in node order when they would make more than :data:`MAX_CLUSTER_PAIRS`), and
+    a decision's output read directly by another decision is a link of its own (a chain of 0 ops). The features:
+    ``log2(1 + elements)`` of ``a``'s tensor (col 28 of the node holding it) / 16, ``log2(1 + elements
+    ops)`` / 8, the two decisions' opcodes and the two tensors, one-hot. :meth:`models.gnn.net.RankNet.link_term`
+    scores each link from these and how the two tensors' config values compare.
+
+    Run it before pruning (it reads the whole graph; slots keep their order under pruning) and before
+    :class:`LogTransform` (raw element counts). A graph without ``config_node_index`` (tile) is unchanged.
+
+    Shapes:
+        adds ``link_index [L, 4]``, ``link_feat [L, 14]``.
+    """
+
+    def forward(self, data: Data) -> Data:
+        nodes = data.get("config_node_index")
+        if nodes is None:
+            return data
+        n = int(data.num_nodes)
+        src, dst = data.edge_index.numpy()
+        slot_of = np.full(n, -1, dtype=np.int64)
+        slot_of[nodes.numpy()] = np.arange(nodes.numel())
+        elementwise = (_group_table()[data.op] == OPCODE_GROUP_NAMES.index("elementwise")).numpy() & (slot_of < 0)
+        inner = elementwise[src] & elementwise[dst]
+        _, cluster = csgraph.connected_components(
+            sparse.coo_matrix((np.ones(int(inner.sum())), (src[inner], dst[inner])), shape=(n, n)), directed=False)
+        first, second = (t.numpy() for t in operand_nodes(data.edge_index, nodes, n))
+        elements = data.x[:, COL_SHAPE_PRODUCT].double().clamp(min=0).numpy()
+        cluster_ops = np.bincount(cluster[elementwise], minlength=n)
+
+        def operand(producer: np.ndarray, slot: np.ndarray) -> np.ndarray:  # 1 or 2, 0: not one of the two
+            return np.where(producer == first[slot], 1, np.where(producer == second[slot], 2, 0))
+
+        links: list[tuple[int, int, int, int, float, int]] = []  # slot a, tensor a, slot b, tensor b, elements, ops
+        direct = (slot_of[src] >= 0) & (slot_of[dst] >= 0)
+        tensor_b = operand(src[direct], slot_of[dst[direct]])
+        for a, b, t in zip(slot_of[src[direct]].tolist(), slot_of[dst[direct]].tolist(), tensor_b.tolist(),
+                           strict=True):
+            if t:
+                links.append((a, 0, b, t, float(elements[nodes[a]]), 0))
+        # the ends of every cluster: (node holding the tensor, slot, tensor)
+        ends: dict[int, set[tuple[int, int, int]]] = {}
+        out = (slot_of[src] >= 0) & elementwise[dst]
+        for c, p, s in zip(cluster[dst[out]].tolist(), src[out].tolist(), slot_of[src[out]].tolist(), strict=True):
+            ends.setdefault(c, set()).add((p, s, 0))
+        read = elementwise[src] & (slot_of[dst] >= 0)
+        tensor = operand(src[read], slot_of[dst[read]])
+        for c, p, s, t in zip(cluster[src[read]].tolist(), src[read].tolist(), slot_of[dst[read]].tolist(),
+                              tensor.tolist(), strict=True):
+            if t:
+                ends.setdefault(c, set()).add((p, s, t))
+        for c, members in ends.items():
+            group = sorted(members)
+            pairs = len(group) * (len(group) - 1) // 2
+            chosen = ([(i, j) for i in range(len(group)) for j in range(i + 1, len(group))]
+                      if pairs <= MAX_CLUSTER_PAIRS else [(i, i + 1) for i in range(len(group) - 1)])
+            for i, j in chosen:
+                (pa, sa, ta), (_, sb, tb) = group[i], group[j]
+                if sa != sb:
+                    links.append((sa, ta, sb, tb, float(elements[pa]), int(cluster_ops[c])))
+        index = torch.zeros(0, 4, dtype=torch.long)
+        feat = torch.zeros(0, len(LINK_FEATURES))
+        if links:
+            table = np.unique(np.array(links, dtype=np.float64), axis=0)
+            index = torch.from_numpy(table[:, :4].astype(np.int64))
+            ops = data.op[nodes].numpy()
+            onehot = np.zeros((len(table), 12))
+            rows = np.arange(len(table))
+            for k, code in enumerate(_LINK_OPCODES):
+                onehot[rows, k] = ops[table[:, 0].astype(np.int64)] == code
+                onehot[rows, 3 + k] = ops[table[:, 2].astype(np.int64)] == code
+            onehot[rows, 6 + table[:, 1].astype(np.int64)] = 1
+            onehot[rows, 9 + table[:, 3].astype(np.int64)] = 1
+            feat = torch.from_numpy(np.concatenate(
+                [np.log2(1 + table[:, 4:5]) / 16, np.log2(1 + table[:, 5:6]) / 8, onehot], 1)).float()
+        data.link_index = index
+        data.link_feat = feat
         return data
 
 

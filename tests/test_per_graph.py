@@ -43,3 +43,29 @@ def test_rows_score_every_graph_and_count_its_configurable_nodes(tiny_world: Pat
     assert len(text) == 1 + 2 * len(rows) + 1  # header, a line per row, one summary for the split
     oracle = np.mean([r.oracle for r in rows + reverse])
     assert text[-1] == f"train: {2 * len(rows)} graphs, mean score 0.0000, oracle {oracle:.4f}"
+
+
+def test_param_reaches_the_model_and_a_bad_one_is_refused(tiny_world: Path, monkeypatch, capsys):
+    import pytest
+
+    import benchmarks.per_graph as per_graph
+    from models.registry import MODELS
+
+    made: list[dict] = []
+
+    def fit(self, root, collection, **kwargs):  # records the model's hyper-parameters, fits nothing
+        made.append(self.get_params())
+        return self
+
+    monkeypatch.setattr(MODELS["gnn-attn"], "fit", fit)
+    monkeypatch.setattr(per_graph, "graph_rows", lambda *a, **k: [])
+    monkeypatch.setattr(per_graph, "world_dir", lambda *a: tiny_world)
+    monkeypatch.setattr("competition.synthetic.world.generate_world", lambda *a, **k: None)
+    assert per_graph.main(["--param", "links=True", "--param", "steps_per_graph=16", "--param", "loss=margin"]) == 0
+    assert len(made) == 1 and made[0]["runs_dir"] is None
+    assert (made[0]["links"], made[0]["steps_per_graph"], made[0]["loss"]) == (True, 16, "margin")
+    for bad, message in (("nope=1", "takes no hyper-parameter 'nope'"), ("links", "expected KEY=VALUE"),
+                         ("steps_per_graph=abc", "steps_per_graph")):
+        with pytest.raises(SystemExit):
+            per_graph.main(["--param", bad])
+        assert message in capsys.readouterr().err

@@ -42,11 +42,17 @@ from scipy.sparse.csgraph import connected_components
 
 from competition.reader import LayoutGraph
 from models.gnn.layers import GNNBlock
-from models.gnn.net import CONFIG_VALUES, INPUT_CLIP, LAYOUT_CONFIG_SLOTS, RankNet, Segment
+from models.gnn.net import (
+    CONFIG_VALUES,
+    INPUT_CLIP,
+    RankNet,
+    Segment,
+    code_values,
+    layout_codes,
+)
 
 _GROUP = 6  # config values packed per float32 product: 7**6 < 2**24, so the partial codes are exact in float32
 _POWERS6 = (CONFIG_VALUES ** np.arange(_GROUP)).astype(np.float32)
-_POWERS = torch.tensor([CONFIG_VALUES ** i for i in range(LAYOUT_CONFIG_SLOTS)], dtype=torch.long)
 _CODE_ROWS = 16  # configs converted to codes per step (small enough for the temporaries to stay in cache)
 _EXP_RANGE = 80.0  # exp(-80) is still a normal float32
 ROW_BUDGET = 1 << 14
@@ -129,11 +135,6 @@ def config_codes(config_feat: npt.NDArray[np.float32] | torch.Tensor) -> torch.T
         parts = t.reshape(t.shape[0], nc, 3, _GROUP) @ _POWERS6  # [rows, NC, 3], exact integers in float32
         out[i:i + _CODE_ROWS] = parts.astype(np.int64) @ scale
     return torch.from_numpy(out)
-
-
-def code_values(codes: torch.Tensor) -> torch.Tensor:
-    """The inverse of :func:`config_codes`: int64 ``[..., 18]`` embedding indices (0..6)."""
-    return torch.div(codes.unsqueeze(-1), _POWERS.to(codes.device), rounding_mode="floor") % CONFIG_VALUES
 
 
 def _dense_rank(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -409,6 +410,7 @@ class LayoutStructure:
         slot_ids, slot_rows, slot_comp: the configurable slots sorted by component: each one's column in the
             configs, its row among ``dyn_nodes``, its component; slot_order: each sorted slot's row in
             ``slot_sizes``; comp_slots: ``[K + 1]`` bounds; slot_rank: its place in its component.
+        link_index, link_feat: the graph's decision links (:attr:`models.gnn.net.Segment.link_index`), or ``None``.
     """
 
     def __init__(self, segments: list[Segment], *, bidirectional: bool) -> None:
@@ -423,6 +425,7 @@ class LayoutStructure:
         # copy of its features), clipped where they are used (:meth:`node_input`).
         self.x = segments[0].x if len(segments) == 1 else torch.cat([s.x for s in segments])
         self.op = segments[0].op if len(segments) == 1 else torch.cat([s.op for s in segments])
+        self.link_index, self.link_feat = segments[0].link_index, segments[0].link_feat  # the graph's, in every segment
 
         def edges(adj_name: str) -> _Edges:
             parts = []
@@ -584,6 +587,12 @@ class LayoutPlan:
         self.blocks = [_BlockWeights(block) for block in net.blocks]
         self.static_total = net.readout(_run_blocks(self.blocks, base[st.static], st.static_matrix)).sum(0)  # [P]
         self.base = base[st.dyn_nodes]
+        self.link_table = None
+        if net.link_mlp is not None:
+            if st.link_index is None or st.link_feat is None:
+                raise ValueError("this network scores decision links (links): its graphs need link_index and "
+                                 "link_feat (features.transforms.DecisionLinks in the feature pipeline)")
+            self.link_table = net.link_table(st.link_feat)
 
     @property
     def num_nodes(self) -> int:
@@ -644,13 +653,11 @@ class LayoutPlan:
         reference set ``context`` when given, see :class:`ReferenceContext`)."""
         total = self.totals(codes, context)
         empty = torch.zeros(0, device=self.device)
-        return self.net.score(total, self.num_nodes, empty).float()
-
-
-def layout_codes(config_feat: torch.Tensor) -> torch.Tensor:
-    """:func:`config_codes` of float layout configs ``[B, NC, 18]`` on any device, in torch (``[B, NC]`` int64)."""
-    values = config_feat.long().add(1).clamp(0, CONFIG_VALUES - 1)  # as RankNet.segment_sum reads them
-    return (values * _POWERS.to(values.device)).sum(-1)
+        scores = self.net.score(total, self.num_nodes, empty).float()
+        if self.link_table is None:
+            return scores
+        st = self.structure
+        return scores + self.net.link_term(codes.to(self.device), st.link_index, st.link_feat, self.link_table).float()
 
 
 def _train_block(block: GNNBlock, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of: torch.Tensor | None,
@@ -718,7 +725,7 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
         for block in net.blocks:
             h = _train_block(block, h, run.conv_matrix, rows_of, run.lengths, run.node_of_row, b)
         total = total + run.pooled(net.readout(h))
-    return net.score(total, st.num_nodes, config_feat)
+    return net.with_links(net.score(total, st.num_nodes, config_feat), config_feat, st.link_index, st.link_feat)
 
 
 READ_ROWS = 512

@@ -40,6 +40,7 @@ from features.transforms import (
     CollapseChains,
     ConfigDimensionSizes,
     ConfigKeyDims,
+    DecisionLinks,
     DedupConfigs,
     DropConstantColumns,
     LayoutFlowFeatures,
@@ -77,14 +78,15 @@ from)."""
 
 
 def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool,
-                     flow: bool, key_dims: bool) -> BaseTransform:
+                     flow: bool, key_dims: bool, links: bool) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
     with ``bridge`` keeping an edge between kept nodes that a path through removed elementwise ops linked
     (:class:`features.transforms.CollapseChains`: layout links through long chains of elementwise ops survive);
     with ``flow`` (layout) the configurable nodes first get the summary of those chains as columns, read on the
-    whole graph (:class:`features.transforms.LayoutFlowFeatures`);
+    whole graph (:class:`features.transforms.LayoutFlowFeatures`); with ``links`` (layout) the pairs of decisions a
+    copy may join are found on the whole graph (:class:`features.transforms.DecisionLinks`);
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
     (:class:`features.transforms.ConfigDimensionSizes`), and with ``key_dims`` (layout) which of them are the key
@@ -92,6 +94,8 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     columns are appended.
     """
     steps: list[BaseTransform] = [LayoutFlowFeatures()] if kind == "layout" and flow else []
+    if kind == "layout" and links:
+        steps.append(DecisionLinks())
     if kind == "layout" and hops != "all":
         steps.append(CollapseChains(hops=hops, through="elementwise") if bridge else PruneToConfigurable(hops=hops))
     if pad:
@@ -168,6 +172,10 @@ class GNNModel(RankingModel):
         runtime_head: every node also predicts its log-time from its final state; the score adds a learned
             positive multiple of the log of their exponentials' sum, the graph's predicted runtime
             (:class:`models.gnn.net.RankNet`, ``runtime_head``).
+        links: layout: the score adds a learned term per pair of layout decisions that a copy may join (a
+            decision's output and another's operand, or two tensors meeting in a cluster of elementwise ops, found on
+            the whole graph: :class:`features.transforms.DecisionLinks`), from the pair's size and kinds and which of
+            their config values agree (:meth:`models.gnn.net.RankNet.link_term`).
         swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
             averaged, and the average is kept when it scores at least as well on the valid split as the best
             single epoch (0: off).
@@ -218,7 +226,7 @@ class GNNModel(RankingModel):
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
                  sibling: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
-                 key_dims: bool | None = None, runtime_head: bool | None = None,
+                 key_dims: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
                  swa_epochs: int | None = None,
                  refit: bool | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
@@ -254,6 +262,7 @@ class GNNModel(RankingModel):
         self.flow = flow
         self.key_dims = key_dims
         self.runtime_head = runtime_head
+        self.links = links
         self.swa_epochs = swa_epochs
         self.refit = refit
         self.gst_finetune_epochs = gst_finetune_epochs
@@ -287,7 +296,7 @@ class GNNModel(RankingModel):
 
     def _pipeline(self) -> BaseTransform:
         s = TrainConfig(**self.settings_)  # a setting a saved model lacks takes TrainConfig's default
-        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge, s.flow, s.key_dims)
+        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge, s.flow, s.key_dims, s.links)
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
@@ -298,7 +307,7 @@ class GNNModel(RankingModel):
         kind = "tile" if collection.is_tile else "layout"
         settings = self.train_config(kind)
         pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                                    settings.flow, settings.key_dims)
+                                    settings.flow, settings.key_dims, settings.links)
         progress = progress and distributed.is_main()
 
         def training_set(of: Split, source: Collection = collection) -> ProcessedGraphs:

@@ -35,6 +35,7 @@ from competition.schema import (
     TPU_LANES,
     TPU_SUBLANES,
 )
+from features.transforms import LINK_FEATURES
 from models.gnn.layers import CrossConfigAttention, GNNBlock, mean_adjacency
 
 LAYOUT_CONFIG_SLOTS = LAYOUT_CONFIG_DIM
@@ -46,6 +47,46 @@ DIM_FEATURES = 6  # features of one dimension size (dimension_features)
 NODE_TIME_CLIP = 30.0  # a node's predicted log-time is clipped to +-this before exp (a graph's sum stays finite)
 TIME_SCALE_INIT = 1.0  # the runtime head's initial weight on the predicted log-runtime
 SLOT_TENSOR = torch.arange(LAYOUT_CONFIG_SLOTS) // LAYOUT_SLOT_WIDTH  # each config slot's tensor (output, 2 operands)
+_POWERS = torch.tensor([CONFIG_VALUES ** i for i in range(LAYOUT_CONFIG_SLOTS)], dtype=torch.long)
+LINK_FEATURE_COUNT = len(LINK_FEATURES)
+LINK_PATTERN_BITS = LAYOUT_SLOT_WIDTH + 2  # per value position: equal; then a's tensor all -1, b's tensor all -1
+LINK_PATTERNS = 1 << LINK_PATTERN_BITS
+LINK_ENTRIES = 1 << 18  # link x config entries compared per chunk (bounds link_term's temporaries)
+
+
+def layout_codes(config_feat: torch.Tensor) -> torch.Tensor:
+    """Each slot's 18 config values packed into one int64 code ``sum_i d_i * 7**i`` (``d_i = trunc(value) + 1``
+    clamped to 0..6, as :meth:`RankNet.segment_sum` embeds them), from float layout configs ``[B, NC, 18]`` on any
+    device: ``[B, NC]``. :func:`models.gnn.infer.config_codes` computes the same from numpy or int8 configs."""
+    values = config_feat.long().add(1).clamp(0, CONFIG_VALUES - 1)
+    return (values * _POWERS.to(values.device)).sum(-1)
+
+
+def code_values(codes: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`layout_codes`: int64 ``[..., 18]`` embedding indices (0..6)."""
+    return torch.div(codes.unsqueeze(-1), _POWERS.to(codes.device), rounding_mode="floor") % CONFIG_VALUES
+
+
+def link_patterns(codes: torch.Tensor, link_index: torch.Tensor) -> torch.Tensor:
+    """How the two tensors of each link compare under each config: int64 ``[B, L]`` in ``0..LINK_PATTERNS - 1``,
+    bit ``k < 6`` set when the two tensors' ``k``-th config values are equal, bit 6 when ``a``'s values are all -1
+    (the compiler's default layout), bit 7 when ``b``'s are.
+
+    Args:
+        codes: ``[B, NC]`` (:func:`layout_codes`).
+        link_index: ``[L, 4]`` (slot a, tensor a, slot b, tensor b; :class:`features.transforms.DecisionLinks`).
+    """
+    width = LAYOUT_SLOT_WIDTH
+    position = torch.arange(width, device=codes.device)
+
+    def tensor_values(slot: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:  # [B, L, 6]
+        values = code_values(codes[:, slot])  # [B, L, 18]
+        return values.gather(2, (tensor.unsqueeze(1) * width + position).expand(values.shape[0], -1, -1))
+
+    a = tensor_values(link_index[:, 0], link_index[:, 1])
+    b = tensor_values(link_index[:, 2], link_index[:, 3])
+    bits = torch.cat([a == b, (a == 0).all(-1, keepdim=True), (b == 0).all(-1, keepdim=True)], -1).long()
+    return (bits << torch.arange(LINK_PATTERN_BITS, device=codes.device)).sum(-1)
 
 
 def dimension_features(sizes: torch.Tensor) -> torch.Tensor:
@@ -86,6 +127,9 @@ class Segment:
             (:class:`features.transforms.ConfigDimensionSizes`), or ``None`` when the graph has none.
         slot_keys: float32 ``[s, 3, 7]``, 1 where a value names its tensor's key dimension
             (:class:`features.transforms.ConfigKeyDims`), or ``None`` when the graph has none.
+        link_index, link_feat: the whole graph's decision links (:class:`features.transforms.DecisionLinks`:
+            int64 ``[L, 4]`` in slot numbers, float32 ``[L, 14]``), the same tensors in every segment of a graph (a
+            link's term is per config, not per segment), or ``None`` when the graph has none.
     """
 
     start: int
@@ -98,16 +142,20 @@ class Segment:
     slot_nodes: torch.Tensor
     slot_sizes: torch.Tensor | None = None
     slot_keys: torch.Tensor | None = None
+    link_index: torch.Tensor | None = None
+    link_feat: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
         return self.stop - self.start
 
     def to(self, device: torch.device | str) -> Segment:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
         return Segment(self.start, self.stop, self.x.to(device), self.op.to(device), self.adj_in.to(device),
                        self.adj_out.to(device), self.slots.to(device), self.slot_nodes.to(device),
-                       None if self.slot_sizes is None else self.slot_sizes.to(device),
-                       None if self.slot_keys is None else self.slot_keys.to(device))
+                       move(self.slot_sizes), move(self.slot_keys), move(self.link_index), move(self.link_feat))
 
 
 def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
@@ -132,6 +180,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
     slot_node = torch.zeros(0, dtype=torch.long) if slot_node is None else slot_node
     sizes = data.get("config_dim_sizes")
     keys = data.get("config_dim_keys")
+    link_index, link_feat = data.get("link_index"), data.get("link_feat")
     segments = []
     for start in range(0, max(n, 1), size):
         stop = min(start + size, n)
@@ -142,7 +191,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
             start, stop, data.x[start:stop], data.op[start:stop],
             mean_adjacency(local, stop - start), mean_adjacency(local, stop - start, reverse=True),
             slots, slot_node[slots] - start, None if sizes is None else sizes[slots],
-            None if keys is None else keys[slots],
+            None if keys is None else keys[slots], link_index, link_feat,
         ))
     return segments
 
@@ -173,11 +222,13 @@ class RankNet(nn.Module):
             span orders of magnitude, while the node features are logs of sizes: a linear map of them is a log-time,
             and summing in linear space weighs a layout change at a large op by what it costs there, which the
             states' plain sum cannot.
+        links: layout only: the score adds one term per decision link (:meth:`link_term`; the segments must then
+            hold ``link_index`` and ``link_feat``).
     """
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
                  bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
-                 key_dims: bool, runtime_head: bool) -> None:
+                 key_dims: bool, runtime_head: bool, links: bool) -> None:
         super().__init__()
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
@@ -206,6 +257,8 @@ class RankNet(nn.Module):
         self.hidden = hidden
         self.node_time = nn.Linear(hidden, 1) if runtime_head else None
         self.time_scale = nn.Parameter(torch.tensor(math.log(TIME_SCALE_INIT))) if runtime_head else None
+        self.link_mlp = nn.Sequential(nn.Linear(LINK_FEATURE_COUNT + LINK_PATTERN_BITS, hidden), nn.GELU(),
+                                      nn.Linear(hidden, 1)) if links and kind == "layout" else None
 
     @property
     def pooled_width(self) -> int:
@@ -297,6 +350,57 @@ class RankNet(nn.Module):
                 pooled = self.late_attention(pooled.unsqueeze(1)).squeeze(1)
         return pooled
 
+    def _link_rows(self, link_feat: torch.Tensor, link: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+        bits = (pattern.unsqueeze(-1) >> torch.arange(LINK_PATTERN_BITS, device=pattern.device)) & 1
+        dtype = self.link_mlp[0].weight.dtype
+        with torch.autocast(link_feat.device.type, enabled=False):  # summed over links: not in bfloat16
+            return self.link_mlp(torch.cat([link_feat[link].to(dtype), bits.to(dtype)], -1)).squeeze(-1)
+
+    def link_table(self, link_feat: torch.Tensor) -> torch.Tensor:
+        """Every link's term under every pattern: ``[L, LINK_PATTERNS]`` (what :meth:`link_term` looks up; a
+        prediction plan builds it once per graph)."""
+        assert self.link_mlp is not None
+        links = link_feat.shape[0]
+        link = torch.arange(links, device=link_feat.device).repeat_interleave(LINK_PATTERNS)
+        pattern = torch.arange(LINK_PATTERNS, device=link_feat.device).repeat(links)
+        return self._link_rows(link_feat, link, pattern).view(links, LINK_PATTERNS)
+
+    def link_term(self, codes: torch.Tensor, link_index: torch.Tensor | None, link_feat: torch.Tensor | None,
+                  table: torch.Tensor | None = None) -> torch.Tensor:
+        """The decision links' part of the score, ``[B]``: ``sum_l MLP([link_feat[l], pattern bits])``, where the
+        pattern (:func:`link_patterns`) says which config values of the link's two tensors agree and whether either
+        is the compiler's default. A copy between two decisions costs in the physics (and in XLA) when their layouts
+        differ, a function of both configs that no sum of per-node terms holds; the MLP learns per link, from its
+        size and kinds, what each way of (dis)agreeing costs.
+
+        The MLP runs once per distinct (link, pattern) of the batch (a batch's configs share most patterns), or
+        the terms are looked up in ``table`` (:meth:`link_table`), without gradients; configs are compared
+        :data:`LINK_ENTRIES` link x config entries at a time.
+
+        Args:
+            codes: int64 ``[B, NC]`` (:func:`layout_codes`).
+            link_index, link_feat: the graph's links (:attr:`Segment.link_index`, :attr:`Segment.link_feat`).
+            table: optional, :meth:`link_table` of ``link_feat`` with the current weights.
+        """
+        if self.link_mlp is None:
+            raise ValueError("this network has no link term (links=False)")
+        if link_index is None or link_feat is None:
+            raise ValueError("this network scores decision links (links): its graphs need link_index and "
+                             "link_feat (features.transforms.DecisionLinks in the feature pipeline)")
+        b, links = codes.shape[0], link_index.shape[0]
+        if links == 0 or b == 0:
+            return torch.zeros(b, dtype=self.link_mlp[0].weight.dtype, device=codes.device)
+        parts = []
+        offset = torch.arange(links, device=codes.device) * LINK_PATTERNS
+        for i in range(0, b, max(1, LINK_ENTRIES // links)):
+            pattern = link_patterns(codes[i:i + max(1, LINK_ENTRIES // links)], link_index)  # [b', L]
+            if table is not None:
+                parts.append(table.flatten()[pattern + offset].sum(-1))
+                continue
+            key, inverse = torch.unique(pattern + offset, return_inverse=True)
+            parts.append(self._link_rows(link_feat, key // LINK_PATTERNS, key % LINK_PATTERNS)[inverse].sum(-1))
+        return torch.cat(parts)
+
     def forward(self, segments: list[Segment], config_feat: torch.Tensor) -> torch.Tensor:
         """Scores ``[B]`` of a block of configs, every segment with gradients (full-graph training and prediction).
 
@@ -306,7 +410,15 @@ class RankNet(nn.Module):
         """
         total = sum(self.segment_sum(s, config_feat) for s in segments)
         num_nodes = sum(s.num_nodes for s in segments)
-        return self.score(total, num_nodes, config_feat)
+        return self.with_links(self.score(total, num_nodes, config_feat), config_feat, segments[0].link_index,
+                               segments[0].link_feat)
+
+    def with_links(self, scores: torch.Tensor, config_feat: torch.Tensor, link_index: torch.Tensor | None,
+                   link_feat: torch.Tensor | None) -> torch.Tensor:
+        """``scores`` plus :meth:`link_term` of float layout configs ``[B, NC, 18]`` (unchanged without links)."""
+        if self.link_mlp is None:
+            return scores
+        return scores + self.link_term(layout_codes(config_feat), link_index, link_feat).to(scores.dtype)
 
     def score(self, total: torch.Tensor, num_nodes: int, config_feat: torch.Tensor) -> torch.Tensor:
         """Scores ``[B]`` from the sum over the graph of the nodes' :meth:`readout` ``total [B, P]`` and its node

@@ -143,6 +143,7 @@ class TrainConfig:
     flow: bool = False  # layout: configurable nodes carry a summary of the elementwise chains their layouts flow along
     key_dims: bool = False  # layout: each config slot also says whether the dimension it names is its tensor's key dim
     runtime_head: bool = False  # nodes predict log-times; the score adds a learned multiple of log(sum of their exp)
+    links: bool = False  # layout: the score adds a learned term per pair of decisions a copy may join
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
     gst_finetune_epochs: int = 0  # GST: epochs fine-tuning the head on every segment's fresh embeddings (0: off)
@@ -176,7 +177,7 @@ class TrainConfig:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
                        join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens,
-                       key_dims=self.key_dims, runtime_head=self.runtime_head)
+                       key_dims=self.key_dims, runtime_head=self.runtime_head, links=self.links)
 
     @property
     def uses_gst(self) -> bool:
@@ -311,7 +312,9 @@ class _FreshHeadScores(GraphScores):
                 table: StepTable, np_rng: np.random.Generator) -> torch.Tensor:
         with torch.no_grad():
             total = sum(self.net.segment_sum(s, config_feat) for s in item.segments)
-        return self.net.score(total, item.num_nodes, config_feat)
+        first = item.segments[0]
+        return self.net.with_links(self.net.score(total, item.num_nodes, config_feat), config_feat, first.link_index,
+                                   first.link_feat)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from sklearn.exceptions import NotFittedError
 from torch_geometric.data import Data
 from torch_geometric.transforms import Compose
 
+import features.transforms as transforms
 from competition.collections import Collection
 from competition.npzio import write_npz
 from competition.opcodes import OPCODE_IDS
@@ -23,6 +24,7 @@ from features import (
     CollapseChains,
     ConfigDimensionSizes,
     ConfigKeyDims,
+    DecisionLinks,
     DedupConfigs,
     DotConvFeatures,
     DropConstantColumns,
@@ -37,7 +39,7 @@ from features import (
     graph_to_data,
     operand_nodes,
 )
-from features.transforms import _infer_dot
+from features.transforms import LINK_FEATURES, _infer_dot
 from models.gnn.net import dimension_features
 
 OP = OPCODE_IDS
@@ -180,6 +182,40 @@ def test_layout_flow_features_follow_elementwise_chains_both_ways():
     # tile graphs (no configurable nodes) are left alone
     tile = graph(edges, ops, None)
     assert LayoutFlowFeatures()(tile).x.shape == (10, 140)
+
+
+def _links_graph() -> Data:
+    """Convolutions A (node 2) and B (5) flow into one cluster of elementwise ops (3, 4, 6) that convolution C (8)
+    reads as its first operand; C feeds dot D (9) directly, A feeds reshape R (11) directly."""
+    edges = [(0, 2), (1, 2), (2, 3), (3, 4), (5, 4), (0, 5), (1, 5), (4, 6), (6, 8), (7, 8), (8, 9), (10, 9), (2, 11)]
+    ops = ["parameter", "parameter", "convolution", "multiply", "add", "convolution", "maximum", "parameter",
+           "convolution", "dot", "parameter", "reshape"]
+    return graph(edges, ops, [2, 5, 8, 9, 11])
+
+
+def test_decision_links_by_hand(monkeypatch: pytest.MonkeyPatch):
+    out = DecisionLinks()(_links_graph())
+    # slots: A 0, B 1, C 2, D 3, R 4; tensors: 0 output, 1 first operand, 2 second operand
+    assert out.link_index.tolist() == [[0, 0, 1, 0],   # A and B meet in the cluster
+                                       [0, 0, 2, 1],   # A's output reaches C's first operand through it
+                                       [0, 0, 4, 1],   # A's output is R's operand, directly
+                                       [1, 0, 2, 1],   # B's output reaches C's first operand
+                                       [2, 0, 3, 1]]   # C's output is D's first operand, directly
+    feat = dict(zip(LINK_FEATURES, out.link_feat.T.tolist(), strict=True))
+    # a's tensor elements (col 28 holds the node's id here: A 2, B 5, C 8); elementwise ops between (3 or 0)
+    np.testing.assert_allclose(feat["log_elements"], np.log2(1 + np.array([2, 2, 2, 5, 8])) / 16, rtol=1e-6)
+    np.testing.assert_allclose(feat["log_chain_ops"], [0.25, 0.25, 0, 0.25, 0], rtol=1e-6)
+    assert feat["a_convolution"] == [1, 1, 1, 1, 1] and feat["b_convolution"] == [1, 1, 0, 1, 0]
+    assert feat["b_dot"] == [0, 0, 0, 0, 1] and feat["b_reshape"] == [0, 0, 1, 0, 0]
+    assert feat["a_output"] == [1] * 5 and feat["b_output"] == [1, 0, 0, 0, 0] and feat["b_operand0"] == [0, 1, 1, 1, 1]
+    # a cluster with more ends than MAX_CLUSTER_PAIRS allows pairs: each end linked to the next one only
+    monkeypatch.setattr(transforms, "MAX_CLUSTER_PAIRS", 2)
+    assert DecisionLinks()(_links_graph()).link_index.tolist() == [[0, 0, 1, 0], [0, 0, 4, 1], [1, 0, 2, 1],
+                                                                    [2, 0, 3, 1]]
+    # no configurable nodes (tile): unchanged; none linked: empty tables of the right width
+    assert DecisionLinks()(graph([(0, 1)], ["parameter", "add"], None)).get("link_index") is None
+    lone = DecisionLinks()(graph([(0, 1)], ["parameter", "dot"], [1]))
+    assert lone.link_index.shape == (0, 4) and lone.link_feat.shape == (0, len(LINK_FEATURES))
 
 
 def layout_row(shape: list[int], layout: list[int], tuple_count: int = 0) -> torch.Tensor:

@@ -29,8 +29,8 @@ def _edges(data) -> set[tuple[int, int]]:
 def test_pipeline_bridges_what_pruning_cuts(tiny_world: Path):
     graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.TRAIN)[0], LAYOUT)
     rows = np.arange(min(8, graph.num_configs))
-    plain = feature_pipeline("layout", 1, True, True, False, False, False)(graph_to_data(graph, rows))
-    bridged = feature_pipeline("layout", 1, True, True, True, False, False)(graph_to_data(graph, rows))
+    plain = feature_pipeline("layout", 1, True, True, False, False, False, False)(graph_to_data(graph, rows))
+    bridged = feature_pipeline("layout", 1, True, True, True, False, False, False)(graph_to_data(graph, rows))
     # The same nodes, features and slots; the kept edges plus the bridges, each of which pruning had cut.
     torch.testing.assert_close(bridged.x, plain.x)
     assert torch.equal(bridged.config_node_index, plain.config_node_index)
@@ -38,11 +38,11 @@ def test_pipeline_bridges_what_pruning_cuts(tiny_world: Path):
     assert _edges(plain) <= _edges(bridged) and extra
     expected = CollapseChains(hops=1, through="elementwise")(graph_to_data(graph, rows))
     assert _edges(expected) == _edges(bridged)
-    assert isinstance(feature_pipeline("layout", 1, True, True, False, False, False).transforms[0],
+    assert isinstance(feature_pipeline("layout", 1, True, True, False, False, False, False).transforms[0],
                       PruneToConfigurable)
     # "all" keeps whole graphs: nothing to bridge; tile graphs are never pruned
     for kind in ("layout", "tile"):
-        pipeline = feature_pipeline(kind, "all", True, kind == "layout", True, False, False)
+        pipeline = feature_pipeline(kind, "all", True, kind == "layout", True, False, False, False)
         assert not any(isinstance(t, CollapseChains) for t in pipeline.transforms)
 
 
@@ -53,7 +53,7 @@ def test_bridged_model_fits_predicts_and_survives_save_load(tiny_world: Path, tm
     assert model.settings_["bridge"] is True
     graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
     data = model.prepare(graph)
-    plain = feature_pipeline("layout", 1, True, True, False, False, False)(
+    plain = feature_pipeline("layout", 1, True, True, False, False, False, False)(
         graph_to_data(graph, np.zeros(0, dtype=np.int64)))
     assert data.edge_index.shape[1] > plain.edge_index.shape[1]  # prediction sees the bridges too
     scores = model.predict(graph)
@@ -69,4 +69,4 @@ def test_bridge_is_off_by_default():
     assert GNNAttentionModel(runs_dir=None, bridge=True).train_config("layout").bridge is True
     with pytest.raises(TypeError):
         # every setting is passed: the defaults live in TrainConfig
-        feature_pipeline("layout", 1, True, True, False, False)
+        feature_pipeline("layout", 1, True, True, False, False, False)

@@ -14,7 +14,7 @@ from models.gnn.gst import HistoryTable
 from models.gnn.infer import LayoutStructure, config_codes, dedup_scores, layout_codes
 from models.gnn.net import make_segments
 from models.gnn.train import DEFAULTS, GraphScores, Item, StepTable
-from tests.models.test_gnn_infer import SLOT_NODES, _graph, _net
+from tests.models.test_gnn_infer import SLOT_NODES, _graph, _net, add_links
 
 
 def _grads(net: torch.nn.Module, scores: torch.Tensor) -> list[torch.Tensor | None]:
@@ -61,6 +61,23 @@ def test_dedup_scores_with_dimension_tokens_key_dims_and_a_single_config():
     for batch in (cf, cf[:1]):
         torch.testing.assert_close(dedup_scores(net, structure, batch), net(segments, batch), rtol=1e-5,
                                    atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_dedup_scores_and_gradients_equal_the_forward_pass_with_links(attention: bool):
+    data, cf = _graph()
+    add_links(data)
+    net = _net(attention, links=True).train()
+    segments = make_segments(data)
+    structure = LayoutStructure(segments, bidirectional=True)
+    got = dedup_scores(net, structure, cf)
+    torch.testing.assert_close(got, net(segments, cf), rtol=1e-5, atol=1e-5)
+    grads = dict(zip((name for name, _ in net.named_parameters()), _grads(net, got), strict=True))
+    for (name, _), g_plain in zip(net.named_parameters(), _grads(net, net(segments, cf)), strict=True):
+        # the link terms make scores of a few units and gradients in the hundreds: float rounding grows with them
+        torch.testing.assert_close(grads[name], g_plain, rtol=1e-4, atol=max(1e-4, 1e-5 * float(g_plain.abs().max())),
+                                   msg=name)
+    assert all(float(grads[name].abs().sum()) > 0 for name in grads if name.startswith("link_mlp"))
 
 
 def test_the_training_batch_is_run_once_per_distinct_key(monkeypatch: pytest.MonkeyPatch):

@@ -75,3 +75,23 @@ def test_key_dims_end_to_end(tiny_world: Path, model: GNNAttentionModel):
     with torch.no_grad():
         expected = keyed.network()(make_segments(data), torch.from_numpy(graph.config_features()))
     np.testing.assert_allclose(keyed.predict(graph), expected.double().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_links_end_to_end(tiny_world: Path, model: GNNAttentionModel, tmp_path: Path):
+    """links: the pipeline finds the decision links on the whole graph, training fits the link term, and the
+    streamed prediction (which looks the terms up in a table) gives the forward pass's scores, after save/load too."""
+    root = find_data_root(tiny_world)
+    linked = GNNAttentionModel(**QUICK, links=True, cache_dir=model.cache_dir).fit(root, LAYOUT, progress=False)
+    graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
+    data = linked.prepare(graph)
+    index = data.link_index
+    assert index.shape[1] == 4 and index.shape[0] > 0 and data.link_feat.shape == (index.shape[0], 14)
+    assert int(index[:, [0, 2]].max()) < graph.node_config_ids.shape[0]  # slot numbers, unchanged by pruning
+    assert "link_index" not in model.prepare(graph) and model.network().link_mlp is None
+    net = linked.network()
+    assert net.link_mlp is not None
+    with torch.no_grad():
+        expected = net(make_segments(data), torch.from_numpy(graph.config_features()))
+    scores = linked.predict(graph)
+    np.testing.assert_allclose(scores, expected.double().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(load_model(linked.save(tmp_path / "m")).predict(graph), scores)
