@@ -116,6 +116,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("steps-8", "8 steps per graph and epoch (the layout default since 2026-11-25): sibling-double's compute "
             "without the sibling graphs", params={"steps_per_graph": 8}),
     Variant("steps-16", "16 steps per graph and epoch (twice the layout default's)", params={"steps_per_graph": 16}),
+    Variant("steps-32", "32 steps per graph and epoch (4 times the layout default's)", params={"steps_per_graph": 32}),
+    Variant("links-steps-32", "decision links with 32 steps per graph and epoch", params={"links": True,
+                                                                                         "steps_per_graph": 32}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
     Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
             params={"patience": 10}),

@@ -51,7 +51,7 @@ _POWERS = torch.tensor([CONFIG_VALUES ** i for i in range(LAYOUT_CONFIG_SLOTS)],
 LINK_FEATURE_COUNT = len(LINK_FEATURES)
 LINK_PATTERN_BITS = LAYOUT_SLOT_WIDTH + 2  # per value position: equal; then a's tensor all -1, b's tensor all -1
 LINK_PATTERNS = 1 << LINK_PATTERN_BITS
-LINK_ENTRIES = 1 << 18  # link x config entries compared per chunk (bounds link_term's temporaries)
+LINK_ENTRIES = 1 << 20  # link x config entries compared per chunk (bounds link_term's temporaries)
 
 
 def layout_codes(config_feat: torch.Tensor) -> torch.Tensor:
@@ -67,26 +67,51 @@ def code_values(codes: torch.Tensor) -> torch.Tensor:
     return torch.div(codes.unsqueeze(-1), _POWERS.to(codes.device), rounding_mode="floor") % CONFIG_VALUES
 
 
+def _packed_digits() -> torch.Tensor:
+    """Every tensor code ``sum_k d_k * 7**k`` (6 digits 0..6) as ``sum_k d_k << 3k``: a digit per 3 bits."""
+    code = torch.arange(_TENSOR_CODES)
+    packed = torch.zeros_like(code)
+    for k in range(LAYOUT_SLOT_WIDTH):
+        packed |= torch.div(code, CONFIG_VALUES ** k, rounding_mode="floor") % CONFIG_VALUES << (3 * k)
+    return packed
+
+
+def _differ_masks() -> torch.Tensor:
+    """For a value with bits only at ``3k`` (``k < 6``), the 6-bit mask with bit ``k`` where bit ``3k`` is set."""
+    y = torch.arange(1 << (3 * LAYOUT_SLOT_WIDTH))
+    return sum(((y >> (3 * k)) & 1) << k for k in range(LAYOUT_SLOT_WIDTH))
+
+
+_TENSOR_CODES = CONFIG_VALUES ** LAYOUT_SLOT_WIDTH
+_PACKED = _packed_digits()
+_DIFFER = _differ_masks()
+_LOW_BITS = sum(1 << (3 * k) for k in range(LAYOUT_SLOT_WIDTH))  # bit 0 of every 3-bit digit
+_ALL_EQUAL = (1 << LAYOUT_SLOT_WIDTH) - 1
+
+
 def link_patterns(codes: torch.Tensor, link_index: torch.Tensor) -> torch.Tensor:
     """How the two tensors of each link compare under each config: int64 ``[B, L]`` in ``0..LINK_PATTERNS - 1``,
     bit ``k < 6`` set when the two tensors' ``k``-th config values are equal, bit 6 when ``a``'s values are all -1
     (the compiler's default layout), bit 7 when ``b``'s are.
 
+    Each tensor that ends a link is read once per config (its 6 digits of the slot's code, repacked 3 bits per
+    digit by a table), and a link's two tensors are compared with one XOR: a few passes over ``B x L`` integers,
+    no per-digit division per link.
+
     Args:
         codes: ``[B, NC]`` (:func:`layout_codes`).
         link_index: ``[L, 4]`` (slot a, tensor a, slot b, tensor b; :class:`features.transforms.DecisionLinks`).
     """
-    width = LAYOUT_SLOT_WIDTH
-    position = torch.arange(width, device=codes.device)
-
-    def tensor_values(slot: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:  # [B, L, 6]
-        values = code_values(codes[:, slot])  # [B, L, 18]
-        return values.gather(2, (tensor.unsqueeze(1) * width + position).expand(values.shape[0], -1, -1))
-
-    a = tensor_values(link_index[:, 0], link_index[:, 1])
-    b = tensor_values(link_index[:, 2], link_index[:, 3])
-    bits = torch.cat([a == b, (a == 0).all(-1, keepdim=True), (b == 0).all(-1, keepdim=True)], -1).long()
-    return (bits << torch.arange(LINK_PATTERN_BITS, device=codes.device)).sum(-1)
+    device = codes.device
+    ends = (link_index[:, [0, 2]] * len(LAYOUT_SLOTS) + link_index[:, [1, 3]]).flatten()
+    keys, inverse = torch.unique(ends, return_inverse=True)  # the tensors ending links, each read once
+    slot, tensor = keys // len(LAYOUT_SLOTS), keys % len(LAYOUT_SLOTS)
+    scale = torch.tensor([_TENSOR_CODES ** t for t in range(len(LAYOUT_SLOTS))], device=device)[tensor]
+    packed = _PACKED.to(device)[torch.div(codes[:, slot], scale, rounding_mode="floor") % _TENSOR_CODES]  # [B, U]
+    a, b = packed[:, inverse[0::2]], packed[:, inverse[1::2]]  # [B, L]
+    x = a ^ b
+    differ = _DIFFER.to(device)[(x | (x >> 1) | (x >> 2)) & _LOW_BITS]
+    return (_ALL_EQUAL ^ differ) | (a == 0).long() << LAYOUT_SLOT_WIDTH | (b == 0).long() << (LAYOUT_SLOT_WIDTH + 1)
 
 
 def dimension_features(sizes: torch.Tensor) -> torch.Tensor:
