@@ -695,7 +695,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                          "on several")
         for c in collections:
             graphs = len(list_graphs(root, c, Split.TRAIN))
-            settings = make_model(args.model, **params.for_collection(c)).train_config(c.kind)
+            settings = make_model(args.model, **params.for_collection(c)).train_config(c)
             if settings.sibling and c.sibling is not None:  # its sibling's train graphs are trained on too
                 graphs += len(list_graphs(root, c.sibling, Split.TRAIN))
             if graphs < world:

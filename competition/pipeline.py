@@ -265,6 +265,29 @@ def preflight(root: DataRoot, synthetic: bool) -> None:
                          f"(`fastslow data validate {root.root}` lists them all); the first: {problems[0]}")
 
 
+QUICK_SCALES: tuple[str, ...] = ("tiny", "demo")
+"""Synthetic world scales the pipeline runs quickly: each model's :meth:`~models.base.RankingModel.quick_params` go
+under the hyper-parameters given (``make submit`` must finish on the demo world in 5 minutes)."""
+
+
+def with_quick_params(name: str, given: ModelParams | None, collections: Sequence[Collection],
+                      scale: str) -> ModelParams:
+    """``given`` with model ``name``'s quick parameters under it: a quick value is used for a collection only where
+    the user set that hyper-parameter neither for every collection nor for that one. Prints what it changes."""
+    from models.registry import MODELS, ModelParams, format_params
+
+    given = given or ModelParams()
+    per_collection = {Collection(c): dict(p) for c, p in given.per_collection.items()}
+    for c in collections:
+        own = per_collection.get(c, {})
+        quick = {k: v for k, v in MODELS[name].quick_params(c).items() if k not in given.common and k not in own}
+        if quick:
+            print(f"{name} {c.value}: {format_params(quick)} on the {scale} world (its quick settings, so that the "
+                  "run stays short; --param sets them)")
+            per_collection[c] = {**quick, **own}
+    return ModelParams(common=dict(given.common), per_collection=per_collection)
+
+
 def run_pipeline(
     data: str | Path | None = None,
     *,
@@ -327,6 +350,9 @@ def run_pipeline(
     if set(params) - set(names):
         raise ValueError(f"hyper-parameters given for {', '.join(sorted(set(params) - set(names)))}, which this "
                          f"run does not fit (models: {', '.join(names)})")
+    if synthetic and root.world_scale in QUICK_SCALES:
+        params = {name: with_quick_params(name, params.get(name), collections, str(root.world_scale))
+                  for name in names}
     scoring = _Scoring(root, load_labels(root, collections, Split.VALID, protocol), out_dir, board, synthetic)
     weights = collection_weights(root, collections) if budget.limited else None
     valid_reports: dict[str, SubmissionScores] = {}

@@ -18,6 +18,7 @@ harmless and widens it, and refuses the rest with a message that says what it fo
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import re
@@ -102,6 +103,16 @@ class DataRoot:
     def is_synthetic(self) -> bool:
         """A synthetic world: its root carries the generator's manifest, ``world.json``."""
         return (self.root / "world.json").exists()
+
+    @property
+    def world_scale(self) -> str | None:
+        """A synthetic world's scale (``tiny``, ``demo``, ``bench``, ``full``) from its manifest; ``None`` for real
+        data or a manifest that does not say."""
+        try:
+            scale = json.loads((self.root / "world.json").read_text())["config"]["scale"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return scale if isinstance(scale, str) else None
 
     def collection_dir(self, collection: Collection, split: Split) -> Path:
         """The folder of one collection and split, e.g. ``npz_dir/layout/xla/random/train`` (may not exist)."""

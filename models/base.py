@@ -99,6 +99,13 @@ class RankingModel(abc.ABC):
         saves beside its outputs. The same as :meth:`get_params` unless a model has per-collection defaults."""
         return self.get_params()
 
+    @classmethod
+    def quick_params(cls, collection: Collection) -> dict[str, Any]:
+        """Hyper-parameters for a quick run of ``collection`` (the demo world, which ``make submit`` must finish in
+        5 minutes), in place of defaults that cost more than such a run can hold; the pipeline applies them under
+        any the user gives. None by default."""
+        return {}
+
     def learned_state(self) -> dict[str, Any]:
         """Learned attributes (names ending with ``_``), as stored on the instance."""
         return {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}

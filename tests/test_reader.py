@@ -447,7 +447,12 @@ def test_a_root_with_the_generator_manifest_is_synthetic(tmp_path: Path, nowhere
     make_tree(tmp_path / "world")
     assert not find_data_root(tmp_path / "world", **nowhere).is_synthetic
     (tmp_path / "world" / "world.json").write_text("{}")
-    assert find_data_root(tmp_path / "world", **nowhere).is_synthetic
+    root = find_data_root(tmp_path / "world", **nowhere)
+    assert root.is_synthetic and root.world_scale is None  # a manifest that does not say
+    (tmp_path / "world" / "world.json").write_text('{"config": {"scale": "demo", "seed": 0}}')
+    assert find_data_root(tmp_path / "world", **nowhere).world_scale == "demo"
+    (tmp_path / "world" / "world.json").write_text('{"config": {"scale": ')  # truncated
+    assert find_data_root(tmp_path / "world", **nowhere).world_scale is None
 
 
 def test_collection_kind_and_slug():

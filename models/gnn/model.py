@@ -12,8 +12,9 @@ a 100,000-config graph is never in memory whole.
 Launched by torchrun on several processes (:mod:`models.gnn.distributed`), :meth:`GNNModel.fit` runs on every rank:
 rank 0 builds the processed-graph cache while the others wait, then all read it and train together.
 
-Hyper-parameters left at ``None`` take the collection kind's default from :data:`models.gnn.train.DEFAULTS`, the one
-place the GNN defaults live (:class:`models.gnn.train.TrainConfig`).
+Hyper-parameters left at ``None`` take the collection's default: its kind's from :data:`models.gnn.train.DEFAULTS`,
+with :data:`models.gnn.train.COLLECTION_DEFAULTS` where a collection differs, the one place the GNN defaults live
+(:class:`models.gnn.train.TrainConfig`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,16 @@ from models.gnn.infer import (
     reference_sets,
 )
 from models.gnn.net import RankNet, make_segments
-from models.gnn.train import DEFAULTS, Item, TrainConfig, TrainResult, predict_scores, resolve_device, train
+from models.gnn.train import (
+    Item,
+    TrainConfig,
+    TrainResult,
+    default_config,
+    predict_scores,
+    quick_settings,
+    resolve_device,
+    train,
+)
 
 SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in ("kind", "num_features",
                                                                                          "data_key"))
@@ -112,8 +122,9 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
 class GNNModel(RankingModel):
     """A GNN ranker, one per collection.
 
-    Every hyper-parameter that shapes training defaults to ``None``: the collection kind's value in
-    :data:`models.gnn.train.DEFAULTS` (see :meth:`train_config`); ``attention`` defaults to the class's
+    Every hyper-parameter that shapes training defaults to ``None``: the collection's value
+    (:func:`models.gnn.train.default_config`: its kind's in :data:`models.gnn.train.DEFAULTS`, with
+    :data:`models.gnn.train.COLLECTION_DEFAULTS`; see :meth:`train_config`); ``attention`` defaults to the class's
     :attr:`default_attention`.
 
     Args:
@@ -275,23 +286,30 @@ class GNNModel(RankingModel):
 
     # -- settings -------------------------------------------------------------------------------------------------
 
-    def train_config(self, kind: str) -> TrainConfig:
-        """The settings this model trains a ``kind`` (``tile`` or ``layout``) collection with: the kind's
-        :data:`~models.gnn.train.DEFAULTS`, with :attr:`default_attention` and then every hyper-parameter given
-        (not ``None``) in their place; ``num_features`` and ``data_key`` are left for :meth:`fit`. Launched on
-        several processes, ``graphs_per_step`` not given is at least their number.
+    def train_config(self, of: str | Collection) -> TrainConfig:
+        """The settings this model trains a collection (or any collection of a kind, ``"tile"`` or ``"layout"``)
+        with: :func:`~models.gnn.train.default_config` (the kind's :data:`~models.gnn.train.DEFAULTS` with the
+        collection's :data:`~models.gnn.train.COLLECTION_DEFAULTS`), with :attr:`default_attention` and then every
+        hyper-parameter given (not ``None``) in their place; ``num_features`` and ``data_key`` are left for
+        :meth:`fit`. Launched on several processes, ``graphs_per_step`` not given is at least their number.
 
         Raises:
             ValueError: a value a run cannot take (an unknown loss, ``hops=9``, ...).
         """
+        defaults = default_config(of)
         given = {name: getattr(self, name) for name in SETTINGS if getattr(self, name) is not None}
         if self.graphs_per_step is None:
-            given["graphs_per_step"] = max(DEFAULTS[kind].graphs_per_step, distributed.world_size())
-        return replace(DEFAULTS[kind], **{"attention": self.default_attention, **given})
+            given["graphs_per_step"] = max(defaults.graphs_per_step, distributed.world_size())
+        return replace(defaults, **{"attention": self.default_attention, **given})
+
+    @classmethod
+    def quick_params(cls, collection: Collection) -> dict[str, Any]:
+        """The kind's defaults where the collection's are higher (:func:`models.gnn.train.quick_settings`): the xla
+        collections' 32 steps per graph would take ``make submit`` on the demo world past its 5 minutes."""
+        return quick_settings(collection)
 
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
-        kind = "tile" if Collection(collection).is_tile else "layout"
-        settings = asdict(self.train_config(kind))
+        settings = asdict(self.train_config(Collection(collection)))
         return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
 
     def _pipeline(self) -> BaseTransform:
@@ -304,8 +322,8 @@ class GNNModel(RankingModel):
             eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
             deadline: float | None = None) -> Self:
         collection = Collection(collection)
-        kind = "tile" if collection.is_tile else "layout"
-        settings = self.train_config(kind)
+        kind = collection.kind
+        settings = self.train_config(collection)
         pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
                                     settings.flow, settings.key_dims, settings.links)
         progress = progress and distributed.is_main()

@@ -45,7 +45,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from competition.collections import Collection
 from competition.metrics import graph_score
 from competition.npzio import atomic_path, atomic_write_text
 from features.cache import UnusableFileError, load_plain, set_aside
@@ -198,6 +199,32 @@ DEFAULTS: dict[str, TrainConfig] = {
 }
 """Each kind's default settings (sized to train all five collections of the demo world on a 2-core CPU within the
 ``make submit`` budget); ``num_features`` and ``data_key`` are filled in from the data."""
+
+COLLECTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "layout:xla:default": {"steps_per_graph": 32},
+    "layout:xla:random": {"steps_per_graph": 32},
+}
+"""Where a collection's defaults differ from its kind's in :data:`DEFAULTS`. The xla collections hold a third of
+the nlp ones' train graphs (61-69 real ones against 198-207; 24 against 72 on a bench world), and their fits
+under-fit their own train graphs: 32 steps per graph and epoch instead of 8 (an xla epoch then holds about as many
+steps as an nlp one on the real data) scored higher on the bench worlds' xla collections (docs/gnn.md, "Bench xla:
+decision links and more steps"). The demo world trains with the kind's values instead (:func:`quick_settings`)."""
+
+
+def default_config(of: str | Collection) -> TrainConfig:
+    """The default settings of a kind (``"tile"``, ``"layout"``) or of a collection (its kind's, with its
+    :data:`COLLECTION_DEFAULTS`)."""
+    if of in ("tile", "layout"):
+        return DEFAULTS[str(of)]
+    collection = Collection(of)
+    return replace(DEFAULTS[collection.kind], **COLLECTION_DEFAULTS.get(collection.value, {}))
+
+
+def quick_settings(collection: str | Collection) -> dict[str, Any]:
+    """The settings that give a collection back its kind's defaults where :data:`COLLECTION_DEFAULTS` raised them:
+    what a quick run (the demo world, which ``make submit`` must finish in 5 minutes) trains with."""
+    collection = Collection(collection)
+    return {name: getattr(DEFAULTS[collection.kind], name) for name in COLLECTION_DEFAULTS.get(collection.value, {})}
 
 
 @dataclass
