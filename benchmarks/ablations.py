@@ -116,7 +116,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("steps-8", "8 steps per graph and epoch (the layout default since 2026-11-25): sibling-double's compute "
             "without the sibling graphs", params={"steps_per_graph": 8}),
     Variant("steps-16", "16 steps per graph and epoch (twice the layout default's)", params={"steps_per_graph": 16}),
-    Variant("steps-32", "32 steps per graph and epoch (4 times the layout default's)", params={"steps_per_graph": 32}),
+    Variant("steps-32", "32 steps per graph and epoch (4 times the layout kind's default; xla:random's "
+            "default since 2026-11-26)", params={"steps_per_graph": 32}),
+    Variant("steps-64", "64 steps per graph and epoch (twice xla:random's default since 2026-11-26)",
+            params={"steps_per_graph": 64}),
+    Variant("steps-8-seed-1", "8 steps per graph and epoch (the layout kind's default) with training seed 1",
+            params={"steps_per_graph": 8, "seed": 1}),
     Variant("steps-32-seed-1", "32 steps per graph and epoch with training seed 1 (against seed-1: is the gain "
             "more than one seed's luck?)", params={"steps_per_graph": 32, "seed": 1}),
     Variant("links-steps-32", "decision links with 32 steps per graph and epoch", params={"links": True,

@@ -53,14 +53,14 @@ def test_gnn_defaults_live_in_one_place(kind: str):
 
 
 def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytest.CaptureFixture[str]):
-    """The xla collections train 32 steps per graph (COLLECTION_DEFAULTS), the others their kind's 8; a value given
-    wins; the quick settings give the xla collections the kind's value back, and the pipeline puts them under what
-    the user gives, for every collection or for one."""
+    """xla:random trains 32 steps per graph (COLLECTION_DEFAULTS), the others their kind's 8; a value given wins;
+    the quick settings give xla:random the kind's value back, and the pipeline puts them under what the user gives,
+    for every collection or for one."""
     from competition.pipeline import with_quick_params
     from models.base import RankingModel
     from models.gnn.train import COLLECTION_DEFAULTS, default_config, quick_settings
 
-    xla = (Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_XLA_RANDOM)
+    xla = (Collection.LAYOUT_XLA_RANDOM,)
     assert set(COLLECTION_DEFAULTS) == {c.value for c in xla}
     for c in Collection:
         expected = replace(DEFAULTS[c.kind], steps_per_graph=32) if c in xla else DEFAULTS[c.kind]
@@ -74,17 +74,21 @@ def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytes
     assert GNNModel().train_config("layout") == DEFAULTS["layout"]  # a kind: its own defaults
     collections = list(Collection)
     params = with_quick_params("gnn-attn", None, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {"steps_per_graph": 8}
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 8}
+    assert params.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {}
     assert params.for_collection(Collection.LAYOUT_NLP_RANDOM) == {}
     assert capsys.readouterr().out.splitlines() == [
         f"gnn-attn {c.value}: steps_per_graph=8 on the demo world (its quick settings, so that the run stays short; "
         "--param sets them)" for c in collections if c in xla]
+    given = ModelParams(common={"hidden": 16})
+    params = with_quick_params("gnn-attn", given, collections, "demo")
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 8}
+    assert params.for_collection(Collection.LAYOUT_NLP_DEFAULT) == {"hidden": 16}
     given = ModelParams(common={"hidden": 16}, per_collection={Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 2}})
     params = with_quick_params("gnn-attn", given, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {"hidden": 16, "steps_per_graph": 8}
     assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 2}
     common = with_quick_params("gnn-attn", ModelParams(common={"steps_per_graph": 4}), collections, "demo")
-    assert common.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {"steps_per_graph": 4}
+    assert common.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 4}
     assert with_quick_params("gbdt", None, collections, "demo") == ModelParams()
 
 

@@ -37,7 +37,7 @@ def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest
         *((name, "valid") for name in res.valid_reports), (res.best_model, "test")]
     assert f"{res.test_report.combined:.4f}" in out
     assert "say nothing about the Kaggle leaderboard" in out
-    # a tiny world runs quickly: the xla collections train the layout kind's 8 steps per graph, not their 32
+    # a tiny world runs quickly: xla:random trains the layout kind's 8 steps per graph, not its 32
     settings = json.loads((tmp_path / "settings-gnn-attn.json").read_text())
     assert {c.value: settings[c.value]["steps_per_graph"] for c in Collection if not c.is_tile} == {
         c.value: 8 for c in Collection if not c.is_tile}

@@ -304,8 +304,8 @@ class GNNModel(RankingModel):
 
     @classmethod
     def quick_params(cls, collection: Collection) -> dict[str, Any]:
-        """The kind's defaults where the collection's are higher (:func:`models.gnn.train.quick_settings`): the xla
-        collections' 32 steps per graph would take ``make submit`` on the demo world past its 5 minutes."""
+        """The kind's defaults where the collection's are higher (:func:`models.gnn.train.quick_settings`): xla:random's
+        32 steps per graph would take ``make submit`` on the demo world past its 5 minutes."""
         return quick_settings(collection)
 
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
