@@ -214,17 +214,16 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     from competition.reader import find_data_root
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs, DropConstantColumns, Normalize
-    from models.gnn.model import DEFAULTS, feature_pipeline
+    from models.gnn.model import settings_pipeline
     from models.gnn.net import make_segments
-    from models.gnn.train import Item, predict_scores, resolve_device, train
+    from models.gnn.train import Item, default_config, predict_scores, resolve_device, train
 
     if not dedup:
         _use_plain_forward()
     device = resolve_device("auto")
     c = Collection(collection)
-    kind = c.kind
-    d = DEFAULTS[kind]
-    pipeline = feature_pipeline(kind, d.hops, True, d.dim_tokens, d.bridge, d.flow, d.key_dims, d.links)
+    d = default_config(c)
+    pipeline = settings_pipeline(d)
     ds = ProcessedGraphs(find_data_root(data), c, Split.TRAIN, pre_transform=Compose([pipeline, DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=d.max_train_configs, progress=False)
     ds.build()
@@ -285,7 +284,8 @@ def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, 
     from competition.reader import find_data_root
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs
-    from models.gnn.model import DEFAULTS, GNNModel, feature_pipeline
+    from models.gnn.model import GNNModel, feature_pipeline
+    from models.gnn.train import DEFAULTS
 
     root = find_data_root(data)
     c = Collection.LAYOUT_XLA_DEFAULT
@@ -331,12 +331,11 @@ def _initialised_model(graph, attention: bool):
 
     from features.data import graph_to_data
     from features.transforms import DropConstantColumns, Normalize
-    from models.gnn.model import GNNAttentionModel, GNNModel, feature_pipeline
+    from models.gnn.model import GNNAttentionModel, GNNModel, settings_pipeline
 
     model = (GNNAttentionModel if attention else GNNModel)(runs_dir=None)
     settings = model.train_config("layout")
-    data = feature_pipeline("layout", settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                            settings.flow, settings.key_dims, settings.links)(
+    data = settings_pipeline(settings)(
         graph_to_data(graph, np.arange(min(64, graph.num_configs))))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])
@@ -646,7 +645,7 @@ def bench_throughput(data: Path, quick: bool) -> None:
             ("layout:nlp:random", True, True, "nlp + attention", layout_graphs),
             ("layout:nlp:random", True, False, "  plain forward", layout_graphs),
             ("tile:xla", False, True, "tile", tile_graphs)]
-    from models.gnn.model import DEFAULTS
+    from models.gnn.train import DEFAULTS
 
     lay, til = DEFAULTS["layout"], DEFAULTS["tile"]
     print(f"\n2. Throughput: default models (layout hidden {lay.hidden}, tile hidden {til.hidden}, "
@@ -688,7 +687,7 @@ default, the second the default before the reference context (random batches, fo
 def bench_predict_scale(work: Path, configs: int, before: Path | None, before_configs: int, profile: bool) -> None:
     import numpy as np
 
-    from models.gnn.model import DEFAULTS
+    from models.gnn.train import DEFAULTS
 
     g = _run_part("big_graph", work / "big")
     d = DEFAULTS["layout"]
@@ -759,7 +758,7 @@ def bench_predict_quality(data: Path, seed: int) -> None:
 def bench_ablation(data: Path, seeds: list[int], epochs: int) -> None:
     variants = [(1, True), (1, False), (3, True), (5, True), ("all", True)]
     from competition.protocol import DEFAULT_PROTOCOL
-    from models.gnn.model import DEFAULTS
+    from models.gnn.train import DEFAULTS
 
     d = DEFAULTS["layout"]
     print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel layout defaults (hidden {d.hidden}, "

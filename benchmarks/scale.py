@@ -81,12 +81,12 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
     from competition.protocol import DEFAULT_PROTOCOL
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs
-    from models.gnn.model import DEFAULTS, feature_pipeline
+    from models.gnn.model import settings_pipeline
+    from models.gnn.train import default_config
 
     root, c = _root(world), Collection(collection)
-    kind = c.kind
-    d = DEFAULTS[kind]
-    pipeline = feature_pipeline(kind, d.hops, True, d.dim_tokens, d.bridge, d.flow, d.key_dims, d.links)
+    d = default_config(c)
+    pipeline = settings_pipeline(d)
     out: dict = {}
     for split, kw in ((Split.TRAIN, {"pre_transform": Compose([pipeline, DedupConfigs("min")]),
                                      "max_configs": d.max_train_configs}),

@@ -21,3 +21,18 @@ def test_a_gnn_fit_projects_its_training_and_its_validation_apart():
 def test_a_fit_without_validation_time_projects_by_the_train_graphs():
     row = _fit_row("gbdt fit", "tile:xla", {"seconds": 30.0, "graphs": 10}, (100, 10, 10), 200.0, scale=1.0)
     assert row["projected"] == pytest.approx(300.0) and "valid_share" not in row
+
+
+def test_the_cache_part_builds_the_collections_default_pipeline_on_a_world(tiny_world, tmp_path):
+    """The scale benchmark's cache stage (run as a part process by `make bench-scale`) caches every train and valid
+    graph of a collection through the GNN's own feature pipeline, with the collection's defaults."""
+    from benchmarks.scale import part_cache
+    from competition.collections import Collection, Split
+    from competition.reader import find_data_root, list_graphs
+
+    root = find_data_root(tiny_world)
+    out = part_cache(str(tiny_world), "layout:xla:random", str(tmp_path / "cache"))
+    c = Collection.LAYOUT_XLA_RANDOM
+    for split in (Split.TRAIN, Split.VALID):
+        assert out[split.value]["graphs"] == len(list_graphs(root, c, split)) > 0
+    assert out["disk_mib"] > 0 and out["peak_mib"] > 0

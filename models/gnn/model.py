@@ -119,6 +119,12 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     return Compose(steps)
 
 
+def settings_pipeline(settings: TrainConfig) -> BaseTransform:
+    """:func:`feature_pipeline` with a run's settings (:meth:`GNNModel.train_config`, or a saved model's)."""
+    return feature_pipeline(settings.kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
+                            settings.flow, settings.key_dims, settings.links)
+
+
 class GNNModel(RankingModel):
     """A GNN ranker, one per collection.
 
@@ -313,8 +319,7 @@ class GNNModel(RankingModel):
         return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
 
     def _pipeline(self) -> BaseTransform:
-        s = TrainConfig(**self.settings_)  # a setting a saved model lacks takes TrainConfig's default
-        return feature_pipeline(s.kind, s.hops, s.pad, s.dim_tokens, s.bridge, s.flow, s.key_dims, s.links)
+        return settings_pipeline(TrainConfig(**self.settings_))  # a setting a saved model lacks: TrainConfig's default
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
@@ -324,8 +329,7 @@ class GNNModel(RankingModel):
         collection = Collection(collection)
         kind = collection.kind
         settings = self.train_config(collection)
-        pipeline = feature_pipeline(kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                                    settings.flow, settings.key_dims, settings.links)
+        pipeline = settings_pipeline(settings)
         progress = progress and distributed.is_main()
 
         def training_set(of: Split, source: Collection = collection) -> ProcessedGraphs:
