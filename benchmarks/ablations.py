@@ -120,6 +120,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "default since 2026-11-26)", params={"steps_per_graph": 32}),
     Variant("steps-64", "64 steps per graph and epoch (twice xla:random's default since 2026-11-26)",
             params={"steps_per_graph": 64}),
+    Variant("steps-64-seed-1", "64 steps per graph and epoch with training seed 1 (against steps-32-seed-1)",
+            params={"steps_per_graph": 64, "seed": 1}),
     Variant("steps-8-seed-1", "8 steps per graph and epoch (the layout kind's default) with training seed 1",
             params={"steps_per_graph": 8, "seed": 1}),
     Variant("steps-32-seed-1", "32 steps per graph and epoch with training seed 1 (against seed-1: is the gain "
