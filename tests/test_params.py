@@ -60,15 +60,15 @@ def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytes
     from models.base import RankingModel
     from models.gnn.train import COLLECTION_DEFAULTS, default_config, quick_settings
 
-    xla = (Collection.LAYOUT_XLA_RANDOM,)
-    assert set(COLLECTION_DEFAULTS) == {c.value for c in xla}
+    raised = (Collection.LAYOUT_XLA_RANDOM,)
+    assert set(COLLECTION_DEFAULTS) == {c.value for c in raised}
     for c in Collection:
-        expected = replace(DEFAULTS[c.kind], steps_per_graph=32) if c in xla else DEFAULTS[c.kind]
+        expected = replace(DEFAULTS[c.kind], steps_per_graph=32) if c in raised else DEFAULTS[c.kind]
         assert default_config(c) == expected and default_config(c.value) == expected
         assert GNNModel().train_config(c) == expected
         assert GNNModel(steps_per_graph=5).train_config(c).steps_per_graph == 5
         assert GNNModel().resolved_params(c)["steps_per_graph"] == expected.steps_per_graph
-        assert quick_settings(c) == ({"steps_per_graph": 8} if c in xla else {})
+        assert quick_settings(c) == ({"steps_per_graph": 8} if c in raised else {})
         assert GNNAttentionModel.quick_params(c) == quick_settings(c) and GBDTModel.quick_params(c) == {}
     assert RankingModel.quick_params(Collection.TILE_XLA) == {}
     assert GNNModel().train_config("layout") == DEFAULTS["layout"]  # a kind: its own defaults
@@ -79,7 +79,7 @@ def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytes
     assert params.for_collection(Collection.LAYOUT_NLP_RANDOM) == {}
     assert capsys.readouterr().out.splitlines() == [
         f"gnn-attn {c.value}: steps_per_graph=8 on the demo world (its quick settings, so that the run stays short; "
-        "--param sets them)" for c in collections if c in xla]
+        "--param sets them)" for c in collections if c in raised]
     given = ModelParams(common={"hidden": 16})
     params = with_quick_params("gnn-attn", given, collections, "demo")
     assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 8}
