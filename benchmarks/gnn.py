@@ -348,7 +348,6 @@ def _initialised_model(graph, attention: bool):
     model.weights_ = {k: v.numpy() for k, v in net.state_dict().items()}
     model.columns_ = columns.state_dict()
     model.normalize_ = normalize.state_dict()
-    model._net = None
     return model, int(data.num_nodes)
 
 

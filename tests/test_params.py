@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import inspect
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,15 @@ from models.gbdt import GBDTModel
 from models.gnn.layers import GNNBlock
 from models.gnn.model import SETTINGS, GNNAttentionModel, GNNModel
 from models.gnn.net import RankNet
-from models.gnn.train import CURVES_CSV, DEFAULTS, SETTINGS_FILE, TrainConfig, settings_hash
+from models.gnn.train import (
+    CURVES_CSV,
+    DEFAULTS,
+    ENSEMBLE_SETTINGS,
+    SETTINGS_FILE,
+    TrainConfig,
+    run_settings,
+    settings_hash,
+)
 from models.registry import MODELS, ModelParams, param_problem
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
@@ -115,11 +123,14 @@ def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tin
     first = GNNModel(**QUICK, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(root, LAYOUT, progress=False)
     run = tmp_path / "gnn" / LAYOUT.slug
     saved = json.loads((run / SETTINGS_FILE).read_text())
-    assert saved == first.settings_ == asdict(TrainConfig(**saved))
+    # The run's settings: the model's but for how many runs it makes (ENSEMBLE_SETTINGS)
+    assert saved == run_settings(TrainConfig(**first.settings_)) == {
+        k: v for k, v in first.settings_.items() if k not in ENSEMBLE_SETTINGS}
+    assert TrainConfig(**saved) == TrainConfig(**first.settings_)  # seeds 1, the default
     assert saved["epochs"] == 1 and saved["hidden"] == 8 and saved["num_features"] > 0
     second = GNNModel(**{**QUICK, "epochs": 2}, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(root, LAYOUT,
                                                                                                  progress=False)
-    assert json.loads((run / SETTINGS_FILE).read_text()) == second.settings_
+    assert json.loads((run / SETTINGS_FILE).read_text()) == run_settings(TrainConfig(**second.settings_))
     assert json.loads((run / settings_hash(saved) / SETTINGS_FILE).read_text()) == saved  # moved, not lost
 
 

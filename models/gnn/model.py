@@ -5,9 +5,11 @@ and ``gnn-attn`` (the same with cross-configuration attention).
 scores (the valid split unless the caller says otherwise), fits the column selection and normalisation on the train
 graphs (stored with the model), trains with :func:`models.gnn.train.train`, and keeps the best weights; with
 ``refit``, it then trains a second network from scratch on the train and eval graphs for the best epoch count, which
-scores the graphs of every other split (test).
+scores the graphs of every other split (test); with ``seeds`` N > 1, it trains N such networks with successive seeds
+(a seed ensemble).
 :meth:`GNNModel.predict` runs the same pipeline on one graph and streams a layout graph's configs block by block, so
-a 100,000-config graph is never in memory whole.
+a 100,000-config graph is never in memory whole; a seed ensemble's networks each score every block, and their
+rank-normalised scores are averaged.
 
 Launched by torchrun on several processes (:mod:`models.gnn.distributed`), :meth:`GNNModel.fit` runs on every rank:
 rank 0 builds the processed-graph cache while the others wait, then all read it and train together.
@@ -199,6 +201,11 @@ class GNNModel(RankingModel):
         refit: after the early-stopped fit, train again from scratch on the train and valid graphs for the best
             epoch count; the refitted network scores the graphs of every other split (test), the early-stopped one
             the train and valid graphs, so valid scores stay honest.
+        seeds: a seed ensemble of this many networks: the first trained with ``seed``, each other as it is with the
+            next seed (``seed + 1``, ...; with ``refit``, each refitted too), in a run folder of its own
+            (``seed-<seed>`` inside the first's), resumable like it; every graph is scored by each network and the
+            mean of their rank-normalised scores returned (:meth:`predict`). A network the time budget cuts short is
+            left out, with the ones after it (a warning says so); the first is always kept. 1: one network.
         gst_finetune_epochs: under Graph Segment Training, epochs of fine-tuning the head alone on the fresh
             embeddings of every segment after the training (the GST paper's "+EFD"); kept when it scores at least as
             well on the valid split (0: off).
@@ -224,6 +231,9 @@ class GNNModel(RankingModel):
             split, the average is kept whenever ``swa_epochs`` is set).
         finetune_used_: whether the kept weights carry the head fine-tuned after GST (``gst_finetune_epochs``).
         fit_splits_: the splits the early-stopped network saw (trained on, or stopped on): it scores their graphs.
+        members_: with ``seeds`` above 1, the seed ensemble's other networks the fit kept, each a dict of its
+            ``seed``, ``weights`` (as ``weights_``), ``best_epoch``, ``best_metric`` and ``history`` (as
+            :attr:`history_`), and ``refit_weights`` where it has a refitted network; absent with one network.
         refit_weights_, refit_epochs_: with ``refit``, the refitted network's weights (as ``weights_``) and its
             epoch count; absent without ``refit``, without eval graphs, or when the time budget cut the refit short
             (a warning says so).
@@ -245,7 +255,7 @@ class GNNModel(RankingModel):
                  sibling: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
                  key_dims: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
                  swa_epochs: int | None = None,
-                 refit: bool | None = None, gst_finetune_epochs: int | None = None,
+                 refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
         self.attention = attention
@@ -282,6 +292,7 @@ class GNNModel(RankingModel):
         self.links = links
         self.swa_epochs = swa_epochs
         self.refit = refit
+        self.seeds = seeds
         self.gst_finetune_epochs = gst_finetune_epochs
         self.seed = seed
         self.device = device
@@ -371,37 +382,65 @@ class GNNModel(RankingModel):
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
         max_seconds = self.max_seconds
         if deadline is not None:
-            left = max(0.0, deadline - time.monotonic())
-            max_seconds = left if max_seconds is None else min(max_seconds, left)
-        end = None if max_seconds is None else time.monotonic() + max_seconds  # the refit gets what is left
-        # The early-stopped run does not depend on refit: it resumes, or is resumed by, the same run without it.
+            remaining = max(0.0, deadline - time.monotonic())
+            max_seconds = remaining if max_seconds is None else min(max_seconds, remaining)
+        end = None if max_seconds is None else time.monotonic() + max_seconds  # the rest get what is left
+
         def share(own: int) -> float:
             """Sibling graphs join an epoch's visits without lengthening it: its steps are counted for ``own``."""
             return own / (own + len(sibling_datas))
 
-        result = train(replace(cfg, refit=False), train_items, valid_items, run_dir=run_dir, device=self.device,
-                       progress=progress, max_seconds=max_seconds, title=f"{self.name} {collection.value}",
-                       epoch_share=share(len(datas)))
-        refit: TrainResult | None = None
-        if settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1:
+        def left() -> float | None:
+            return None if end is None else max(0.0, end - time.monotonic())
+
+        def fit_member(seed: int, member_dir: Path | None, title: str, seconds: float | None
+                       ) -> tuple[TrainResult, TrainResult | None]:
+            """One network of the ensemble: the early-stopped run with ``seed`` (``seconds`` at most), and its refit
+            (``None`` without one, or when the time budget cut it short)."""
+            # The early-stopped run does not depend on refit (nor on seeds: ENSEMBLE_SETTINGS): it resumes, or is
+            # resumed by, the same run without it.
+            member = replace(cfg, refit=False, seed=seed)
+            result = train(member, train_items, valid_items, run_dir=member_dir, device=self.device,
+                           progress=progress, max_seconds=seconds, title=title, epoch_share=share(len(datas)))
+            if not (settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1):
+                return result, None
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
             # split's are, through the column selection and normalisation fitted on train) for the best epoch count,
             # without early stopping: the last epoch is kept.
             extra = _built(training_set(eval_split))
-            refit_cfg = replace(cfg, epochs=result.best_epoch, refit=False,
+            refit_cfg = replace(member, epochs=result.best_epoch,
                                 data_key=_data_key(data_key, f"refit:{eval_split.value}",
                                                    *sorted(d.stem for d in extra)))
             refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
-                          run_dir=None if run_dir is None else run_dir / "refit", device=self.device,
-                          progress=progress, max_seconds=None if end is None else max(0.0, end - time.monotonic()),
-                          title=f"{self.name} {collection.value} refit",
+                          run_dir=None if member_dir is None else member_dir / "refit", device=self.device,
+                          progress=progress, max_seconds=left(), title=f"{title} refit",
                           epoch_share=share(len(datas) + len(extra)))
             if len(refit.history) < refit_cfg.epochs:
                 if distributed.is_main():
-                    log.warning("%s %s: the refit on %s + %s ran out of time after %d of %d epochs; only the "
-                                "early-stopped weights are kept", self.name, collection.value, split.value,
-                                eval_split.value, len(refit.history), refit_cfg.epochs)
-                refit = None
+                    log.warning("%s: the refit on %s + %s ran out of time after %d of %d epochs; only the "
+                                "early-stopped weights are kept", title, split.value, eval_split.value,
+                                len(refit.history), refit_cfg.epochs)
+                return result, None
+            return result, refit
+
+        title = f"{self.name} {collection.value}"
+        result, refit = fit_member(settings.seed, run_dir, title, max_seconds)
+        # The seed ensemble's other networks, each trained as the first with the next seed, in a run folder of its
+        # own; one the time budget cuts short (or its refit, where the first has one) is left out, and so are the
+        # rest.
+        members: list[dict[str, Any]] = []
+        for seed in range(settings.seed + 1, settings.seed + settings.seeds):
+            other, other_refit = fit_member(seed, None if run_dir is None else run_dir / f"seed-{seed}",
+                                            f"{title} seed {seed}", left())
+            if other.stopped in ("", "time budget") or (refit is not None and other_refit is None):
+                if distributed.is_main():
+                    log.warning("%s: the time budget ran out while training the seed ensemble's network with seed "
+                                "%d; the ensemble keeps %d of its %d networks", title, seed, len(members) + 1,
+                                settings.seeds)
+                break
+            members.append({"seed": seed, "weights": _arrays(other.state), "best_epoch": other.best_epoch,
+                            "best_metric": other.best_metric, "history": other.history,
+                            **({} if other_refit is None else {"refit_weights": _arrays(other_refit.state)})})
         self.collection_ = collection
         self.settings_ = asdict(cfg)
         self.weights_ = _arrays(result.state)
@@ -415,36 +454,52 @@ class GNNModel(RankingModel):
         self.finetune_used_ = result.finetune_used
         self.fit_splits_ = [split.value] + ([eval_split.value] if eval_split is not None and eval_split != split
                                             else [])
-        for name in ("refit_weights_", "refit_epochs_"):  # a previous fit's
+        for name in ("refit_weights_", "refit_epochs_", "members_"):  # a previous fit's
             vars(self).pop(name, None)
         if refit is not None:
             self.refit_weights_ = _arrays(refit.state)
             self.refit_epochs_ = len(refit.history)
-        self._net = self._refit_net = None
+        if members:
+            self.members_ = members
+        self._nets = {}
         return self
 
     # -- predict --------------------------------------------------------------------------------------------------
 
-    def network(self, refit: bool = False) -> RankNet:
+    def network(self, refit: bool = False, member: int = 0) -> RankNet:
         """The early-stopped network, or with ``refit`` the refitted one (each built from its stored weights on
-        first use), in eval mode on the chosen device.
+        first use), in eval mode on the chosen device; ``member`` k >= 1 is the seed ensemble's k-th other network
+        (:attr:`members_`).
 
         Raises:
-            NotFittedError: not fitted, or ``refit`` asked of a model without refitted weights.
+            NotFittedError: not fitted, ``refit`` asked of a model without refitted weights, or a member it does
+                not have.
         """
         if not hasattr(self, "weights_"):
             raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() or load a saved model")
+        if not 0 <= member < self.num_networks:
+            raise NotFittedError(f"{type(self).__name__} has {self.num_networks} network(s) in its seed ensemble; "
+                                 f"there is no member {member}")
         if refit and not hasattr(self, "refit_weights_"):
             raise NotFittedError(f"{type(self).__name__} has no refitted network: fit with refit=True and an eval "
                                  "split")
-        attr = "_refit_net" if refit else "_net"
-        if getattr(self, attr, None) is None:
+        nets = vars(self).setdefault("_nets", {})
+        if (member, refit) not in nets:
             cfg = TrainConfig(**self.settings_)
             net = cfg.make_net()
-            weights = self.refit_weights_ if refit else self.weights_
+            if member == 0:
+                weights = self.refit_weights_ if refit else self.weights_
+            else:
+                weights = self.members_[member - 1]["refit_weights" if refit else "weights"]
             net.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
-            setattr(self, attr, net.to(resolve_device(self.device)).eval())
-        return getattr(self, attr)
+            nets[member, refit] = net.to(resolve_device(self.device)).eval()
+        return nets[member, refit]
+
+    @property
+    def num_networks(self) -> int:
+        """The networks that score each graph: 1, or the seed ensemble's networks the fit kept (``seeds`` or fewer,
+        when the time budget cut its training short)."""
+        return 1 + len(getattr(self, "members_", ()))
 
     def uses_refit(self, graph: TileGraph | LayoutGraph) -> bool:
         """Whether the refitted network scores ``graph``: when there is one and the graph's split is none the
@@ -464,42 +519,56 @@ class GNNModel(RankingModel):
     def predict(self, graph: TileGraph | LayoutGraph) -> npt.NDArray[np.float64]:
         """Scores of every config of ``graph`` (lower = predicted faster), by the refitted network when there is one
         and the graph's split is not one the early-stopped network saw (:meth:`uses_refit`), else by the
-        early-stopped one, so scores on the valid split stay honest.
+        early-stopped one, so scores on the valid split stay honest. A seed ensemble (:attr:`num_networks` > 1)
+        scores with each of its networks so chosen and returns the mean of their rank-normalised scores
+        (:func:`models.ensemble.normalize_scores`: each network's ranks scaled to [0, 1]).
 
-        Layout: the graph goes through :meth:`prepare` once, a :class:`models.gnn.infer.LayoutPlan` is built once,
-        and the configs are streamed from disk ``PREDICT_BLOCK`` at a time as packed codes (the attention
-        orderings mix configs within a block). On CUDA the network runs under bfloat16 autocast.
+        Layout: the graph goes through :meth:`prepare` once, a :class:`models.gnn.infer.LayoutPlan` is built once
+        per network, and the configs are streamed from disk ``PREDICT_BLOCK`` at a time as packed codes (the
+        attention orderings mix configs within a block), each block scored by every network. On CUDA the network
+        runs under bfloat16 autocast.
         """
-        net = self.network(refit=self.uses_refit(graph))
-        device = next(net.parameters()).device
+        from models.ensemble import normalize_scores
+
+        refit = self.uses_refit(graph)
+        nets = [self.network(refit=refit, member=k) for k in range(self.num_networks)]
+        seeds = [self.settings_["seed"]] + [m["seed"] for m in getattr(self, "members_", ())]
+        device = next(nets[0].parameters()).device
         data = self.prepare(graph)
         s = self.settings_
         segments = [seg.to(device) for seg in make_segments(data, s["segment_size"])]
         common = {"batch": s["predict_batch"], "orderings": self.tta, "device": device}
         if isinstance(graph, TileGraph):
-            return predict_scores(net, segments, data.config_feat, seed=s["seed"], **common)
-        plan = LayoutPlan(net, segments)
-        reference: list[ReferenceContext] | None = None
-        out = np.empty(graph.num_configs)
-        for start, codes in iter_code_blocks(graph, PREDICT_BLOCK):
-            if start == 0:
-                reference = self._reference_sets(graph.num_configs, codes, plan)
-            out[start:start + codes.shape[0]] = predict_scores(net, segments, codes, seed=s["seed"] + start,
-                                                               plan=plan, context=s["predict_context"],
-                                                               reference=reference, **common)
-        return out
+            outs = [predict_scores(net, segments, data.config_feat, seed=seed, **common)
+                    for net, seed in zip(nets, seeds, strict=True)]
+        else:
+            plans = [LayoutPlan(net, segments) for net in nets]
+            references: list[list[ReferenceContext] | None] = []
+            outs = [np.empty(graph.num_configs) for _ in nets]
+            for start, codes in iter_code_blocks(graph, PREDICT_BLOCK):
+                if start == 0:
+                    references = [self._reference_sets(graph.num_configs, codes, plan, seed)
+                                  for plan, seed in zip(plans, seeds, strict=True)]
+                for net, plan, reference, seed, out in zip(nets, plans, references, seeds, outs, strict=True):
+                    out[start:start + codes.shape[0]] = predict_scores(
+                        net, segments, codes, seed=seed + start, plan=plan, context=s["predict_context"],
+                        reference=reference, **common)
+        if len(outs) == 1:
+            return outs[0]
+        return np.mean([normalize_scores(out) for out in outs], axis=0)
 
-    def _reference_sets(self, num_configs: int, first: torch.Tensor, plan: LayoutPlan
+    def _reference_sets(self, num_configs: int, first: torch.Tensor, plan: LayoutPlan, seed: int
                         ) -> list[ReferenceContext] | None:
-        """The ``tta`` reference sets of a layout graph of ``num_configs`` configs, taken from the codes of its first
-        block ``first`` (:data:`models.gnn.infer.REFERENCE_WINDOW`); ``None`` unless attention compares configs
-        with a reference and the graph has more configs than one batch."""
+        """The ``tta`` reference sets of a layout graph of ``num_configs`` configs for the network of ``plan``
+        (drawn with ``seed``), taken from the codes of its first block ``first``
+        (:data:`models.gnn.infer.REFERENCE_WINDOW`); ``None`` unless attention compares configs with a reference
+        and the graph has more configs than one batch."""
         s = self.settings_
         attention = any(w.attention for w in plan.blocks)
         if not attention or s["predict_context"] != "reference" or num_configs <= s["predict_batch"]:
             return None
         return reference_sets(plan, first, num_configs, batch=s["predict_batch"], drawn=s["reference_configs"],
-                              seed=s["seed"], draws=self.tta)
+                              seed=seed, draws=self.tta)
 
 
 def _data_key(*parts: str) -> str:

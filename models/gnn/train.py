@@ -147,6 +147,7 @@ class TrainConfig:
     links: bool = False  # layout: the score adds a learned term per pair of decisions a copy may join
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
+    seeds: int = 1  # a seed ensemble: this many networks (seeds seed, seed+1, ...), their rank-normalised scores averaged
     gst_finetune_epochs: int = 0  # GST: epochs fine-tuning the head on every segment's fresh embeddings (0: off)
     seed: int = 0
     num_features: int = 0  # node feature columns after the feature pipeline
@@ -167,6 +168,8 @@ class TrainConfig:
         if not (isinstance(self.swa_epochs, int) and self.swa_epochs >= 0):
             raise ValueError(f"swa_epochs must be a count of epochs, 0 for no weight averaging; got "
                              f"{self.swa_epochs!r}")
+        if not (isinstance(self.seeds, int) and self.seeds >= 1):
+            raise ValueError(f"seeds must be a positive count of networks, 1 for no seed ensemble; got {self.seeds!r}")
         if not (isinstance(self.gst_finetune_epochs, int) and self.gst_finetune_epochs >= 0):
             raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
                              f"{self.gst_finetune_epochs!r}")
@@ -646,6 +649,18 @@ def _set_rng_state(state: dict[str, Any], gen: torch.Generator, np_rng: np.rando
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+ENSEMBLE_SETTINGS = ("seeds",)
+""":class:`TrainConfig` fields that say how many runs a model makes, not how one run trains: :func:`train` ignores
+them, and a run's settings (its checkpoint's, ``settings.json``, :func:`settings_hash`) leave them out, so a member of
+a seed ensemble resumes, or is resumed by, the run of a model without one."""
+
+
+def run_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The settings of one run of ``cfg`` as stored with it: :class:`TrainConfig` as a dict, without
+    :data:`ENSEMBLE_SETTINGS`."""
+    return {k: v for k, v in asdict(cfg).items() if k not in ENSEMBLE_SETTINGS}
+
+
 def settings_hash(settings: dict[str, Any]) -> str:
     """12 hex digits of the SHA-256 of ``settings`` (a :class:`TrainConfig` as a dict) as sorted JSON: the name of
     the folder a run with these settings is moved to when a run with other settings takes its place."""
@@ -775,7 +790,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         raise ValueError(f"epoch_share must be in (0, 1]; got {epoch_share!r}")
     device = resolve_device(device)
     run = Path(run_dir) if run_dir is not None else None
-    settings = asdict(cfg)
+    settings = run_settings(cfg)
     world, main = distributed.world_size(), distributed.is_main()
     # Graphs go to the device once (a no-op on the CPU), not at every step.
     usable = [Item(it.key, [s.to(device) for s in it.segments], it.config_feat, it.y)

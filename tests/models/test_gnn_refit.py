@@ -21,7 +21,7 @@ from competition.collections import Collection, Split
 from competition.reader import LayoutGraph, find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
 from models.gnn.model import GNNModel
-from models.gnn.train import CHECKPOINT, CURVES_CSV, SETTINGS_FILE, TrainConfig
+from models.gnn.train import CHECKPOINT, CURVES_CSV, SETTINGS_FILE, TrainConfig, run_settings
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=3, steps_per_graph=1, configs_per_graph=16,
@@ -198,8 +198,8 @@ def test_refit_run_has_its_own_folder_and_resumes(tiny_world: Path, cache_dir: s
     ckpt = torch.load(run / "refit" / CHECKPOINT, map_location="cpu", weights_only=True)
     assert ckpt["epoch"] == model.best_epoch_ and ckpt["stopped"] == "all epochs"
     assert ckpt["settings"]["epochs"] == model.best_epoch_ and ckpt["settings"]["refit"] is False
-    assert torch.load(run / CHECKPOINT, map_location="cpu", weights_only=True)["settings"] == {
-        **model.settings_, "refit": False}  # the early-stopped run is the run without refit
+    assert torch.load(run / CHECKPOINT, map_location="cpu", weights_only=True)["settings"] == run_settings(
+        TrainConfig(**{**model.settings_, "refit": False}))  # the early-stopped run is the run without refit
     _assert_same(model.weights_, reference.weights_)  # the same seed: the same networks as without a run folder
     _assert_same(model.refit_weights_, reference.refit_weights_)
 
