@@ -131,6 +131,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("refit", "refit on train + valid for the best epoch count; the refit scores test", params={"refit": True}),
     Variant("seeds-3", "a seed ensemble: 3 networks (seeds 0, 1, 2), their rank-normalised scores averaged",
             params={"seeds": 3}),
+    Variant("seeds-5", "a seed ensemble of 5 networks (seeds 0 to 4)", params={"seeds": 5}),
     Variant("seeds-1", "one network (no seed ensemble)", params={"seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise; shares the "
             "seed ensemble's fit)", params={"seed": 1}),

@@ -148,7 +148,8 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
         seconds: this model's share of the run's time budget; each collection gets a part of what is left in
             proportion to ``weights`` (equal parts without them), of which :data:`~competition.budget.FIT_FRACTION`
             goes to fitting.
-        weights: relative cost of each collection (see :func:`collection_weights`).
+        weights: relative size of each collection (see :func:`collection_weights`); each is multiplied by the
+            model's :meth:`~models.base.RankingModel.work_factor` for the collection's settings.
 
     Returns:
         ``{split: {submission ID: scores}}`` for ``valid`` and ``test``; a valid layout graph's scores follow
@@ -161,6 +162,9 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     end = time.monotonic() + seconds
     weights = weights or {c: 1.0 for c in collections}
+    # The size measure times the model's work per unit of it with these settings (a seed ensemble's 3 networks, 4
+    # times the steps: 12 times the time of the kind's defaults on as many graphs).
+    weights = {c: weights[c] * make_model(model_name, **params.for_collection(c)).work_factor(c) for c in collections}
     for k, c in enumerate(collections):
         left = sum(weights[x] for x in collections[k:])
         slot = max(0.0, end - time.monotonic()) * (weights[c] / left if left > 0 else 1.0)

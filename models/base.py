@@ -106,6 +106,12 @@ class RankingModel(abc.ABC):
         any the user gives. None by default."""
         return {}
 
+    def work_factor(self, collection: Collection) -> float:
+        """How much more fitting ``collection`` costs with this model's hyper-parameters than with the settings the
+        pipeline's per-collection size measure (:func:`competition.pipeline.collection_weights`) stands for: the
+        time budget shares a model's time out across collections by that measure times this. 1 by default."""
+        return 1.0
+
     def learned_state(self) -> dict[str, Any]:
         """Learned attributes (names ending with ``_``), as stored on the instance."""
         return {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}

@@ -135,3 +135,32 @@ def test_progress_lines_in_a_log():
     w.write("\n")
     w.write("done\n")
     assert sink.getvalue() == "plain text\nbar  10%|#\nbar  50%|#####\ndone\n"
+
+
+def test_work_factors_of_the_gnn_settings():
+    from models.gnn.train import default_config
+
+    c = Collection.LAYOUT_NLP_RANDOM
+    assert GNNModel().work_factor(c) == 1.0 and GBDTModel().work_factor(c) == 1.0
+    assert GNNModel(seeds=3).work_factor(c) == 3.0
+    assert GNNModel(seeds=2, steps_per_graph=16, refit=True).work_factor(c) == 2 * 2 * 2
+    assert GNNModel(epochs=5).work_factor(Collection.TILE_XLA) == 5 / 12
+    # A collection's own defaults count against its kind's: xla:random's networks x steps.
+    xr = default_config(Collection.LAYOUT_XLA_RANDOM)
+    assert GNNModel().work_factor(Collection.LAYOUT_XLA_RANDOM) == xr.seeds * xr.steps_per_graph / 8
+
+
+def test_a_models_time_is_shared_by_collection_size_times_its_work(tiny_world: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]):
+    from competition.pipeline import predict_split
+    from models.registry import ModelParams
+
+    first, second = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM
+    params = ModelParams(common={"epochs": 1, "hidden": 8, "runs_dir": None, "cache_dir": str(tmp_path / "c"),
+                                 "steps_per_graph": 8},
+                         per_collection={first: {"seeds": 3}, second: {"seeds": 1}})
+    predict_split("gnn", find_data_root(tiny_world), [first, second], params=params, progress=False,
+                  seconds=1000.0, weights={first: 1.0, second: 1.0})
+    out = capsys.readouterr().out
+    # 3 networks against 1 on graphs of the same size measure: the first gets 3/4 of the 1,000 s.
+    assert f"[budget] gnn {first.value}: 12m30s (fit until 10m00s)" in out

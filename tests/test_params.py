@@ -61,42 +61,48 @@ def test_gnn_defaults_live_in_one_place(kind: str):
 
 
 def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytest.CaptureFixture[str]):
-    """xla:random trains 32 steps per graph (COLLECTION_DEFAULTS), the others their kind's 8; a value given wins;
-    the quick settings give xla:random the kind's value back, and the pipeline puts them under what the user gives,
-    for every collection or for one."""
+    """The xla collections train a seed ensemble of 3 networks and xla:random 32 steps per graph
+    (COLLECTION_DEFAULTS), the others their kind's one network of 8; a value given wins; the quick settings give the
+    xla collections the kind's values back, and the pipeline puts them under what the user gives, for every
+    collection or for one."""
     from competition.pipeline import with_quick_params
     from models.base import RankingModel
     from models.gnn.train import COLLECTION_DEFAULTS, default_config, quick_settings
 
-    raised = (Collection.LAYOUT_XLA_RANDOM,)
-    assert set(COLLECTION_DEFAULTS) == {c.value for c in raised}
+    raised = {Collection.LAYOUT_XLA_DEFAULT: {"seeds": 3}, Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 32,
+                                                                                         "seeds": 3}}
+    quick = {Collection.LAYOUT_XLA_DEFAULT: {"seeds": 1}, Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 8,
+                                                                                        "seeds": 1}}
+    assert COLLECTION_DEFAULTS == {c.value: v for c, v in raised.items()}
     for c in Collection:
-        expected = replace(DEFAULTS[c.kind], steps_per_graph=32) if c in raised else DEFAULTS[c.kind]
+        expected = replace(DEFAULTS[c.kind], **raised.get(c, {}))
         assert default_config(c) == expected and default_config(c.value) == expected
         assert GNNModel().train_config(c) == expected
         assert GNNModel(steps_per_graph=5).train_config(c).steps_per_graph == 5
+        assert GNNModel(seeds=2).train_config(c).seeds == 2
         assert GNNModel().resolved_params(c)["steps_per_graph"] == expected.steps_per_graph
-        assert quick_settings(c) == ({"steps_per_graph": 8} if c in raised else {})
+        assert GNNModel().resolved_params(c)["seeds"] == expected.seeds
+        assert quick_settings(c) == quick.get(c, {})
         assert GNNAttentionModel.quick_params(c) == quick_settings(c) and GBDTModel.quick_params(c) == {}
     assert RankingModel.quick_params(Collection.TILE_XLA) == {}
     assert GNNModel().train_config("layout") == DEFAULTS["layout"]  # a kind: its own defaults
     collections = list(Collection)
     params = with_quick_params("gnn-attn", None, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 8}
-    assert params.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {}
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 8, "seeds": 1}
+    assert params.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {"seeds": 1}
     assert params.for_collection(Collection.LAYOUT_NLP_RANDOM) == {}
     assert capsys.readouterr().out.splitlines() == [
-        f"gnn-attn {c.value}: steps_per_graph=8 on the demo world (its quick settings, so that the run stays short; "
-        "--param sets them)" for c in collections if c in raised]
+        f"gnn-attn {c.value}: {', '.join(f'{k}={v}' for k, v in quick[c].items())} on the demo world (its quick "
+        "settings, so that the run stays short; --param sets them)" for c in collections if c in quick]
     given = ModelParams(common={"hidden": 16})
     params = with_quick_params("gnn-attn", given, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 8}
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 8, "seeds": 1}
     assert params.for_collection(Collection.LAYOUT_NLP_DEFAULT) == {"hidden": 16}
     given = ModelParams(common={"hidden": 16}, per_collection={Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 2}})
     params = with_quick_params("gnn-attn", given, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 2}
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 2, "seeds": 1}
     common = with_quick_params("gnn-attn", ModelParams(common={"steps_per_graph": 4}), collections, "demo")
-    assert common.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 4}
+    assert common.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 4, "seeds": 1}
     assert with_quick_params("gbdt", None, collections, "demo") == ModelParams()
 
 

@@ -37,11 +37,13 @@ def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest
         *((name, "valid") for name in res.valid_reports), (res.best_model, "test")]
     assert f"{res.test_report.combined:.4f}" in out
     assert "say nothing about the Kaggle leaderboard" in out
-    # a tiny world runs quickly: xla:random trains the layout kind's 8 steps per graph, not its 32
+    # a tiny world runs quickly: one network of the layout kind's 8 steps per graph, not the xla collections' seed
+    # ensemble of 3 (xla:random: 32 steps)
     settings = json.loads((tmp_path / "settings-gnn-attn.json").read_text())
-    assert {c.value: settings[c.value]["steps_per_graph"] for c in Collection if not c.is_tile} == {
-        c.value: 8 for c in Collection if not c.is_tile}
-    assert "gnn-attn layout:xla:random: steps_per_graph=8 on the tiny world" in out
+    assert {c.value: (settings[c.value]["steps_per_graph"], settings[c.value]["seeds"]) for c in Collection
+            if not c.is_tile} == {c.value: (8, 1) for c in Collection if not c.is_tile}
+    assert "gnn-attn layout:xla:random: steps_per_graph=8, seeds=1 on the tiny world" in out
+    assert "gnn-attn layout:xla:default: seeds=1 on the tiny world" in out
 
 
 def test_without_data_the_synthetic_world_is_generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -325,6 +325,14 @@ class GNNModel(RankingModel):
         32 steps per graph would take ``make submit`` on the demo world past its 5 minutes."""
         return quick_settings(collection)
 
+    def work_factor(self, collection: Collection) -> float:
+        """The training work of ``collection``'s settings relative to its kind's defaults (:data:`DEFAULTS`):
+        networks (``seeds``) x steps per graph x epochs, twice that with ``refit`` (a second training of about as
+        many epochs). xla:random's defaults (3 networks of 32 steps) make 12."""
+        settings, kind = self.train_config(collection), default_config(Collection(collection).kind)
+        work = settings.seeds * settings.steps_per_graph * settings.epochs * (2 if settings.refit else 1)
+        return work / (kind.seeds * kind.steps_per_graph * kind.epochs * (2 if kind.refit else 1))
+
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
         settings = asdict(self.train_config(Collection(collection)))
         return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}

@@ -19,7 +19,7 @@ from models.gnn.net import make_segments
 
 LAYOUT = Collection.LAYOUT_XLA_DEFAULT
 QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=1, steps_per_graph=1, configs_per_graph=16,
-             runs_dir=None)
+             seeds=1, runs_dir=None)  # one network: its scores are compared with its forward pass
 
 
 def _edges(data) -> set[tuple[int, int]]:
