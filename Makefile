@@ -11,17 +11,23 @@ DATA ?= data/synthetic-$(SCALE)
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml
+# The toolkit and what it imports: all `make submit` needs.
+$(VENV)/.installed-run: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	# torch first, pinned: its CPU wheel is local; an unpinned torch would pull GBs of CUDA packages.
 	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e .
+	touch $@
+
+# With the dev extras (tests, lint, notebook execution) on top.
+$(VENV)/.installed: $(VENV)/.installed-run
 	$(PY) -m pip install -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed ## Create .venv and install the toolkit with its dev extras (torch pinned to 2.13.0).
 
-submit: install ## Run the whole pipeline (real data if found, else the synthetic demo world) and print the offline score.
+submit: $(VENV)/.installed-run ## Run the whole pipeline (real data if found, else the synthetic demo world) and print the offline score.
 	$(VENV)/bin/fastslow submit
 
 test: install ## Run the test suite.

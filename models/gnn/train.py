@@ -213,7 +213,7 @@ under-fit their own train graphs and vary with the training seed. On xla:random,
 of 8 scored higher on all four bench world and training seed pairs (+0.025 to +0.046); on xla:default the same change
 was within its noise (-0.020 to +0.022), so it keeps the kind's 8 (docs/gnn.md, "Bench xla: decision links and more
 steps"). A seed ensemble of 3 networks scored at least as high as one network on every bench world and xla
-collection it was measured on (-0.000 to +0.022 over 8 pairs, 4 at today's steps; docs/gnn.md, "Bench xla: the seed
+collection it was measured on (+0.002 to +0.022 over 8 pairs, 4 at today's steps; docs/gnn.md, "Bench xla: the seed
 ensemble"), and the xla fits are the cheap ones on the real data. The demo world trains with the kind's values
 instead (:func:`quick_settings`)."""
 
