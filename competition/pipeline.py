@@ -162,9 +162,10 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     end = time.monotonic() + seconds
     weights = weights or {c: 1.0 for c in collections}
+    models = {c: make_model(model_name, **params.for_collection(c)) for c in collections}
     # The size measure times the model's work per unit of it with these settings (a seed ensemble's 3 networks, 4
     # times the steps: 12 times the time of the kind's defaults on as many graphs).
-    weights = {c: weights[c] * make_model(model_name, **params.for_collection(c)).work_factor(c) for c in collections}
+    weights = {c: weights[c] * models[c].work_factor(c) for c in collections}
     for k, c in enumerate(collections):
         left = sum(weights[x] for x in collections[k:])
         slot = max(0.0, end - time.monotonic()) * (weights[c] / left if left > 0 else 1.0)
@@ -173,7 +174,7 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
             print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until {format_seconds(FIT_FRACTION * slot)})",
                   flush=True)
         started = time.monotonic()
-        model = make_model(model_name, **params.for_collection(c))
+        model = models[c]
         used[c.value] = model.resolved_params(c)
         print(f"{model_name} {c.value} settings: {format_params(used[c.value])}", flush=True)
         if settings_file is not None:

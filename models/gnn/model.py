@@ -71,6 +71,7 @@ from models.gnn.train import (
     TrainConfig,
     TrainResult,
     default_config,
+    finished,
     predict_scores,
     quick_settings,
     resolve_device,
@@ -329,9 +330,10 @@ class GNNModel(RankingModel):
         """The training work of ``collection``'s settings relative to its kind's defaults (:data:`DEFAULTS`):
         networks (``seeds``) x steps per graph x epochs, twice that with ``refit`` (a second training of about as
         many epochs). xla:random's defaults (3 networks of 32 steps) make 12."""
-        settings, kind = self.train_config(collection), default_config(Collection(collection).kind)
-        work = settings.seeds * settings.steps_per_graph * settings.epochs * (2 if settings.refit else 1)
-        return work / (kind.seeds * kind.steps_per_graph * kind.epochs * (2 if kind.refit else 1))
+        def work(cfg: TrainConfig) -> int:
+            return cfg.seeds * cfg.steps_per_graph * cfg.epochs * (2 if cfg.refit else 1)
+
+        return work(self.train_config(collection)) / work(default_config(Collection(collection).kind))
 
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
         settings = asdict(self.train_config(Collection(collection)))
@@ -440,7 +442,7 @@ class GNNModel(RankingModel):
         for seed in range(settings.seed + 1, settings.seed + settings.seeds):
             other, other_refit = fit_member(seed, None if run_dir is None else run_dir / f"seed-{seed}",
                                             f"{title} seed {seed}", left())
-            if other.stopped in ("", "time budget") or (refit is not None and other_refit is None):
+            if not finished(other.stopped) or (refit is not None and other_refit is None):
                 if distributed.is_main():
                     log.warning("%s: the time budget ran out while training the seed ensemble's network with seed "
                                 "%d; the ensemble keeps %d of its %d networks", title, seed, len(members) + 1,
@@ -495,10 +497,7 @@ class GNNModel(RankingModel):
         if (member, refit) not in nets:
             cfg = TrainConfig(**self.settings_)
             net = cfg.make_net()
-            if member == 0:
-                weights = self.refit_weights_ if refit else self.weights_
-            else:
-                weights = self.members_[member - 1]["refit_weights" if refit else "weights"]
+            weights = self._networks()[member]["refit_weights" if refit else "weights"]
             net.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
             nets[member, refit] = net.to(resolve_device(self.device)).eval()
         return nets[member, refit]
@@ -508,6 +507,14 @@ class GNNModel(RankingModel):
         """The networks that score each graph: 1, or the seed ensemble's networks the fit kept (``seeds`` or fewer,
         when the time budget cut its training short)."""
         return 1 + len(getattr(self, "members_", ()))
+
+    def _networks(self) -> list[dict[str, Any]]:
+        """Every network's ``seed``, ``weights`` and (where there is one) ``refit_weights``, the first's from the
+        model's own attributes, then :attr:`members_`."""
+        first = {"seed": self.settings_["seed"], "weights": self.weights_}
+        if hasattr(self, "refit_weights_"):
+            first["refit_weights"] = self.refit_weights_
+        return [first, *getattr(self, "members_", ())]
 
     def uses_refit(self, graph: TileGraph | LayoutGraph) -> bool:
         """Whether the refitted network scores ``graph``: when there is one and the graph's split is none the
@@ -540,7 +547,7 @@ class GNNModel(RankingModel):
 
         refit = self.uses_refit(graph)
         nets = [self.network(refit=refit, member=k) for k in range(self.num_networks)]
-        seeds = [self.settings_["seed"]] + [m["seed"] for m in getattr(self, "members_", ())]
+        seeds = [m["seed"] for m in self._networks()]
         device = next(nets[0].parameters()).device
         data = self.prepare(graph)
         s = self.settings_

@@ -351,6 +351,16 @@ class _FreshHeadScores(GraphScores):
                                    first.link_feat)
 
 
+TIME_BUDGET_STOP = "time budget"
+"""How a run that the time budget cut short says why it stopped (:attr:`TrainResult.stopped`): it can resume."""
+
+
+def finished(stopped: str) -> bool:
+    """Whether a run that says ``stopped`` ended for good (all epochs, or early stopping), not unsettled or cut short
+    by the time budget."""
+    return stopped not in ("", TIME_BUDGET_STOP)
+
+
 @dataclass
 class TrainResult:
     """What a run produced: the kept weights (CPU), the best epoch and its metric, and the per-epoch history.
@@ -935,7 +945,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         best_metric, best_epoch, bad_epochs = ckpt["best_metric"], ckpt["best_epoch"], ckpt["bad_epochs"]
         start_epoch, stopped = ckpt["epoch"] + 1, ckpt["stopped"]
         swa_states, swa_metric, swa_used = ckpt["swa_states"], ckpt["swa_metric"], ckpt["swa_used"]
-        if stopped and stopped != "time budget":
+        if finished(stopped):
             finetune_metric, finetune_used = ckpt["finetune_metric"], ckpt["finetune_used"]
             state = ckpt["finetune_state"] if finetune_used else _average_states(swa_states) if swa_used \
                 else best_state
@@ -962,9 +972,9 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             recent.extend(done.values())
             bar.set_postfix(loss=f"{np.mean(recent[-50:]):.4f}", refresh=False)  # drawn at the bar's own pace
             if spent():
-                stopped = "time budget"
+                stopped = TIME_BUDGET_STOP
                 break
-        if stopped == "time budget":
+        if stopped == TIME_BUDGET_STOP:
             # A partial epoch is neither recorded nor checkpointed: the checkpoint of the last whole epoch (with
             # its RNG states) stays, so a re-run redoes this epoch and ends as an uninterrupted run would.
             if not history:
@@ -1009,7 +1019,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             plotted = time.perf_counter() if plot else plotted
         if stopped:
             break
-    if stopped in ("", "time budget"):  # not settled at the end of an epoch
+    if not finished(stopped):  # not settled at the end of an epoch
         state, swa_metric, swa_used = settle()
         state, finetune_metric, finetune_used = finetune(state)
     return TrainResult(state, best_epoch, best_metric, history, stopped, swa_metric, swa_used, finetune_metric,
