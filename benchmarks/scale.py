@@ -305,6 +305,10 @@ def main() -> None:
     ap.add_argument("--gnn-epochs", type=int, default=1, metavar="N",
                     help="GNN epochs actually run; the projection scales them to the default (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in the model parts (default: %(default)s)")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where the model parts run: cpu; cuda (the GNNs on the GPU only, the other models on the CPU; "
+                         "the table's figures are then the GPU's); auto: the CPU, and the GNNs again on the GPU in a "
+                         "column of their own when one is present (default: %(default)s)")
     ap.add_argument("--out", default="bench-out/scale.json", metavar="JSON",
                     help="where the measurements and the projection are saved (default: %(default)s)")
     args = ap.parse_args()
@@ -315,9 +319,13 @@ def main() -> None:
         print(json.dumps(fns[name](*rest)))
         return
 
+    import torch
+
     from competition.collections import Collection
     from competition.synthetic.world import generate_world
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device here (use --device cpu or auto)")
     collections = [Collection.parse(c) for c in args.collections] if args.collections else list(Collection)
     world = Path(args.world)
     if not (world / "world.json").exists():
@@ -328,9 +336,7 @@ def main() -> None:
     work = Path("bench-out") / "scale-work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    import torch
-
-    gpu = torch.cuda.is_available()
+    gpu = args.device == "auto" and torch.cuda.is_available()
     results: dict = {}
     for c in collections:
         cache = str(work / "cache")
@@ -341,8 +347,9 @@ def main() -> None:
         res["cache"] = run_part("benchmarks.scale", "cache", str(world), c.value, cache)
         for m in args.models:
             print(f"{c.value}: {m}", flush=True)
+            device = "cuda" if args.device == "cuda" and m.startswith("gnn") else "cpu"
             res["models"][m] = run_part("benchmarks.scale", "model", str(world), c.value, m, cache, str(work),
-                                        str(args.gnn_epochs), str(args.threads), "cpu")
+                                        str(args.gnn_epochs), str(args.threads), device)
             if gpu and m.startswith("gnn"):
                 print(f"{c.value}: {m} on the GPU", flush=True)
                 res.setdefault("gpu", {})[m] = run_part("benchmarks.scale", "model", str(world), c.value, m, cache,
@@ -353,8 +360,9 @@ def main() -> None:
         results[c.value] = res
         shutil.rmtree(cache, ignore_errors=True)
     rows = project(results)
-    print(f"\nmeasured on {world} ({os.cpu_count()} cores, torch threads {args.threads}); projected for the real "
-          "graph counts with the default settings")
+    where = "the GNNs on the GPU, " if args.device == "cuda" else ""
+    print(f"\nmeasured on {world} ({where}{os.cpu_count()} cores, torch threads {args.threads}); projected for the "
+          "real graph counts with the default settings")
     print(format_projection(rows))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"results": results, "projection": rows}, indent=1) + "\n")
