@@ -16,5 +16,9 @@ def peak_mib(who: int = resource.RUSAGE_SELF) -> float:
 def run_part(module: str, *args: str) -> dict:
     """Run ``python -m module --part ARGS`` in a fresh process, so its peak memory is its own; its last stdout line
     is the JSON result."""
-    res = subprocess.run([sys.executable, "-m", module, "--part", *args], check=True, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", module, "--part", *args], capture_output=True, text=True)
+    if res.returncode != 0:
+        tail = "\n".join(res.stderr.strip().splitlines()[-25:])
+        raise SystemExit(f"the benchmark part `{module} --part {' '.join(args)}` failed (exit {res.returncode}); "
+                         f"its error output ends:\n{tail}")
     return json.loads(res.stdout.strip().splitlines()[-1])
