@@ -133,6 +133,11 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"seeds": 3}),
     Variant("seeds-5", "a seed ensemble of 5 networks (seeds 0 to 4)", params={"seeds": 5}),
     Variant("seeds-1", "one network (no seed ensemble)", params={"seeds": 1}),
+    # screening at one network's cost (against seeds-1): what helps there is then measured as an ensemble
+    *(Variant(f"dropout-{p}-one-net", f"dropout {p} in every layer and the head (the default's 0.0), one network",
+              params={"dropout": p, "seeds": 1}) for p in (0.1, 0.2)),
+    Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within 0.1% of each other's runtime counted as ties "
+            "(label noise on default-search graphs), one network", params={"pair_tolerance": 1e-3, "seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise)",
             params={"seed": 1}),
     Variant("seed-2", "the default with training seed 2 (a control, as seed-1)", params={"seed": 2}),

@@ -150,6 +150,9 @@ class GNNModel(RankingModel):
             per own graph, the steps spread over the own and the sibling graphs.
         lr: AdamW peak learning rate (cosine schedule).
         weight_decay: AdamW weight decay.
+        pair_tolerance: the pairwise losses (``hinge``, ``margin``) count two configs whose runtimes differ by at
+            most this fraction (``1e-3``: 0.1%) as a tie, an order measurement noise may have made; 0: every strict
+            order counts.
         dropout: dropout probability.
         patience: epochs without valid gain before stopping.
         hops: layout pruning depth, 1 to 5, or ``"all"`` to keep whole graphs.
@@ -247,6 +250,7 @@ class GNNModel(RankingModel):
                  opcode_dim: int | None = None, bidirectional: bool | None = None, join: str | None = None,
                  loss: str | None = None, epochs: int | None = None, configs_per_graph: int | None = None,
                  steps_per_graph: int | None = None, lr: float | None = None, weight_decay: float | None = None,
+                 pair_tolerance: float | None = None,
                  dropout: float | None = None, patience: int | None = None,
                  hops: int | Literal["all"] | None = None, pad: bool | None = None, segment_size: int | None = None,
                  backprop_segments: int | None = None, keep_prob: float | None = None,
@@ -271,6 +275,7 @@ class GNNModel(RankingModel):
         self.steps_per_graph = steps_per_graph
         self.lr = lr
         self.weight_decay = weight_decay
+        self.pair_tolerance = pair_tolerance
         self.dropout = dropout
         self.patience = patience
         self.hops = hops

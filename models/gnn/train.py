@@ -72,7 +72,7 @@ from models.gnn.infer import (
     dedup_scores,
     reference_sets,
 )
-from models.gnn.losses import LOSSES, LossFn, get_loss
+from models.gnn.losses import LOSSES, LossFn, loss_function
 from models.gnn.net import RankNet, Segment
 
 CHECKPOINT = "checkpoint.pt"
@@ -130,6 +130,7 @@ class TrainConfig:
     join: str = "early"
     dropout: float = 0.0
     weight_decay: float = 1e-5
+    pair_tolerance: float = 0.0  # pairwise losses: pairs whose runtimes differ by at most this fraction count as ties
     pad: bool = True
     segment_size: int | None = None  # None: full-graph training (no Graph Segment Training)
     backprop_segments: int = 1
@@ -173,6 +174,7 @@ class TrainConfig:
         if not (isinstance(self.gst_finetune_epochs, int) and self.gst_finetune_epochs >= 0):
             raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
                              f"{self.gst_finetune_epochs!r}")
+        loss_function(self.loss, self.pair_tolerance)  # refuses a tolerance it cannot take
         if self.gst_finetune_epochs and self.segment_size is None:
             raise ValueError("gst_finetune_epochs fine-tunes the head after Graph Segment Training: set segment_size "
                              "too (full-graph training has no stale embeddings to make up for)")
@@ -915,7 +917,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         return {k: v.detach().cpu().clone() for k, v in probe.state_dict().items()}, metric, True
 
     net, opt, sched, gen, np_rng = fresh()
-    loss_fn = get_loss(cfg.loss)
+    loss_fn = loss_function(cfg.loss, cfg.pair_tolerance)
     table = HistoryTable()
     history: list[dict[str, float]] = []
     best_state = snapshot()

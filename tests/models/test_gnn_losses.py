@@ -120,3 +120,62 @@ def test_get_loss():
     assert set(LOSSES) == {"hinge", "listmle", "margin"}
     with pytest.raises(ValueError, match="unknown loss 'mse'.*hinge, listmle, margin"):
         get_loss("mse")
+
+
+def test_pair_tolerance_by_hand():
+    # runtimes [1000, 1000.5, 1003]: with tolerance 1e-3 the pair (0, 1) differs by 0.05% and is a tie; (0, 2) by
+    # 0.3% and (1, 2) by about 0.25% stay. Scores [0, 0.5, 2]: gaps 2 and 1.5 -> both met -> loss 0 (without the
+    # tolerance, the (0, 1) gap 0.5 gives 0.5 over 3 pairs: 1/6).
+    r = rt([1000.0, 1000.5, 1003.0])
+    assert float(pairwise_hinge(t([0.0, 0.5, 2.0]), r)) == pytest.approx(1 / 6)
+    assert float(pairwise_hinge(t([0.0, 0.5, 2.0]), r, tolerance=1e-3)) == 0.0
+    # scores [1, 0, 0]: the kept pairs' gaps -1 and 0 -> relu 2 and 1 -> mean 3/2.
+    assert float(pairwise_hinge(t([1.0, 0.0, 0.0]), r, tolerance=1e-3)) == pytest.approx(3 / 2)
+    # margin ranking keeps the same two pairs: margins log(1003/1000) and log(1003/1000.5), gaps 2 and 1.5 -> 0.
+    assert float(margin_ranking(t([0.0, 0.5, 2.0]), r, tolerance=1e-3)) == 0.0
+    # Every pair within the tolerance: a zero loss that still has a gradient graph.
+    s = t([0.0, 1.0, 2.0], grad=True)
+    loss = pairwise_hinge(s, rt([1000.0, 1000.2, 1000.4]), tolerance=1e-3)
+    loss.backward()
+    assert float(loss) == 0.0 and s.grad is not None
+
+
+def test_loss_function_tolerance():
+    from models.gnn.losses import loss_function
+
+    assert loss_function("hinge") is pairwise_hinge and loss_function("listmle", 0.0) is list_mle
+    fn = loss_function("hinge", 1e-3)
+    r = rt([1000.0, 1000.5, 1003.0])
+    assert float(fn(t([1.0, 0.0, 0.0]), r)) == pytest.approx(3 / 2)
+    with pytest.raises(ValueError, match="pairwise losses"):
+        loss_function("listmle", 1e-3)
+    for bad in (-1e-3, math.nan, math.inf):
+        with pytest.raises(ValueError, match="finite fraction"):
+            loss_function("hinge", bad)
+
+
+def test_pair_tolerance_setting():
+    from models.gnn.model import GNNModel
+    from models.gnn.train import TrainConfig, default_config
+
+    assert default_config("layout").pair_tolerance == 0.0
+    assert GNNModel(pair_tolerance=1e-3).train_config("layout").pair_tolerance == 1e-3
+    with pytest.raises(ValueError, match="pairwise losses"):
+        TrainConfig(**{**default_config("tile").__dict__, "pair_tolerance": 1e-3})  # tile's loss is ListMLE
+
+
+def test_pair_tolerance_reaches_training(tiny_world, tmp_path):
+    """A tolerance wider than any runtime gap of the tiny world (every pair a tie) leaves every training step a
+    zero loss; without it the same fit's losses are positive."""
+    from competition.collections import Collection
+    from competition.reader import find_data_root
+    from models.gnn.model import GNNModel
+
+    quick = dict(hidden=8, layers=1, device="cpu", epochs=1, steps_per_graph=1, configs_per_graph=8,
+                 runs_dir=None, cache_dir=str(tmp_path))
+    root = find_data_root(tiny_world)
+    ties = GNNModel(**quick, pair_tolerance=1e9).fit(root, Collection.LAYOUT_XLA_DEFAULT, progress=False)
+    plain = GNNModel(**quick).fit(root, Collection.LAYOUT_XLA_DEFAULT, progress=False)
+    assert ties.settings_["pair_tolerance"] == 1e9
+    assert [h["train_loss"] for h in ties.history_] == [0.0]
+    assert plain.history_[0]["train_loss"] > 0.0
