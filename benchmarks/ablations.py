@@ -136,6 +136,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     # screening at one network's cost (against seeds-1): what helps there is then measured as an ensemble
     *(Variant(f"dropout-{p}-one-net", f"dropout {p} in every layer and the head (the default's 0.0), one network",
               params={"dropout": p, "seeds": 1}) for p in (0.1, 0.2)),
+    Variant("kin-one-net", "layout: also train on the other family's collection of the same search (xla:default "
+            "with nlp:default's train graphs), an epoch as long as without them, one network",
+            params={"kin": True, "seeds": 1}),
+    Variant("kin-steps-32-one-net", "kin training with 32 steps per own graph and epoch (xla:default: the own graphs "
+            "keep their 8 visits of the default), one network", params={"kin": True, "seeds": 1,
+                                                                        "steps_per_graph": 32}),
     Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within 0.1% of each other's runtime counted as ties "
             "(label noise on default-search graphs), one network", params={"pair_tolerance": 1e-3, "seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise)",

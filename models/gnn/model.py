@@ -182,6 +182,10 @@ class GNNModel(RankingModel):
             ``layout:xla:random``'s configs of the same kind of programs, and back); early stopping and the valid
             scores stay on the collection's own valid split. An epoch keeps its length (``steps_per_graph`` steps
             per own graph, spread over both collections' graphs), so the training time does not grow.
+        kin: layout: train on the train graphs of the other family's collection searched the same way as well
+            (:attr:`competition.collections.Collection.kin`: ``layout:xla:default`` also learns from
+            ``layout:nlp:default``: other programs under the same cost of layouts), as ``sibling`` does: the own
+            valid split for early stopping, an epoch of the same length spread over every training graph.
         bridge: layout pruning (``hops`` a count) also links two kept nodes that a directed path through removed
             elementwise ops joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
             which layout decisions a chain of elementwise ops ties together.
@@ -257,7 +261,7 @@ class GNNModel(RankingModel):
                  graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
-                 sibling: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
+                 sibling: bool | None = None, kin: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
                  key_dims: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
                  swa_epochs: int | None = None,
                  refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
@@ -291,6 +295,7 @@ class GNNModel(RankingModel):
         self.reference_configs = reference_configs
         self.dim_tokens = dim_tokens
         self.sibling = sibling
+        self.kin = kin
         self.bridge = bridge
         self.flow = flow
         self.key_dims = key_dims
@@ -368,23 +373,25 @@ class GNNModel(RankingModel):
         if not len(train_set):
             raise ValueError(f"no {collection.value} graphs in the {split.value} split of {root.root}")
         datas = _built(train_set)
-        sibling = collection.sibling if settings.sibling else None
-        sibling_datas = [] if sibling is None or not list_graphs(root, sibling, split) else _built(
-            training_set(split, sibling))
+        # Graphs of other collections that join the training set (sibling, kin): (their collection, graph).
+        extra = [(source, d) for source, on in ((collection.sibling, settings.sibling), (collection.kin, settings.kin))
+                 if on and source is not None and list_graphs(root, source, split)
+                 for d in _built(training_set(split, source))]
+        extra_datas = [d for _, d in extra]
         valid_datas: list[Data] = []
         if eval_split is not None and eval_split != split and list_graphs(root, collection, eval_split):
             valid_set = ProcessedGraphs(root, collection, eval_split, pre_transform=pipeline,
                                         cache_dir=self.cache_dir, protocol=valid, progress=progress)
             valid_datas = _built(valid_set)
-        columns = DropConstantColumns().fit(datas + sibling_datas)
-        normalize = Normalize().fit(columns(d.clone()) for d in datas + sibling_datas)
+        columns = DropConstantColumns().fit(datas + extra_datas)
+        normalize = Normalize().fit(columns(d.clone()) for d in datas + extra_datas)
 
         def item(data: Data, source: Collection = collection) -> Item:
             data = normalize(columns(data.clone()))
             key = data.stem if source == collection else f"{source.value}/{data.stem}"  # the same stems recur there
             return Item(key, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
 
-        train_items = [item(d) for d in datas] + [item(d, sibling) for d in sibling_datas]  # none without sibling
+        train_items = [item(d) for d in datas] + [item(d, source) for source, d in extra]  # none without them
         # Valid configs are only ever scored: packed into one int64 code per configurable node, 8 bytes instead of
         # 18 (int8) or 72 (float32); memory then grows little with the number of valid graphs.
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
@@ -402,8 +409,9 @@ class GNNModel(RankingModel):
         end = None if max_seconds is None else time.monotonic() + max_seconds  # the rest get what is left
 
         def share(own: int) -> float:
-            """Sibling graphs join an epoch's visits without lengthening it: its steps are counted for ``own``."""
-            return own / (own + len(sibling_datas))
+            """Sibling and kin graphs join an epoch's visits without lengthening it: its steps are counted for
+            ``own``."""
+            return own / (own + len(extra_datas))
 
         def left() -> float | None:
             return None if end is None else max(0.0, end - time.monotonic())

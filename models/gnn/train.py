@@ -141,6 +141,7 @@ class TrainConfig:
     reference_configs: int = DEFAULT_REFERENCE_CONFIGS
     dim_tokens: bool = False  # layout: each config slot also carries the size features of the dimension it names
     sibling: bool = False  # layout: also train on the train graphs of the same source's other search
+    kin: bool = False  # layout: also train on the train graphs of the other source's collection of the same search
     bridge: bool = False  # layout pruning: kept nodes linked through removed elementwise ops get an edge
     flow: bool = False  # layout: configurable nodes carry a summary of the elementwise chains their layouts flow along
     key_dims: bool = False  # layout: each config slot also says whether the dimension it names is its tensor's key dim

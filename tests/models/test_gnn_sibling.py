@@ -1,5 +1,6 @@
 """Sibling training (``sibling=True``): a layout collection also trains on the train graphs of the same source searched
-the other way; early stopping stays on its own valid split."""
+the other way; kin training (``kin=True``) on those of the other source searched the same way; early stopping stays on
+its own valid split."""
 
 from __future__ import annotations
 
@@ -26,8 +27,16 @@ def test_collection_sibling():
     assert Collection.TILE_XLA.sibling is None
 
 
-@pytest.mark.parametrize("sibling", [False, True])
-def test_sibling_graphs_join_the_training_set_only(tiny_world: Path, tmp_path: Path, sibling: bool,
+def test_collection_kin():
+    assert Collection.LAYOUT_XLA_DEFAULT.kin is Collection.LAYOUT_NLP_DEFAULT
+    assert Collection.LAYOUT_NLP_DEFAULT.kin is Collection.LAYOUT_XLA_DEFAULT
+    assert Collection.LAYOUT_XLA_RANDOM.kin is Collection.LAYOUT_NLP_RANDOM
+    assert Collection.LAYOUT_NLP_RANDOM.kin is Collection.LAYOUT_XLA_RANDOM
+    assert Collection.TILE_XLA.kin is None
+
+
+@pytest.mark.parametrize(("sibling", "kin"), [(False, False), (True, False), (False, True), (True, True)])
+def test_sibling_graphs_join_the_training_set_only(tiny_world: Path, tmp_path: Path, sibling: bool, kin: bool,
                                                     monkeypatch: pytest.MonkeyPatch):
     root = find_data_root(tiny_world)
     collection = Collection.LAYOUT_XLA_DEFAULT
@@ -39,17 +48,20 @@ def test_sibling_graphs_join_the_training_set_only(tiny_world: Path, tmp_path: P
         return real_train(cfg, train_items, valid_items, **kw)
 
     monkeypatch.setattr(gnn_model, "train", spy)
-    model = GNNAttentionModel(**QUICK, sibling=sibling, cache_dir=str(tmp_path / "cache")).fit(root, collection,
+    model = GNNAttentionModel(**QUICK, sibling=sibling, kin=kin, cache_dir=str(tmp_path / "cache")).fit(root, collection,
                                                                                               progress=False)
     own = sorted(p.stem for p in list_graphs(root, collection, Split.TRAIN))
     other = sorted(f"{Collection.LAYOUT_XLA_RANDOM.value}/{p.stem}"
                    for p in list_graphs(root, Collection.LAYOUT_XLA_RANDOM, Split.TRAIN))
-    assert own and other
-    assert sorted(seen["train"]) == sorted(own + (other if sibling else []))
+    kin_graphs = sorted(f"{Collection.LAYOUT_NLP_DEFAULT.value}/{p.stem}"
+                        for p in list_graphs(root, Collection.LAYOUT_NLP_DEFAULT, Split.TRAIN))
+    assert own and other and kin_graphs
+    extra = (other if sibling else []) + (kin_graphs if kin else [])
+    assert sorted(seen["train"]) == sorted(own + extra)
     assert seen["valid"] == len(list_graphs(root, collection, Split.VALID))  # early stopping on its own valid split
-    assert model.settings_["sibling"] is sibling
-    # An epoch stays as long as without the sibling graphs: its steps are counted for the own graphs.
-    assert seen["share"] == pytest.approx(len(own) / (len(own) + (len(other) if sibling else 0)))
+    assert model.settings_["sibling"] is sibling and model.settings_["kin"] is kin
+    # An epoch stays as long as without the added graphs: its steps are counted for the own graphs.
+    assert seen["share"] == pytest.approx(len(own) / (len(own) + len(extra)))
 
 
 def test_visit_order_spreads_an_epoch_over_every_graph():
