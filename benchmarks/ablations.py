@@ -136,6 +136,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     # screening at one network's cost (against seeds-1): what helps there is then measured as an ensemble
     *(Variant(f"dropout-{p}-one-net", f"dropout {p} in every layer and the head (the default's 0.0), one network",
               params={"dropout": p, "seeds": 1}) for p in (0.1, 0.2)),
+    Variant("node-head-one-net", "the score is the sum of a scalar per node (an MLP of its final state) instead of an "
+            "MLP of the pooled states, one network", params={"node_head": True, "seeds": 1}),
     Variant("kin-one-net", "layout: also train on the other family's collection of the same search (xla:default "
             "with nlp:default's train graphs), an epoch as long as without them, one network",
             params={"kin": True, "seeds": 1}),

@@ -199,6 +199,9 @@ class GNNModel(RankingModel):
         runtime_head: every node also predicts its log-time from its final state; the score adds a learned
             positive multiple of the log of their exponentials' sum, the graph's predicted runtime
             (:class:`models.gnn.net.RankNet`, ``runtime_head``).
+        node_head: the score is the sum over the nodes of a scalar each computes from its final state (a 2-layer
+            MLP), instead of an MLP of the pooled states: a config's runtime is a sum of per-op and per-copy terms
+            (:class:`models.gnn.net.RankNet`, ``node_head``); not with ``runtime_head``.
         links: layout: the score adds a learned term per pair of layout decisions that a copy may join (a
             decision's output and another's operand, or two tensors meeting in a cluster of elementwise ops, found on
             the whole graph: :class:`features.transforms.DecisionLinks`), from the pair's size and kinds and which of
@@ -263,6 +266,7 @@ class GNNModel(RankingModel):
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
                  sibling: bool | None = None, kin: bool | None = None, bridge: bool | None = None, flow: bool | None = None,
                  key_dims: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
+                 node_head: bool | None = None,
                  swa_epochs: int | None = None,
                  refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
@@ -300,6 +304,7 @@ class GNNModel(RankingModel):
         self.flow = flow
         self.key_dims = key_dims
         self.runtime_head = runtime_head
+        self.node_head = node_head
         self.links = links
         self.swa_epochs = swa_epochs
         self.refit = refit

@@ -247,14 +247,19 @@ class RankNet(nn.Module):
             span orders of magnitude, while the node features are logs of sizes: a linear map of them is a log-time,
             and summing in linear space weighs a layout change at a large op by what it costs there, which the
             states' plain sum cannot.
+        node_head: the score is the sum over the nodes of a scalar each computes from its final state (a 2-layer
+            MLP), instead of an MLP of the pooled states: a config's runtime is a sum of per-op and per-copy terms,
+            so the score is one too, and a change at a few nodes moves it by those nodes' terms alone.
         links: layout only: the score adds one term per decision link (:meth:`link_term`; the segments must then
             hold ``link_index`` and ``link_feat``).
     """
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
                  bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
-                 key_dims: bool, runtime_head: bool, links: bool) -> None:
+                 key_dims: bool, runtime_head: bool, links: bool, node_head: bool) -> None:
         super().__init__()
+        if runtime_head and node_head:
+            raise ValueError("runtime_head and node_head are two heads: choose one")
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
         if join not in ("early", "late"):
@@ -282,23 +287,27 @@ class RankNet(nn.Module):
         self.hidden = hidden
         self.node_time = nn.Linear(hidden, 1) if runtime_head else None
         self.time_scale = nn.Parameter(torch.tensor(math.log(TIME_SCALE_INIT))) if runtime_head else None
+        self.node_score = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)) if node_head \
+            else None
         self.link_mlp = nn.Sequential(nn.Linear(LINK_FEATURE_COUNT + LINK_PATTERN_BITS, hidden), nn.GELU(),
                                       nn.Linear(hidden, 1)) if links and kind == "layout" else None
 
     @property
     def pooled_width(self) -> int:
         """Channels of the per-config sum the layers' states are pooled into (:meth:`readout`)."""
-        return self.hidden + (1 if self.node_time is not None else 0)
+        return self.hidden + (1 if self.node_time is not None or self.node_score is not None else 0)
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
         """What each node contributes to its config's pooled sum: ``[..., H]`` final states -> ``[..., P]``
         (:attr:`pooled_width`): the states, and with ``runtime_head`` the node's predicted time
         ``exp(clip(t_n))`` as a last channel (float32 at least: the sums it makes differ between configs by a
-        fraction of a percent)."""
-        if self.node_time is None:
+        fraction of a percent); with ``node_head`` the node's score ``s_n`` as a last channel (float32 likewise)."""
+        if self.node_time is None and self.node_score is None:
             return h
         h = h if h.dtype == torch.float64 else h.float()
         with torch.autocast(h.device.type, enabled=False):  # not in bfloat16 under the prediction's autocast
+            if self.node_score is not None:
+                return torch.cat([h, self.node_score(h)], dim=-1)
             t = self.node_time(h).clamp(-NODE_TIME_CLIP, NODE_TIME_CLIP).exp()
         return torch.cat([h, t], dim=-1)
 
@@ -447,7 +456,10 @@ class RankNet(nn.Module):
 
     def score(self, total: torch.Tensor, num_nodes: int, config_feat: torch.Tensor) -> torch.Tensor:
         """Scores ``[B]`` from the sum over the graph of the nodes' :meth:`readout` ``total [B, P]`` and its node
-        count; with ``runtime_head``, the head's score plus ``exp(time_scale) * log(predicted runtime)``."""
+        count; with ``runtime_head``, the head's score plus ``exp(time_scale) * log(predicted runtime)``; with
+        ``node_head``, the sum of the nodes' scores alone."""
+        if self.node_score is not None:
+            return total[:, -1]
         if self.node_time is None:
             return self.head(self.head_input(total, num_nodes, config_feat)).squeeze(1)
         assert self.time_scale is not None

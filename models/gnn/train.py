@@ -147,6 +147,7 @@ class TrainConfig:
     key_dims: bool = False  # layout: each config slot also says whether the dimension it names is its tensor's key dim
     runtime_head: bool = False  # nodes predict log-times; the score adds a learned multiple of log(sum of their exp)
     links: bool = False  # layout: the score adds a learned term per pair of decisions a copy may join
+    node_head: bool = False  # the score is the sum of a scalar per node (an MLP of its final state)
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
     seeds: int = 1  # a seed ensemble: this many networks (seeds seed, seed+1, ...), their rank-normalised scores averaged
@@ -176,6 +177,8 @@ class TrainConfig:
             raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
                              f"{self.gst_finetune_epochs!r}")
         loss_function(self.loss, self.pair_tolerance)  # refuses a tolerance it cannot take
+        if self.runtime_head and self.node_head:
+            raise ValueError("runtime_head and node_head are two heads: choose one")
         if self.gst_finetune_epochs and self.segment_size is None:
             raise ValueError("gst_finetune_epochs fine-tunes the head after Graph Segment Training: set segment_size "
                              "too (full-graph training has no stale embeddings to make up for)")
@@ -184,7 +187,8 @@ class TrainConfig:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
                        join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens,
-                       key_dims=self.key_dims, runtime_head=self.runtime_head, links=self.links)
+                       key_dims=self.key_dims, runtime_head=self.runtime_head, links=self.links,
+                       node_head=self.node_head)
 
     @property
     def uses_gst(self) -> bool:

@@ -27,10 +27,12 @@ def _graph(seed: int = 0) -> tuple[Data, torch.Tensor, torch.Tensor]:
     return data, x, config_feat
 
 
-def _net(seed: int = 0, attention: bool = False, runtime_head: bool = False, links: bool = False) -> RankNet:
+def _net(seed: int = 0, attention: bool = False, runtime_head: bool = False, links: bool = False,
+         node_head: bool = False) -> RankNet:
     torch.manual_seed(seed)
     return RankNet("layout", F, hidden=H, layers=2, opcode_dim=16, bidirectional=True, attention=attention,
-                   join="early", dropout=0.0, dim_tokens=False, key_dims=False, runtime_head=runtime_head, links=links)
+                   join="early", dropout=0.0, dim_tokens=False, key_dims=False, runtime_head=runtime_head, links=links,
+                   node_head=node_head)
 
 
 POSITIONS = torch.arange(B)

@@ -44,25 +44,25 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
 
 
 def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False,
-         key_dims: bool = False, runtime_head: bool = False, links: bool = False) -> RankNet:
+         key_dims: bool = False, runtime_head: bool = False, links: bool = False, node_head: bool = False) -> RankNet:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
                   join="early", dropout=0.0, dim_tokens=dim_tokens, key_dims=key_dims,
-                  runtime_head=runtime_head, links=links).eval()
+                  runtime_head=runtime_head, links=links, node_head=node_head).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
     return net
 
 
-@pytest.mark.parametrize("runtime_head", [False, True])
+@pytest.mark.parametrize("head", ["pooled", "runtime", "node"])
 @pytest.mark.parametrize("segment_size", [None, 13])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("attention", [False, True])
 def test_plan_scores_equal_the_forward_pass(attention: bool, bidirectional: bool, segment_size: int | None,
-                                            runtime_head: bool):
+                                            head: str):
     data, cf = _graph()
-    net = _net(attention, bidirectional, runtime_head=runtime_head)
+    net = _net(attention, bidirectional, runtime_head=head == "runtime", node_head=head == "node")
     segments = make_segments(data, segment_size)
     plan = LayoutPlan(net, segments)
     with torch.no_grad():

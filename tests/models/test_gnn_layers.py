@@ -16,7 +16,7 @@ from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, RankNet, ma
 EDGES = torch.tensor([[0, 1, 2], [2, 2, 3]])
 # RankNet takes every setting explicitly (its defaults live in models.gnn.train): these, unless a test says otherwise.
 NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
-           dim_tokens=False, key_dims=False, runtime_head=False, links=False)
+           dim_tokens=False, key_dims=False, runtime_head=False, links=False, node_head=False)
 
 
 
@@ -308,3 +308,24 @@ def test_make_segments_tile_graph_has_no_slots():
     segs = make_segments(g, 2)
     assert [(s.start, s.stop) for s in segs] == [(0, 2), (2, 4), (4, 5)]
     assert all(s.slots.numel() == 0 and s.slot_nodes.numel() == 0 for s in segs)
+
+
+@pytest.mark.parametrize("kind", ["layout", "tile"])
+def test_node_head_scores_the_sum_of_the_nodes_scalars(kind: str):
+    """With node_head the score is the sum over the nodes of node_score(final state): a node scalar of zero weights
+    and bias b makes every config's score N * b; in general it equals the per-node MLP summed by hand."""
+    data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=4)
+    torch.manual_seed(0)
+    net = RankNet(kind, F, **{**NET, "node_head": True}).eval()
+    segs = make_segments(data)
+    assert net.pooled_width == NET["hidden"] + 1
+    with torch.no_grad():
+        states = net.readout(torch.randn(4, N, NET["hidden"]))
+        by_hand = net.node_score(states[..., :-1]).squeeze(-1)
+        torch.testing.assert_close(states[..., -1], by_hand)
+        last = net.node_score[-1]
+        last.weight.zero_()
+        last.bias.fill_(0.25)
+        torch.testing.assert_close(net(segs, cf), torch.full((4,), 0.25 * N))
+    with pytest.raises(ValueError, match="choose one"):
+        RankNet(kind, F, **{**NET, "node_head": True, "runtime_head": True})
