@@ -136,6 +136,11 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     # screening at one network's cost (against seeds-1): what helps there is then measured as an ensemble
     *(Variant(f"dropout-{p}-one-net", f"dropout {p} in every layer and the head (the default's 0.0), one network",
               params={"dropout": p, "seeds": 1}) for p in (0.1, 0.2)),
+    Variant("hidden-16-one-net", "16 channels (layout's default 32), one network", params={"hidden": 16, "seeds": 1}),
+    Variant("configs-128-one-net", "128 configs per graph and step, one network",
+            params={"configs_per_graph": 128, "seeds": 1}),
+    Variant("hops2-layers4-one-net", "deeper pruning (2 hops) with 4 layers, one network",
+            params={"hops": 2, "layers": 4, "seeds": 1}),
     Variant("node-head-one-net", "the score is the sum of a scalar per node (an MLP of its final state) instead of an "
             "MLP of the pooled states, one network", params={"node_head": True, "seeds": 1}),
     Variant("kin-one-net", "layout: also train on the other family's collection of the same search (xla:default "
