@@ -137,8 +137,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     *(Variant(f"dropout-{p}-one-net", f"dropout {p} in every layer and the head (the default's 0.0), one network",
               params={"dropout": p, "seeds": 1}) for p in (0.1, 0.2)),
     Variant("hidden-16-one-net", "16 channels (layout's default 32), one network", params={"hidden": 16, "seeds": 1}),
-    Variant("configs-128-one-net", "128 configs per graph and step, one network",
-            params={"configs_per_graph": 128, "seeds": 1}),
+    *(Variant(f"configs-{n}-one-net", f"{n} configs per graph and step (layout's default 64), one network",
+              params={"configs_per_graph": n, "seeds": 1}) for n in (16, 32, 128)),
     Variant("hops2-layers4-one-net", "deeper pruning (2 hops) with 4 layers, one network",
             params={"hops": 2, "layers": 4, "seeds": 1}),
     Variant("node-head-one-net", "the score is the sum of a scalar per node (an MLP of its final state) instead of an "
@@ -149,7 +149,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("kin-steps-32-one-net", "kin training with 32 steps per own graph and epoch (xla:default: the own graphs "
             "keep their 8 visits of the default), one network", params={"kin": True, "seeds": 1,
                                                                         "steps_per_graph": 32}),
-    Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within 0.1% of each other's runtime counted as ties "
+    Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within a fraction 1e-3 of each other's runtime counted as ties "
             "(label noise on default-search graphs), one network", params={"pair_tolerance": 1e-3, "seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise)",
             params={"seed": 1}),

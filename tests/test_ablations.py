@@ -102,3 +102,14 @@ def test_tables_from_logs_merge_runs_split_by_collection(monkeypatch: pytest.Mon
     one = tables[1].splitlines()
     assert NR.value not in one[1]
     assert next(line for line in one if line.startswith("x ")).split()[-1] == "+0.1000±nan"
+
+
+def test_help_lists_every_variant(capsys):
+    """--help prints every variant's name (a variant's help is formatted by argparse: a bare '%' would break it)."""
+    import benchmarks.ablations as ab
+
+    with pytest.raises(SystemExit) as exit_:
+        ab.main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in VARIANTS)
