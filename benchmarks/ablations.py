@@ -139,6 +139,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hidden-16-one-net", "16 channels (layout's default 32), one network", params={"hidden": 16, "seeds": 1}),
     *(Variant(f"configs-{n}-one-net", f"{n} configs per graph and step (layout's default 64), one network",
               params={"configs_per_graph": n, "seeds": 1}) for n in (16, 32, 128)),
+    Variant("layers-4-one-net", "4 message-passing layers (the default's 3), one network",
+            params={"layers": 4, "seeds": 1}),
     Variant("hops2-layers4-one-net", "deeper pruning (2 hops) with 4 layers, one network",
             params={"hops": 2, "layers": 4, "seeds": 1}),
     Variant("node-head-one-net", "the score is the sum of a scalar per node (an MLP of its final state) instead of an "
