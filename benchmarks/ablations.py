@@ -151,8 +151,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("kin-steps-32-one-net", "kin training with 32 steps per own graph and epoch (xla:default: the own graphs "
             "keep their 8 visits of the default), one network", params={"kin": True, "seeds": 1,
                                                                         "steps_per_graph": 32}),
-    Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within a fraction 1e-3 of each other's runtime counted as ties "
-            "(label noise on default-search graphs), one network", params={"pair_tolerance": 1e-3, "seeds": 1}),
+    Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within a fraction 1e-3 of each other's runtime "
+            "counted as ties (label noise on default-search graphs), one network",
+            params={"pair_tolerance": 1e-3, "seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise)",
             params={"seed": 1}),
     Variant("seed-2", "the default with training seed 2 (a control, as seed-1)", params={"seed": 2}),

@@ -45,8 +45,8 @@ def margin_ranking(scores: torch.Tensor, runtimes: torch.Tensor, scale: float = 
                    tolerance: float = 0.0) -> torch.Tensor:
     """Margin ranking with a margin that grows with the runtime gap.
 
-    Mean over ordered pairs (beyond ``tolerance``) of ``max(0, m_ij - (s_j - s_i))`` with ``m_ij = scale * (log r_j - log r_i)``: a pair of
-    nearly equal runtimes asks for a nearly equal score, a pair far apart for a wide gap (unlike
+    Mean over ordered pairs (beyond ``tolerance``) of ``max(0, m_ij - (s_j - s_i))`` with
+    ``m_ij = scale * (log r_j - log r_i)``: a pair of nearly equal runtimes asks for a nearly equal score, a pair far apart for a wide gap (unlike
     :func:`pairwise_hinge`, whose margin is the same for every pair).
     """
     pairs = _ordered_pairs(runtimes, tolerance)

@@ -134,6 +134,12 @@ def dimension_features(sizes: torch.Tensor) -> torch.Tensor:
     return feats * present.unsqueeze(-1)
 
 
+def check_heads(*, runtime_head: bool, node_head: bool) -> None:
+    """Refuse settings that ask :class:`RankNet` for two heads at once (``runtime_head`` and ``node_head``)."""
+    if runtime_head and node_head:
+        raise ValueError("runtime_head and node_head are two heads: choose one")
+
+
 def signed_log(x: torch.Tensor) -> torch.Tensor:
     return torch.sign(x) * torch.log1p(x.abs())
 
@@ -258,8 +264,7 @@ class RankNet(nn.Module):
                  bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
                  key_dims: bool, runtime_head: bool, links: bool, node_head: bool) -> None:
         super().__init__()
-        if runtime_head and node_head:
-            raise ValueError("runtime_head and node_head are two heads: choose one")
+        check_heads(runtime_head=runtime_head, node_head=node_head)
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
         if join not in ("early", "late"):

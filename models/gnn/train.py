@@ -73,7 +73,7 @@ from models.gnn.infer import (
     reference_sets,
 )
 from models.gnn.losses import LOSSES, LossFn, loss_function
-from models.gnn.net import RankNet, Segment
+from models.gnn.net import RankNet, Segment, check_heads
 
 CHECKPOINT = "checkpoint.pt"
 CURVES_CSV = "curves.csv"
@@ -177,8 +177,7 @@ class TrainConfig:
             raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
                              f"{self.gst_finetune_epochs!r}")
         loss_function(self.loss, self.pair_tolerance)  # refuses a tolerance it cannot take
-        if self.runtime_head and self.node_head:
-            raise ValueError("runtime_head and node_head are two heads: choose one")
+        check_heads(runtime_head=self.runtime_head, node_head=self.node_head)
         if self.gst_finetune_epochs and self.segment_size is None:
             raise ValueError("gst_finetune_epochs fine-tunes the head after Graph Segment Training: set segment_size "
                              "too (full-graph training has no stale embeddings to make up for)")

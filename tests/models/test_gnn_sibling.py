@@ -19,20 +19,19 @@ QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=1, steps_per_grap
              runs_dir=None)
 
 
-def test_collection_sibling():
-    assert Collection.LAYOUT_XLA_DEFAULT.sibling is Collection.LAYOUT_XLA_RANDOM
-    assert Collection.LAYOUT_XLA_RANDOM.sibling is Collection.LAYOUT_XLA_DEFAULT
-    assert Collection.LAYOUT_NLP_DEFAULT.sibling is Collection.LAYOUT_NLP_RANDOM
-    assert Collection.LAYOUT_NLP_RANDOM.sibling is Collection.LAYOUT_NLP_DEFAULT
-    assert Collection.TILE_XLA.sibling is None
+C = Collection
 
 
-def test_collection_kin():
-    assert Collection.LAYOUT_XLA_DEFAULT.kin is Collection.LAYOUT_NLP_DEFAULT
-    assert Collection.LAYOUT_NLP_DEFAULT.kin is Collection.LAYOUT_XLA_DEFAULT
-    assert Collection.LAYOUT_XLA_RANDOM.kin is Collection.LAYOUT_NLP_RANDOM
-    assert Collection.LAYOUT_NLP_RANDOM.kin is Collection.LAYOUT_XLA_RANDOM
-    assert Collection.TILE_XLA.kin is None
+@pytest.mark.parametrize(("relation", "expected"), [
+    ("sibling", {C.LAYOUT_XLA_DEFAULT: C.LAYOUT_XLA_RANDOM, C.LAYOUT_XLA_RANDOM: C.LAYOUT_XLA_DEFAULT,
+                 C.LAYOUT_NLP_DEFAULT: C.LAYOUT_NLP_RANDOM, C.LAYOUT_NLP_RANDOM: C.LAYOUT_NLP_DEFAULT,
+                 C.TILE_XLA: None}),
+    ("kin", {C.LAYOUT_XLA_DEFAULT: C.LAYOUT_NLP_DEFAULT, C.LAYOUT_NLP_DEFAULT: C.LAYOUT_XLA_DEFAULT,
+             C.LAYOUT_XLA_RANDOM: C.LAYOUT_NLP_RANDOM, C.LAYOUT_NLP_RANDOM: C.LAYOUT_XLA_RANDOM, C.TILE_XLA: None}),
+])
+def test_collection_relations(relation: str, expected: dict):
+    for collection, other in expected.items():
+        assert getattr(collection, relation) is other, (collection, relation)
 
 
 @pytest.mark.parametrize(("sibling", "kin"), [(False, False), (True, False), (False, True), (True, True)])
@@ -48,8 +47,8 @@ def test_sibling_graphs_join_the_training_set_only(tiny_world: Path, tmp_path: P
         return real_train(cfg, train_items, valid_items, **kw)
 
     monkeypatch.setattr(gnn_model, "train", spy)
-    model = GNNAttentionModel(**QUICK, sibling=sibling, kin=kin, cache_dir=str(tmp_path / "cache")).fit(root, collection,
-                                                                                              progress=False)
+    model = GNNAttentionModel(**QUICK, sibling=sibling, kin=kin, cache_dir=str(tmp_path / "cache")).fit(
+        root, collection, progress=False)
     own = sorted(p.stem for p in list_graphs(root, collection, Split.TRAIN))
     other = sorted(f"{Collection.LAYOUT_XLA_RANDOM.value}/{p.stem}"
                    for p in list_graphs(root, Collection.LAYOUT_XLA_RANDOM, Split.TRAIN))
