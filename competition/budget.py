@@ -13,7 +13,11 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 RESERVE_FRACTION = 0.05
 """Share of the budget kept for the ensemble, the submission and the offline score."""
@@ -98,3 +102,17 @@ class TimeBudget:
         if self.seconds is None:
             return "no time budget"
         return f"{format_seconds(self.remaining())} of {format_seconds(self.seconds)} left"
+
+
+def concurrent_slots(seconds: float, weights: Mapping[K, float], jobs: int) -> dict[K, float]:
+    """Each part's slot of ``seconds`` when ``jobs`` parts run at once: ``jobs`` workers hold ``jobs * seconds`` in
+    all, shared in proportion to ``weights``, and no part may run past the end: ``seconds * min(1, jobs * weight /
+    total weight)`` (``inf`` without a limit; equal parts where every weight is 0)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    total = sum(weights.values())
+    if math.isinf(seconds):
+        return {k: math.inf for k in weights}
+    if total <= 0:
+        return {k: seconds * min(1.0, jobs / len(weights)) for k in weights}
+    return {k: seconds * min(1.0, jobs * w / total) for k, w in weights.items()}

@@ -279,6 +279,7 @@ def _evaluate_parser(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--out-dir", default="submissions", metavar="DIR",
                           help="where the per-model prediction files go (default: %(default)s)")
     _add_param_args(evaluate)
+    _add_jobs_arg(evaluate)
     evaluate.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(evaluate)
     evaluate.set_defaults(func=_cmd_evaluate, outputs={"out_dir": "folder"})
@@ -344,6 +345,7 @@ def _submit_parser(sub: argparse._SubParsersAction) -> None:
                              "and submission.csv is rewritten after every model with the best so far "
                              "(default: no limit)")
     _add_param_args(submit)
+    _add_jobs_arg(submit)
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(submit)
     submit.set_defaults(func=_cmd_submit, outputs={"out_dir": "folder"})
@@ -477,10 +479,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         evaluate_worlds(args.world_seeds, scale=args.scale, models=args.models, out_dir=args.out_dir,
-                        progress=not args.no_progress, protocol=_protocol(args), params=params)
+                        progress=not args.no_progress, protocol=_protocol(args), params=params, jobs=args.jobs)
         return 0
     evaluate_models(args.data, models=args.models, out_dir=args.out_dir, progress=not args.no_progress,
-                    protocol=_protocol(args), params=params)
+                    protocol=_protocol(args), params=params, jobs=args.jobs)
     return 0
 
 
@@ -525,6 +527,27 @@ CONFIG_HELP = (
 
 def _refused(args: argparse.Namespace, message: str) -> UsageError:
     return UsageError(f"fastslow {args.command}: {message}")
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, found {text!r}")
+    return jobs
+
+
+def _add_jobs_arg(p: argparse.ArgumentParser) -> None:
+    from competition.pipeline import MAX_AUTO_JOBS
+
+    p.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+                   help="fit up to N collections at once, each in a process of its own with cores/N torch threads "
+                        "(the GNN models on the CPU; gbdt uses every core itself). One fit per core beats one fit "
+                        "on every core; each concurrent fit holds its own train graphs in memory (a real layout "
+                        f"fit up to about 5 GiB). Default: the usable cores, at most {MAX_AUTO_JOBS}; 1 fits one "
+                        "collection at a time")
 
 
 def _add_param_args(p: argparse.ArgumentParser) -> None:
@@ -759,7 +782,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     ensemble_params = dict(params.pop(ENSEMBLE).common)
     run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
                  synth_scale=args.synth_scale, progress=not args.no_progress, protocol=_protocol(args),
-                 time_budget=budget, params=params, ensemble_params=ensemble_params or None)
+                 time_budget=budget, params=params, ensemble_params=ensemble_params or None, jobs=args.jobs)
     return 0
 
 

@@ -17,11 +17,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,12 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from competition.budget import FIT_FRACTION, TimeBudget, format_seconds
+from competition.budget import FIT_FRACTION, TimeBudget, concurrent_slots, format_seconds
 from competition.collections import Collection, Split
 from competition.errors import DataRootNotFound
 from competition.labels import SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, append_row
 from competition.npzio import NpzReader, atomic_write_text
+from competition.progress import LOG_INTERVAL_SECONDS, line_progress
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
 from competition.stats import oracle_scores
@@ -53,6 +56,7 @@ from competition.submission import (
 )
 
 if TYPE_CHECKING:
+    from models.base import RankingModel
     from models.ensemble import Ensemble
     from models.registry import ModelParams
 
@@ -127,11 +131,31 @@ def collection_weights(root: DataRoot, collections: Sequence[Collection]) -> dic
     return out
 
 
+MAX_AUTO_JOBS = 4
+"""The most collections :func:`default_jobs` fits at once: each concurrent fit holds its own train graphs (up to about
+5 GiB for a real xla:random seed ensemble, docs/scale.md), so four fit a 30 GiB Kaggle notebook."""
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs() -> int:
+    """How many collections the pipeline fits at once by default: one per usable core, at most
+    :data:`MAX_AUTO_JOBS` (one fit per core with a thread each beats one fit on all cores: a demo nlp fit runs 1.3
+    times faster on 2 threads than on 1, two fits on one thread each 2 times)."""
+    return min(usable_cores(), MAX_AUTO_JOBS)
+
+
 def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collection], *,
                   params: ModelParams | None = None, eval_split: Split | None = Split.VALID,
                   settings_file: Path | None = None, progress: bool = True,
                   protocol: ValidProtocol = DEFAULT_PROTOCOL, seconds: float = math.inf,
-                  weights: dict[Collection, float] | None = None) -> dict[str, dict[str, np.ndarray]]:
+                  weights: dict[Collection, float] | None = None, jobs: int = 1) -> dict[str, dict[str, np.ndarray]]:
     """Fit ``model_name`` per collection on train; predict valid (the protocol's configs) and test.
 
     Args:
@@ -150,19 +174,28 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
             goes to fitting.
         weights: relative size of each collection (see :func:`collection_weights`); each is multiplied by the
             model's :meth:`~models.base.RankingModel.work_factor` for the collection's settings.
+        jobs: fit up to this many collections at once, each in a process of its own with ``cores // jobs`` torch
+            threads, where the model allows it (:meth:`~models.base.RankingModel.fits_concurrently`: the GNNs on
+            the CPU); largest collection first, each with the slot :func:`~competition.budget.concurrent_slots`
+            gives it. The same fits as one at a time on as many threads.
 
     Returns:
         ``{split: {submission ID: scores}}`` for ``valid`` and ``test``; a valid layout graph's scores follow
         the protocol's configs (:meth:`~competition.labels.SplitLabels.rows`).
     """
-    from models.registry import ModelParams, format_params, make_model
+    from models.registry import ModelParams, make_model
 
     params = params or ModelParams()
-    used: dict[str, dict[str, object]] = {}
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     end = time.monotonic() + seconds
-    weights = weights or {c: 1.0 for c in collections}
     models = {c: make_model(model_name, **params.for_collection(c)) for c in collections}
+    jobs = min(jobs, len(collections))
+    if jobs > 1 and all(m.fits_concurrently() for m in models.values()):
+        return _predict_concurrently(model_name, root, collections, models, params, jobs=jobs,
+                                     eval_split=eval_split, settings_file=settings_file, progress=progress,
+                                     protocol=protocol, end=end, weights=weights)
+    used: dict[str, dict[str, object]] = {}
+    weights = weights or {c: 1.0 for c in collections}
     # The size measure times the model's work per unit of it with these settings (a seed ensemble's 3 networks, 4
     # times the steps: 12 times the time of the kind's defaults on as many graphs).
     weights = {c: weights[c] * models[c].work_factor(c) for c in collections}
@@ -173,23 +206,138 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
         if deadline is not None and slot > 0:
             print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until {format_seconds(FIT_FRACTION * slot)})",
                   flush=True)
-        started = time.monotonic()
-        model = models[c]
-        used[c.value] = model.resolved_params(c)
-        print(f"{model_name} {c.value} settings: {format_params(used[c.value])}", flush=True)
+        used[c.value] = _announce(model_name, models[c], c)
         if settings_file is not None:
             atomic_write_text(settings_file, json.dumps(used, indent=1, default=repr) + "\n")
-        model.fit(root, c, split=Split.TRAIN, eval_split=eval_split, progress=progress, valid=protocol,
-                  deadline=deadline)
-        fitted = time.monotonic()
-        for split in (Split.VALID, Split.TEST):
-            paths = list_graphs(root, c, split)
-            for path, gid in tqdm(list(zip(paths, _ids(c, paths), strict=True)), disable=not progress,
-                                  desc=f"{model_name} {c.value} {split.value}", unit="graph", leave=False):
-                out[split.value][gid] = model.predict(protocol.select(load_graph(path, c), c, split))
-        print(f"{model_name} {c.value}: fit {fitted - started:.1f} s, predict valid and test "
-              f"{time.monotonic() - fitted:.1f} s", flush=True)
+        valid, test = _fit_and_predict(model_name, models[c], root, c, eval_split=eval_split, progress=progress,
+                                       protocol=protocol, deadline=deadline)
+        out[Split.VALID.value].update(valid)
+        out[Split.TEST.value].update(test)
     return out
+
+
+def _announce(model_name: str, model: RankingModel, collection: Collection) -> dict[str, object]:
+    """Print the settings ``model`` fits ``collection`` with, and return them."""
+    from models.registry import format_params
+
+    used = model.resolved_params(collection)
+    print(f"{model_name} {collection.value} settings: {format_params(used)}", flush=True)
+    return used
+
+
+def _fit_and_predict(model_name: str, model: RankingModel, root: DataRoot, collection: Collection, *,
+                     eval_split: Split | None, progress: bool, protocol: ValidProtocol,
+                     deadline: float | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Fit ``model`` on one collection's train split and predict its valid and test graphs: ``(valid, test)``,
+    each ``{submission ID: scores}``."""
+    started = time.monotonic()
+    model.fit(root, collection, split=Split.TRAIN, eval_split=eval_split, progress=progress, valid=protocol,
+              deadline=deadline)
+    fitted = time.monotonic()
+    out: list[dict[str, np.ndarray]] = []
+    for split in (Split.VALID, Split.TEST):
+        paths = list_graphs(root, collection, split)
+        out.append({gid: model.predict(protocol.select(load_graph(path, collection), collection, split))
+                    for path, gid in tqdm(list(zip(paths, _ids(collection, paths), strict=True)),
+                                          disable=not progress, desc=f"{model_name} {collection.value} {split.value}",
+                                          unit="graph", leave=False)})
+    print(f"{model_name} {collection.value}: fit {fitted - started:.1f} s, predict valid and test "
+          f"{time.monotonic() - fitted:.1f} s", flush=True)
+    return out[0], out[1]
+
+
+def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence[Collection],
+                          models: dict[Collection, RankingModel], params: ModelParams, *, jobs: int,
+                          eval_split: Split | None, settings_file: Path | None, progress: bool,
+                          protocol: ValidProtocol, end: float,
+                          weights: dict[Collection, float] | None) -> dict[str, dict[str, np.ndarray]]:
+    """:func:`predict_split` with ``jobs`` collections fitted at once, in processes of their own."""
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
+    # Largest first (the size measure is read from npz headers: cheap), so that the last fit to start is a short one.
+    size = weights or collection_weights(root, collections)
+    size = {c: size[c] * models[c].work_factor(c) for c in collections}
+    order = sorted(collections, key=lambda c: -size[c])
+    slots = concurrent_slots(max(0.0, end - time.monotonic()), size, jobs)
+    used = {c.value: _announce(model_name, models[c], c) for c in collections}
+    if settings_file is not None:
+        atomic_write_text(settings_file, json.dumps(used, indent=1, default=repr) + "\n")
+    threads = max(1, usable_cores() // jobs)
+    print(f"{model_name}: fitting {jobs} collections at once, {threads} torch thread{'s' * (threads > 1)} each "
+          f"(largest first: {', '.join(c.value for c in order)})", flush=True)
+    for c in order:
+        if not math.isinf(slots[c]):
+            print(f"[budget] {model_name} {c.value}: {format_seconds(slots[c])} (fit until at most "
+                  f"{format_seconds(FIT_FRACTION * slots[c])} after it starts)", flush=True)
+    out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
+    # spawn, not fork: a forked child of a process whose torch thread pool already ran can hang.
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_job,
+                               initargs=(threads, progress))
+    try:
+        # The processes start at the first submit, with this environment: their thread pools sized from the start,
+        # and their progress bars a line every few seconds (tqdm reads its defaults when imported).
+        with _environment(OMP_NUM_THREADS=str(threads),
+                          TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
+            futures = [pool.submit(_collection_job, model_name, params.for_collection(c), root, c, eval_split,
+                                   progress, protocol, slots[c], end) for c in order]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:  # the first failure in submission order, as one fit at a time would have raised it
+            raise failed[0].exception()  # type: ignore[misc]
+        for future in futures:
+            valid, test = future.result()
+            out[Split.VALID.value].update(valid)
+            out[Split.TEST.value].update(test)
+    except BaseException:
+        # Stop the other fits now (an error, or Ctrl-C) instead of waiting hours for them: the executor has no
+        # public way to end running work.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Environment variables set for the duration (for the processes started meanwhile), then restored."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _init_job(threads: int, progress: bool) -> None:
+    """Start of a concurrent fit's process: its share of the cores, and progress bars as whole lines (bars of
+    several processes redrawn in place on one terminal would overwrite each other)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if progress:
+        line_progress()
+
+
+def _collection_job(model_name: str, params: dict[str, object], root: DataRoot, collection: Collection,
+                    eval_split: Split | None, progress: bool, protocol: ValidProtocol, slot: float,
+                    end: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One collection's fit and predictions in a concurrent fit's process: fitting stops after
+    :data:`~competition.budget.FIT_FRACTION` of ``slot`` and early enough to predict by ``end`` (monotonic clock
+    values are the machine's, the same in every process)."""
+    from models.registry import make_model
+
+    started = time.monotonic()
+    deadline = (None if math.isinf(slot)
+                else max(started, min(started + FIT_FRACTION * slot, end - (1 - FIT_FRACTION) * slot)))
+    return _fit_and_predict(model_name, make_model(model_name, **params), root, collection, eval_split=eval_split,
+                            progress=progress, protocol=protocol, deadline=deadline)
 
 
 @dataclass
@@ -307,6 +455,7 @@ def run_pipeline(
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
     time_budget: float | None = None,
     params: Mapping[str, ModelParams] | None = None,
+    jobs: int | None = None,
 ) -> PipelineResult:
     """Run data -> models -> submission -> validation -> offline score, printing the tables.
 
@@ -332,6 +481,8 @@ def run_pipeline(
             a valid one exists from the first model on.
         params: hyper-parameters per model name (default: each model's defaults); the ones used are printed and
             written to ``<out_dir>/settings-<model>.json``.
+        jobs: collections fitted at once, where a model allows it (:func:`predict_split`; default
+            :func:`default_jobs`).
 
     The valid split does three jobs: early stopping (GBDT rounds, GNN epochs), the choice of the best model, and the
     ensemble's weights. So the valid figures of the model that makes the submission are optimistic: the synthetic
@@ -373,7 +524,8 @@ def run_pipeline(
         started = time.monotonic()
         preds = predict_split(name, root, collections, params=params.get(name), eval_split=Split.VALID,
                               settings_file=out_dir / f"settings-{name}.json", progress=progress,
-                              protocol=protocol, seconds=seconds, weights=weights)
+                              protocol=protocol, seconds=seconds, weights=weights,
+                              jobs=default_jobs() if jobs is None else jobs)
         report = scoring.valid(name, preds[Split.VALID.value])
         valid_reports[name] = report
         valid_predictions[name] = preds[Split.VALID.value]
@@ -496,11 +648,13 @@ def evaluate_models(
     progress: bool = True,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
     params: Mapping[str, ModelParams] | None = None,
+    jobs: int | None = None,
 ) -> Evaluation:
     """Fit each model on train and score it on every labelled split asked for (test only on synthetic data).
 
     ``params`` gives hyper-parameters per model name (default: each model's defaults); the ones used are printed and
-    written to ``<out_dir>/settings-<model>.json``. Early stopping scores the valid split.
+    written to ``<out_dir>/settings-<model>.json``. Early stopping scores the valid split. ``jobs``: collections
+    fitted at once, where a model allows it (:func:`predict_split`; default :func:`default_jobs`).
 
     Returns:
         The reports per split and model, and the oracle per split; the comparison tables are printed.
@@ -515,7 +669,7 @@ def evaluate_models(
     for name in models or default_models():
         preds = predict_split(name, root, collections, params=(params or {}).get(name), eval_split=Split.VALID,
                               settings_file=Path(out_dir) / f"settings-{name}.json", progress=progress,
-                              protocol=protocol)
+                              protocol=protocol, jobs=default_jobs() if jobs is None else jobs)
         for split in splits:
             write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value], labels[split].rows())
             out[split][name] = score_predictions(preds[split.value], labels[split])

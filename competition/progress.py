@@ -65,6 +65,16 @@ def line_progress_when_logged(stream_name: str = "stderr") -> bool:
     stream = getattr(sys, stream_name)
     if stream is None or isinstance(stream, LineWriter) or stream.isatty():
         return False
+    return line_progress(stream_name)
+
+
+def line_progress(stream_name: str = "stderr") -> bool:
+    """Make progress bars print a line every few seconds on ``sys.<stream_name>``, terminal or not: for processes
+    that share a terminal (bars of several processes redrawn in place would overwrite each other). Returns whether
+    it wrapped the stream (not when there is none or it is wrapped already)."""
+    stream = getattr(sys, stream_name)
+    if stream is None or isinstance(stream, LineWriter):
+        return False
     os.environ.setdefault("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))
     setattr(sys, stream_name, LineWriter(stream))
     return True

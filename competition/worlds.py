@@ -148,6 +148,7 @@ def evaluate_worlds(
     progress: bool = True,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
     params: Mapping[str, ModelParams] | None = None,
+    jobs: int | None = None,
 ) -> Summary:
     """Generate (or reuse) the world of each seed at ``scale``, evaluate the models on each (predictions under
     ``out_dir/<scale>-seed<k>/``), print each world's tables, then the summary over the worlds; return it.
@@ -165,7 +166,7 @@ def evaluate_worlds(
         print(f"\n=== world {k}/{len(seeds)}: {scale} scale, seed {seed} ({path}) ===", flush=True)
         generate_world(path, scale=scale, seed=seed, progress=progress)
         evaluations[seed] = evaluate_models(path, models=models, out_dir=Path(out_dir) / f"{scale}-seed{seed}",
-                                            progress=progress, protocol=protocol, params=params)
+                                            progress=progress, protocol=protocol, params=params, jobs=jobs)
     summary = summarize(evaluations)
     for split in summary.cells:
         print(f"\n{split.value} split over {len(seeds)} {scale} worlds (seeds {' '.join(map(str, seeds))}): "

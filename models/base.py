@@ -106,6 +106,12 @@ class RankingModel(abc.ABC):
         any the user gives. None by default."""
         return {}
 
+    def fits_concurrently(self) -> bool:
+        """Whether the pipeline may fit several collections with this model at once, each in a process of its own
+        with a share of the CPU cores (``jobs``). False by default: a model whose library already spreads one fit
+        over every core gains nothing from it."""
+        return False
+
     def work_factor(self, collection: Collection) -> float:
         """How much more fitting ``collection`` costs with this model's hyper-parameters than with the settings the
         pipeline's per-collection size measure (:func:`competition.pipeline.collection_weights`) stands for: the

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from competition.budget import TimeBudget, format_seconds, parse_duration
+from competition.budget import TimeBudget, concurrent_slots, format_seconds, parse_duration
 from competition.cli import main
 from competition.collections import Collection, Split
 from competition.labels import load_labels
 from competition.metrics import graph_score
 from competition.pipeline import run_pipeline
-from competition.progress import LineWriter
+from competition.progress import LineWriter, line_progress
 from competition.protocol import ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph
 from competition.submission import read_submission, submission_id, validate_submission
@@ -123,6 +124,55 @@ def test_submit_takes_time_budget_and_valid_configs(tiny_world: Path, tmp_path: 
     assert "valid protocol: every config of every valid graph; 10m00s of 10m00s left" in out
     assert main(["submit", "--data", str(tiny_world), "--time-budget", "soon", "--no-progress"]) == 2
     assert "time budget: expected a positive duration" in capsys.readouterr().err
+
+
+def test_concurrent_slots():
+    # 2 workers hold 2,000 s: 3/4 of that is more than the run has, so the large part gets all 1,000 s
+    assert concurrent_slots(1000.0, {"a": 3.0, "b": 1.0}, 2) == {"a": 1000.0, "b": 500.0}
+    assert concurrent_slots(1000.0, {"a": 3.0, "b": 1.0}, 1) == {"a": 750.0, "b": 250.0}  # one at a time
+    assert concurrent_slots(1000.0, {"a": 1.0, "b": 1.0, "c": 2.0}, 2) == {"a": 500.0, "b": 500.0, "c": 1000.0}
+    assert concurrent_slots(900.0, {"a": 0.0, "b": 0.0, "c": 0.0}, 2) == {"a": 600.0, "b": 600.0, "c": 600.0}
+    assert concurrent_slots(math.inf, {"a": 1.0}, 2) == {"a": math.inf}
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        concurrent_slots(10.0, {"a": 1.0}, 0)
+
+
+def test_concurrent_fits_share_the_budget_largest_first(tiny_world: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]):
+    from competition.pipeline import predict_split
+    from models.registry import ModelParams
+
+    monkeypatch.chdir(tmp_path)
+    small, large = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM
+    params = ModelParams(common={"epochs": 1, "hidden": 8, "runs_dir": None, "steps_per_graph": 8},
+                         per_collection={small: {"seeds": 1}, large: {"seeds": 3}})
+    predict_split("gnn", find_data_root(tiny_world), [small, large], params=params, progress=False,
+                  seconds=1000.0, weights={small: 1.0, large: 1.0}, jobs=2)
+    out = capsys.readouterr().out
+    assert f"(largest first: {large.value}, {small.value})" in out
+    # sizes 3 and 1 (3 networks against 1): two workers hold 2,000 s, of which 1,500 s is more than the run has
+    assert f"[budget] gnn {large.value}: 16m40s (fit until at most 13m20s after it starts)" in out
+    assert f"[budget] gnn {small.value}: 8m20s (fit until at most 6m40s after it starts)" in out
+
+
+def test_line_progress_wraps_a_terminal_too(monkeypatch: pytest.MonkeyPatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    monkeypatch.setenv("TQDM_MININTERVAL", "")  # so that monkeypatch restores what was there before
+    monkeypatch.delenv("TQDM_MININTERVAL")
+    from competition.progress import line_progress_when_logged
+
+    assert not line_progress_when_logged()  # a terminal redraws bars in place
+    assert line_progress() and not line_progress()  # forced once; wrapped already the second time
+    import sys
+
+    assert isinstance(sys.stderr, LineWriter) and sys.stderr.stream is terminal
+    assert os.environ["TQDM_MININTERVAL"] == "5"
 
 
 def test_progress_lines_in_a_log():

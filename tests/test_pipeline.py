@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from competition.cli import main
 from competition.collections import Collection, Split
+from competition.errors import DataFileError
 from competition.labels import load_labels
 from competition.leaderboard import COLUMNS, append_row, read_rows
 from competition.pipeline import run_pipeline
-from competition.reader import find_data_root
+from competition.reader import find_data_root, list_graphs
 from competition.submission import read_submission, score_submission, validate_submission
 from models.baselines import DefaultFirstModel
 from models.ensemble import Ensemble
@@ -150,3 +152,79 @@ def test_leaderboard_written_before_components_still_reads(tmp_path: Path):
     rows = read_rows(board)
     assert [r["producer"] for r in rows] == ["x", "ensemble"]
     assert rows[1]["components"] == "tile:xla best=gbdt; layout:xla:default mean rank a,b"
+
+
+# -- collections fitted at once (jobs) ---------------------------------------------------------------------------
+
+_QUICK_GNN = {"epochs": 1, "seeds": 1, "runs_dir": None}  # no run folder: nothing for the second fit to resume
+
+
+def _quick_split(root, collections, jobs: int, **kw):
+    from competition.pipeline import predict_split
+    from models.registry import ModelParams
+
+    return predict_split("gnn-attn", root, collections, params=ModelParams(common=_QUICK_GNN), progress=False,
+                         jobs=jobs, **kw)
+
+
+def test_concurrent_fits_predict_what_one_fit_at_a_time_does(tiny_world: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]):
+    import competition.pipeline as pipeline
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)  # one torch thread per process, as in this test's
+    root = find_data_root(tiny_world)
+    collections = [Collection.TILE_XLA, Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM]
+    settings = tmp_path / "settings.json"
+    one = _quick_split(root, collections, jobs=1)
+    assert "at once" not in capsys.readouterr().out
+    both = _quick_split(root, collections, jobs=2, settings_file=settings)
+    out = capsys.readouterr().out
+    assert "gnn-attn: fitting 2 collections at once, 1 torch thread each" in out
+    assert set(json.loads(settings.read_text())) == {c.value for c in collections}
+    for split in ("valid", "test"):
+        assert set(both[split]) == set(one[split]) and len(one[split]) > 0
+        for gid, scores in one[split].items():
+            np.testing.assert_array_equal(both[split][gid], scores, err_msg=f"{split} {gid}")
+
+
+def test_a_failing_concurrent_fit_raises_what_one_fit_at_a_time_raises(tiny_world: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    root = find_data_root(world)
+    broken = list_graphs(root, Collection.LAYOUT_XLA_RANDOM, Split.TRAIN)[0]
+    broken.write_bytes(broken.read_bytes()[:200])
+    collections = [Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_XLA_RANDOM]
+    with pytest.raises(DataFileError) as alone:
+        _quick_split(root, collections, jobs=1)
+    with pytest.raises(DataFileError) as together:
+        _quick_split(root, collections, jobs=2)
+    assert str(together.value) == str(alone.value) and broken.name in str(together.value)
+
+
+def test_only_cpu_gnn_fits_run_concurrently():
+    from models.registry import make_model
+
+    assert make_model("gnn-attn", device="cpu").fits_concurrently()
+    assert not make_model("gbdt").fits_concurrently() and not make_model("random").fits_concurrently()
+
+
+def test_default_jobs_is_the_usable_cores_at_most_the_cap(monkeypatch: pytest.MonkeyPatch):
+    import competition.pipeline as pipeline
+
+    for cores, jobs in [(1, 1), (2, 2), (pipeline.MAX_AUTO_JOBS + 3, pipeline.MAX_AUTO_JOBS)]:
+        monkeypatch.setattr(pipeline, "usable_cores", lambda cores=cores: cores)
+        assert pipeline.default_jobs() == jobs
+
+
+def test_jobs_option_refuses_what_is_not_a_positive_count(capsys: pytest.CaptureFixture[str]):
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit) as exc:
+            main(["submit", "--jobs", bad])
+        assert exc.value.code == 2
+        assert f"--jobs: expected a whole number of at least 1, found {bad!r}" in capsys.readouterr().err
