@@ -136,6 +136,7 @@ VALID_OPCODES: frozenset[int] = frozenset(range(NUM_OPCODES)) - TOMBSTONED
 CONVOLUTION = OPCODE_IDS["convolution"]
 DOT = OPCODE_IDS["dot"]
 RESHAPE = OPCODE_IDS["reshape"]
+PARAMETER = OPCODE_IDS["parameter"]
 CONFIGURABLE_OPCODES: frozenset[int] = frozenset({CONVOLUTION, DOT, RESHAPE})
 
 

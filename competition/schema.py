@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 NODE_FEAT_DIM = 140
 TILE_CONFIG_DIM = 24
@@ -63,6 +64,11 @@ ELEMENT_TYPES = (
     "invalid", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",
     "f16", "f32", "f64", "bf16", "c64", "c128", "tuple", "opaque", "token",
 )
+ELEMENT_ITEMSIZE: dict[str, int] = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+    "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "tuple": 0, "opaque": 0, "token": 0, "invalid": 0,
+}
+"""Bytes per element of each element type (0: no array data)."""
 COLS_SHAPE = slice(21, 27)
 COL_SHAPE_SUM = 27
 COL_SHAPE_PRODUCT = 28
@@ -133,3 +139,11 @@ def row_hashes(rows: np.ndarray, block: int = 4096) -> np.ndarray:
             b = np.rint(flat[s: s + block] * 16).astype(np.int64)
             out[s: s + block] = (b * weights).sum(axis=1) ^ (b.sum(axis=1) << 40)
     return out
+
+
+def element_itemsize(node_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """Bytes per element of each node's output, from its element-type one-hot columns (:data:`ELEMENT_ITEMSIZE`;
+    0 where no column is set), float64 ``[N]``."""
+    table = np.asarray([ELEMENT_ITEMSIZE[t] for t in ELEMENT_TYPES], dtype=np.float64)
+    onehot = np.asarray(node_feat[:, COLS_ELEMENT_TYPE], dtype=np.float64)
+    return np.where(onehot.max(axis=1, initial=0.0) > 0, table[onehot.argmax(axis=1)], 0.0)

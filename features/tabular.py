@@ -1,7 +1,8 @@
 """Tabular per-config features for gradient-boosted trees: one row per config, fixed columns per collection.
 
 * :func:`tile_features` (tile:xla): the 24 tile-size config columns, tile sizes relative to the kernel's output
-  shape, log2 tile sizes, the number of tiles, lane/sublane padding waste, and graph aggregates.
+  shape, log2 tile sizes, the number of tiles, lane/sublane padding waste, what a tile holds in on-chip memory,
+  and graph aggregates.
 * :func:`layout_features` (layout:*): per configurable-node type (convolution, dot, reshape) counts of the chosen
   layouts, the distance from the compiler's default, a link-disagreement count that stands in for the copies the
   compiler inserts between producer and consumer layouts, and graph aggregates. Configs are streamed in blocks
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from competition.opcodes import CONVOLUTION, DOT, OPCODE_IDS, RESHAPE
+from competition.opcodes import CONVOLUTION, DOT, OPCODE_IDS, PARAMETER, RESHAPE
 from competition.reader import LayoutGraph, RowSelection, TileGraph
 from competition.schema import (
     COL_IS_ROOT,
@@ -36,6 +37,7 @@ from competition.schema import (
     MAX_RANK,
     TPU_LANES,
     TPU_SUBLANES,
+    element_itemsize,
 )
 
 LANE, SUBLANE = TPU_LANES, TPU_SUBLANES
@@ -101,6 +103,10 @@ def tile_feature_names() -> list[str]:
         "log2_num_tiles",
         "lane_pad_ratio",
         "sublane_pad_ratio",
+        "log2_tile_bytes",
+        "log2_tile_operand_bytes",
+        "log2_working_set",
+        "log2_padded_elements",
         "root_rank",
         *(f"root_shape_{d}" for d in range(MAX_RANK)),
         *_graph_aggregate_names(),
@@ -121,6 +127,12 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     * ``lane_pad_ratio`` / ``sublane_pad_ratio``: the tile of the minor-most output dim (``rank - 1``) rounded up
       to a multiple of 128, and of the next dim (``rank - 2``) rounded up to 8, divided by the tile itself: the
       TPU pads registers to (8, 128), so 1 means no waste; 1 where that dim or its bound is missing;
+    * what one tile holds in on-chip memory, whose overflow (a spill) costs a kernel several times its runtime:
+      ``log2_tile_bytes``, ``log2(1 + `` the output tile's padded elements (as above) times the output's bytes per
+      element ``)``; ``log2_tile_operand_bytes``, the kernel's parameters' bytes times the share of the output one
+      tile covers (``prod_d min(1, output_bounds_d / shape_d)``), each operand taken as cut like the output;
+      ``log2_working_set``, twice the two (double buffering); ``log2_padded_elements``, the padded elements of all
+      tiles (padded tile times the number of tiles): the work the vector and matrix units do;
     * ``root_rank`` and the root's shape dims 0..5;
     * graph aggregates: node and edge counts, ``sum log2(1 + shape product)`` over nodes, and the count of each
       opcode of :data:`FREQUENT_OPCODES` (including convolution and dot).
@@ -149,10 +161,25 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
         padded = np.ceil(b / multiple) * multiple
         return np.divide(padded, b, out=np.ones(c), where=b > 0)
 
+    # On-chip memory: the padded output tile, and each parameter's bytes cut like the output.
+    padded = np.where(out_b > 0, out_b, 1.0)[:, :max(rank, 0)].copy()
+    for dim, multiple in ((rank - 1, LANE), (rank - 2, SUBLANE)):
+        if dim >= 0:
+            padded[:, dim] = np.ceil(padded[:, dim] / multiple) * multiple
+    tile_elems = padded.prod(axis=1)
+    itemsize = element_itemsize(graph.node_feat)
+    root_bytes = itemsize[tile_root(graph.node_feat)]
+    params = graph.node_opcode == PARAMETER
+    param_bytes = float((graph.node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+    share = np.where(valid, np.minimum(ratio, 1.0), 1.0)[:, :max(rank, 0)].prod(axis=1)
+    tile_bytes = tile_elems * root_bytes
+    operand_bytes = share * param_bytes
+    memory = np.stack([_log2_size(tile_bytes), _log2_size(operand_bytes), _log2_size(2.0 * (tile_bytes + operand_bytes)),
+                       _log2_size(tile_elems * np.exp2(log_tiles))], axis=1)
     per_graph = np.concatenate([[rank], shape, _graph_aggregates(graph)])
     x = np.concatenate([
         cfg, ratio, _log2_size(ker_b), _log2_size(out_b), log_tiles[:, None],
-        pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None],
+        pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None], memory,
         np.broadcast_to(per_graph, (c, per_graph.size)),
     ], axis=1)
     return x.astype(np.float32)

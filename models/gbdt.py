@@ -232,6 +232,13 @@ class GBDTModel(RankingModel):
         if booster is None:
             if not hasattr(self, "booster_"):
                 raise NotFittedError("GBDTModel needs fit() before predict()")
+            names = tile_feature_names() if Collection(self.collection_).is_tile else layout_feature_names()
+            if list(self.feature_names_) != names:
+                # a model saved by a version of the toolkit that computed other columns
+                first = next((k for k, (a, b) in enumerate(zip(self.feature_names_, names)) if a != b),
+                             min(len(names), len(self.feature_names_)))
+                raise ValueError(f"this GBDT was fitted on {len(self.feature_names_)} feature columns and this "
+                                 f"version computes {len(names)}, first differing at column {first}: fit it again")
             booster = self._booster = lightgbm.Booster(model_str=self.booster_)
         return booster
 

@@ -15,11 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.opcodes import opcode_id
+from competition.schema import ELEMENT_ITEMSIZE
 
-ITEMSIZE: dict[str, int] = {
-    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
-    "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "tuple": 0, "opaque": 0, "token": 0, "invalid": 0,
-}
+ITEMSIZE: dict[str, int] = ELEMENT_ITEMSIZE
+"""Bytes per element of each element type (the format's table, :data:`competition.schema.ELEMENT_ITEMSIZE`)."""
 
 
 @dataclass(frozen=True)

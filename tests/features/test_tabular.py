@@ -12,7 +12,7 @@ from competition.collections import Collection
 from competition.npzio import write_npz
 from competition.opcodes import CONVOLUTION, DOT, RESHAPE, opcode_id
 from competition.reader import LayoutGraph, TileGraph, load_graph
-from competition.schema import LAYOUT_SLOT_COLUMNS
+from competition.schema import COL_SHAPE_PRODUCT, ELEMENT_TYPES, LAYOUT_SLOT_COLUMNS, element_itemsize
 from features.tabular import (
     CONFIG_NODE_TYPES,
     MINOR_VALUES,
@@ -285,6 +285,9 @@ def test_tile_features_exact(tmp_path: Path):
     feat = np.zeros((2, 140), dtype=np.float32)
     feat[1, 0] = 1
     feat[1, 21:23] = [16, 256]
+    feat[1, 2 + ELEMENT_TYPES.index("f32")] = 1  # the root (a convolution): 4 bytes per element
+    feat[0, 2 + ELEMENT_TYPES.index("bf16")] = 1  # the parameter: 1,000 elements of 2 bytes
+    feat[0, COL_SHAPE_PRODUCT] = 1000
     bounds = np.array([[8, 128], [16, 200], [4, 256]], dtype=np.float32)
     cfg = np.zeros((3, 24), dtype=np.float32)
     cfg[:, 0] = 3
@@ -312,3 +315,20 @@ def test_tile_features_exact(tmp_path: Path):
     assert col["sublane_pad_ratio"] == [1, 1, 2]
     assert col["log2_kernel_bounds_0"] == [2, 2, 2]
     assert col["root_rank"] == [2] * 3 and col["graph_count_convolution"] == [1] * 3
+    # Padded tiles (dim 0 to 8, dim 1 to 128): 8 x 128, 16 x 256, 8 x 256 elements of 4 bytes. Their share of the
+    # 16 x 256 output: 1/4, 200/256, 1/4 of the parameter's 2,000 bytes.
+    tile_bytes = np.array([8 * 128, 16 * 256, 8 * 256]) * 4.0
+    operand_bytes = np.array([0.25, 200 / 256, 0.25]) * 2000
+    np.testing.assert_allclose(col["log2_tile_bytes"], np.log2(1 + tile_bytes), rtol=1e-6)
+    np.testing.assert_allclose(col["log2_tile_operand_bytes"], np.log2(1 + operand_bytes), rtol=1e-6)
+    np.testing.assert_allclose(col["log2_working_set"], np.log2(1 + 2 * (tile_bytes + operand_bytes)), rtol=1e-6)
+    # padded tile elements times the number of tiles (4, 2, 4)
+    np.testing.assert_allclose(col["log2_padded_elements"], np.log2(1 + np.array([4096, 8192, 8192])), rtol=1e-6)
+
+
+def test_element_itemsize_from_the_one_hot_columns():
+    feat = np.zeros((4, 140), dtype=np.float32)
+    for row, name in enumerate(("bf16", "f32", "c128")):
+        feat[row, 2 + ELEMENT_TYPES.index(name)] = 1
+    # the last row has no type column set (a tuple's elements, or padding): no bytes
+    np.testing.assert_array_equal(element_itemsize(feat), [2, 4, 16, 0])

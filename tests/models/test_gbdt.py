@@ -106,3 +106,18 @@ def test_valid_features_computed_once_across_fit_and_predict(tiny_world: Path, t
 
 def test_registered():
     assert "gbdt" in available_models()
+
+
+def test_a_model_saved_with_other_feature_columns_asks_for_a_fit(tiny_world: Path, fitted: GBDTModel,
+                                                                 tmp_path: Path):
+    import json
+
+    path = fitted.save(tmp_path / "gbdt.json")
+    doc = json.loads(path.read_text())
+    names = doc["state"]["feature_names_"]
+    doc["state"]["feature_names_"] = names[:-1]  # as saved by a version with one column less
+    path.write_text(json.dumps(doc))
+    graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.VALID)[0], LAYOUT)
+    with pytest.raises(ValueError, match=f"fitted on {len(names) - 1} feature columns and this version computes "
+                                         f"{len(names)}, first differing at column {len(names) - 1}: fit it again"):
+        load_model(path).predict(graph)
