@@ -75,6 +75,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hidden-64", "64 channels (layout's default 32; tile's default)", params={"hidden": 64}),
     Variant("hidden-128", "128 channels (tile's default 64, layout's 32)", params={"hidden": 128}),
     Variant("late-join", "tile: the config joined after pooling instead of to every node", params={"join": "late"}),
+    Variant("tile-memory", "tile: each config also carries what a tile holds in on-chip memory (the GBDT's 4 "
+            "columns: padded output tile bytes, operand bytes cut like the output, working set, padded elements)",
+            params={"tile_memory": True}),
     Variant("epochs-6", "6 epochs (at most; the tile default before this variant's first run)",
             params={"epochs": 6}),
     Variant("epochs-12", "12 epochs (at most; early stopping as by default; the tile default since)",

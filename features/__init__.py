@@ -24,6 +24,7 @@ from features.transforms import (
     PruneToConfigurable,
     SampleConfigs,
     ShapeAlignmentFeatures,
+    TileMemoryFeatures,
     operand_nodes,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "PruneToConfigurable",
     "SampleConfigs",
     "ShapeAlignmentFeatures",
+    "TileMemoryFeatures",
     "evenly_spaced_configs",
     "graph_to_data",
     "num_configs",

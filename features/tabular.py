@@ -93,6 +93,49 @@ def _graph_aggregate_names() -> list[str]:
 # --------------------------------------------------------------------------------------------------------------
 
 
+TILE_MEMORY_NAMES: tuple[str, ...] = ("log2_tile_bytes", "log2_tile_operand_bytes", "log2_working_set",
+                                      "log2_padded_elements")
+"""The columns of :func:`tile_memory`, in order."""
+
+
+def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                config_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """What one tile of each config holds in on-chip memory, whose overflow (a spill) costs a kernel several times
+    its runtime: float64 ``[C, 4]``, columns :data:`TILE_MEMORY_NAMES`, each ``log2(1 + x)`` of
+
+    * the output tile's bytes: its elements, the minor-most output dim (``rank - 1``) padded up to 128 and the next
+      (``rank - 2``) to 8 as the TPU pads registers, times the output's bytes per element (the kernel's output is
+      :func:`tile_root`; ``rank`` its number of positive shape dims);
+    * the kernel's parameters' bytes times the share of the output one tile covers (``prod_d min(1, output_bounds_d
+      / shape_d)``): each operand taken as cut like the output;
+    * twice their sum: the double-buffered working set;
+    * the padded elements of all tiles (the padded tile times the number of tiles): the work the units do.
+
+    Raw ``node_feat`` and tile ``config_feat`` (zeros, not -1, where a bound is missing), as stored.
+    """
+    root = tile_root(node_feat)
+    shape = node_feat[root, COLS_SHAPE].astype(np.float64)
+    rank = int((shape > 0).sum())
+    out_b = np.asarray(config_feat, dtype=np.float64)[:, COLS_OUTPUT_BOUNDS][:, :rank]
+    shape = shape[:rank]
+    valid = (out_b > 0) & (shape > 0)
+    padded = np.where(out_b > 0, out_b, 1.0)
+    for dim, multiple in ((rank - 1, LANE), (rank - 2, SUBLANE)):
+        if dim >= 0:
+            padded[:, dim] = np.ceil(padded[:, dim] / multiple) * multiple
+    tile_elems = padded.prod(axis=1)
+    tiles = np.ceil(np.divide(shape, out_b, out=np.ones_like(out_b), where=valid)).prod(axis=1)
+    share = np.where(valid, np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=valid), 1.0),
+                     1.0).prod(axis=1)
+    itemsize = element_itemsize(node_feat)
+    params = np.asarray(node_opcode) == PARAMETER
+    param_bytes = float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+    tile_bytes = tile_elems * itemsize[root]
+    operand_bytes = share * param_bytes
+    return np.stack([_log2_size(tile_bytes), _log2_size(operand_bytes),
+                     _log2_size(2.0 * (tile_bytes + operand_bytes)), _log2_size(tile_elems * tiles)], axis=1)
+
+
 def tile_feature_names() -> list[str]:
     """Column names of :func:`tile_features`, in order."""
     return [
@@ -103,10 +146,7 @@ def tile_feature_names() -> list[str]:
         "log2_num_tiles",
         "lane_pad_ratio",
         "sublane_pad_ratio",
-        "log2_tile_bytes",
-        "log2_tile_operand_bytes",
-        "log2_working_set",
-        "log2_padded_elements",
+        *TILE_MEMORY_NAMES,
         "root_rank",
         *(f"root_shape_{d}" for d in range(MAX_RANK)),
         *_graph_aggregate_names(),
@@ -127,12 +167,7 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     * ``lane_pad_ratio`` / ``sublane_pad_ratio``: the tile of the minor-most output dim (``rank - 1``) rounded up
       to a multiple of 128, and of the next dim (``rank - 2``) rounded up to 8, divided by the tile itself: the
       TPU pads registers to (8, 128), so 1 means no waste; 1 where that dim or its bound is missing;
-    * what one tile holds in on-chip memory, whose overflow (a spill) costs a kernel several times its runtime:
-      ``log2_tile_bytes``, ``log2(1 + `` the output tile's padded elements (as above) times the output's bytes per
-      element ``)``; ``log2_tile_operand_bytes``, the kernel's parameters' bytes times the share of the output one
-      tile covers (``prod_d min(1, output_bounds_d / shape_d)``), each operand taken as cut like the output;
-      ``log2_working_set``, twice the two (double buffering); ``log2_padded_elements``, the padded elements of all
-      tiles (padded tile times the number of tiles): the work the vector and matrix units do;
+    * what one tile holds in on-chip memory (:func:`tile_memory`);
     * ``root_rank`` and the root's shape dims 0..5;
     * graph aggregates: node and edge counts, ``sum log2(1 + shape product)`` over nodes, and the count of each
       opcode of :data:`FREQUENT_OPCODES` (including convolution and dot).
@@ -161,25 +196,11 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
         padded = np.ceil(b / multiple) * multiple
         return np.divide(padded, b, out=np.ones(c), where=b > 0)
 
-    # On-chip memory: the padded output tile, and each parameter's bytes cut like the output.
-    padded = np.where(out_b > 0, out_b, 1.0)[:, :max(rank, 0)].copy()
-    for dim, multiple in ((rank - 1, LANE), (rank - 2, SUBLANE)):
-        if dim >= 0:
-            padded[:, dim] = np.ceil(padded[:, dim] / multiple) * multiple
-    tile_elems = padded.prod(axis=1)
-    itemsize = element_itemsize(graph.node_feat)
-    root_bytes = itemsize[tile_root(graph.node_feat)]
-    params = graph.node_opcode == PARAMETER
-    param_bytes = float((graph.node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
-    share = np.where(valid, np.minimum(ratio, 1.0), 1.0)[:, :max(rank, 0)].prod(axis=1)
-    tile_bytes = tile_elems * root_bytes
-    operand_bytes = share * param_bytes
-    memory = np.stack([_log2_size(tile_bytes), _log2_size(operand_bytes), _log2_size(2.0 * (tile_bytes + operand_bytes)),
-                       _log2_size(tile_elems * np.exp2(log_tiles))], axis=1)
     per_graph = np.concatenate([[rank], shape, _graph_aggregates(graph)])
     x = np.concatenate([
         cfg, ratio, _log2_size(ker_b), _log2_size(out_b), log_tiles[:, None],
-        pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None], memory,
+        pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None],
+        tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat),
         np.broadcast_to(per_graph, (c, per_graph.size)),
     ], axis=1)
     return x.astype(np.float32)

@@ -46,6 +46,7 @@ from competition.schema import (
     TPU_SUBLANES,
 )
 from features.data import NODE_ATTRS, num_configs, select_configs
+from features.tabular import tile_memory
 
 PLACEHOLDER_OPCODE = 0
 """Opcode id of the placeholder nodes of :class:`CollapseChains` (0 is "unknown" in the opcode table)."""
@@ -473,6 +474,26 @@ class OpcodeGroupFeatures(BaseTransform):
         group = _group_table()[data.op]
         onehot = torch.nn.functional.one_hot(group, len(OPCODE_GROUP_NAMES)).to(data.x.dtype)
         data.x = torch.cat([data.x, onehot], 1)
+        return data
+
+
+class TileMemoryFeatures(BaseTransform):
+    """Append to a tile graph's ``config_feat`` what one tile holds in on-chip memory: the 4 columns of
+    :func:`features.tabular.tile_memory` (the padded output tile's bytes, the parameters' bytes cut like the output,
+    the double-buffered working set, all tiles' padded elements; ``log2(1 + x)`` each), which the GBDT also uses.
+    Run it first: it reads the raw shapes, element types and bounds. A graph without a 2-d ``config_feat`` (layout)
+    is unchanged.
+
+    Shapes:
+        tile ``config_feat [C, 24] -> [C, 28]``.
+    """
+
+    def forward(self, data: Data) -> Data:
+        config_feat = data.get("config_feat")
+        if not isinstance(config_feat, torch.Tensor) or config_feat.dim() != 2:
+            return data
+        memory = tile_memory(data.x.numpy(), data.op.numpy(), config_feat.numpy())
+        data.config_feat = torch.cat([config_feat, torch.from_numpy(memory).to(config_feat.dtype)], 1)
         return data
 
 

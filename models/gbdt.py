@@ -235,8 +235,8 @@ class GBDTModel(RankingModel):
             names = tile_feature_names() if Collection(self.collection_).is_tile else layout_feature_names()
             if list(self.feature_names_) != names:
                 # a model saved by a version of the toolkit that computed other columns
-                first = next((k for k, (a, b) in enumerate(zip(self.feature_names_, names)) if a != b),
-                             min(len(names), len(self.feature_names_)))
+                pairs = zip(self.feature_names_, names, strict=False)  # to the shorter list
+                first = next((k for k, (a, b) in enumerate(pairs) if a != b), min(len(names), len(self.feature_names_)))
                 raise ValueError(f"this GBDT was fitted on {len(self.feature_names_)} feature columns and this "
                                  f"version computes {len(names)}, first differing at column {first}: fit it again")
             booster = self._booster = lightgbm.Booster(model_str=self.booster_)

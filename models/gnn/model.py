@@ -53,6 +53,7 @@ from features.transforms import (
     PadLayoutMinusOne,
     PruneToConfigurable,
     ShapeAlignmentFeatures,
+    TileMemoryFeatures,
 )
 from models.base import NotFittedError, RankingModel
 from models.gnn import distributed
@@ -91,7 +92,7 @@ from)."""
 
 
 def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool,
-                     flow: bool, key_dims: bool, links: bool) -> BaseTransform:
+                     flow: bool, key_dims: bool, links: bool, tile_memory: bool = False) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
@@ -104,9 +105,12 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
     (:class:`features.transforms.ConfigDimensionSizes`), and with ``key_dims`` (layout) which of them are the key
     dimensions (:class:`features.transforms.ConfigKeyDims`); heavy-tailed columns are log-transformed; opcode-group
-    columns are appended.
+    columns are appended. With ``tile_memory`` (tile) each config first gets what a tile holds in on-chip memory
+    (:class:`features.transforms.TileMemoryFeatures`, from the raw sizes).
     """
     steps: list[BaseTransform] = [LayoutFlowFeatures()] if kind == "layout" and flow else []
+    if kind == "tile" and tile_memory:
+        steps.append(TileMemoryFeatures())
     if kind == "layout" and links:
         steps.append(DecisionLinks())
     if kind == "layout" and hops != "all":
@@ -125,7 +129,7 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
 def settings_pipeline(settings: TrainConfig) -> BaseTransform:
     """:func:`feature_pipeline` with a run's settings (:meth:`GNNModel.train_config`, or a saved model's)."""
     return feature_pipeline(settings.kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                            settings.flow, settings.key_dims, settings.links)
+                            settings.flow, settings.key_dims, settings.links, settings.tile_memory)
 
 
 class GNNModel(RankingModel):
@@ -202,6 +206,10 @@ class GNNModel(RankingModel):
         node_head: the score is the sum over the nodes of a scalar each computes from its final state (a 2-layer
             MLP), instead of an MLP of the pooled states: a config's runtime is a sum of per-op and per-copy terms
             (:class:`models.gnn.net.RankNet`, ``node_head``); not with ``runtime_head``.
+        tile_memory: tile: each config also carries what one tile holds in on-chip memory (the padded output tile's
+            bytes, the parameters' bytes cut like the output, the double-buffered working set, all tiles' padded
+            elements: :class:`features.transforms.TileMemoryFeatures`, the GBDT's columns of the same name), where a
+            spill costs a kernel several times its runtime.
         links: layout: the score adds a learned term per pair of layout decisions that a copy may join (a
             decision's output and another's operand, or two tensors meeting in a cluster of elementwise ops, found on
             the whole graph: :class:`features.transforms.DecisionLinks`), from the pair's size and kinds and which of
@@ -267,7 +275,7 @@ class GNNModel(RankingModel):
                  sibling: bool | None = None, kin: bool | None = None, bridge: bool | None = None,
                  flow: bool | None = None,
                  key_dims: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
-                 node_head: bool | None = None,
+                 node_head: bool | None = None, tile_memory: bool | None = None,
                  swa_epochs: int | None = None,
                  refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
@@ -306,6 +314,7 @@ class GNNModel(RankingModel):
         self.key_dims = key_dims
         self.runtime_head = runtime_head
         self.node_head = node_head
+        self.tile_memory = tile_memory
         self.links = links
         self.swa_epochs = swa_epochs
         self.refit = refit

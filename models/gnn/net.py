@@ -35,6 +35,7 @@ from competition.schema import (
     TPU_LANES,
     TPU_SUBLANES,
 )
+from features.tabular import TILE_MEMORY_NAMES
 from features.transforms import LINK_FEATURES
 from models.gnn.layers import CrossConfigAttention, GNNBlock, mean_adjacency
 
@@ -258,11 +259,14 @@ class RankNet(nn.Module):
             so the score is one too, and a change at a few nodes moves it by those nodes' terms alone.
         links: layout only: the score adds one term per decision link (:meth:`link_term`; the segments must then
             hold ``link_index`` and ``link_feat``).
+        tile_memory: tile only: each config also carries the 4 on-chip memory columns of
+            :class:`features.transforms.TileMemoryFeatures` after its 24 (``config_feat [B, 28]``).
     """
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
                  bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
-                 key_dims: bool, runtime_head: bool, links: bool, node_head: bool) -> None:
+                 key_dims: bool, runtime_head: bool, links: bool, node_head: bool,
+                 tile_memory: bool = False) -> None:
         super().__init__()
         check_heads(runtime_head=runtime_head, node_head=node_head)
         if kind not in ("tile", "layout"):
@@ -280,8 +284,8 @@ class RankNet(nn.Module):
                 else None
             self.config_keys = nn.Linear(LAYOUT_CONFIG_SLOTS, hidden, bias=False) if key_dims else None
         else:
-            self.config_in = nn.Sequential(nn.Linear(TILE_CONFIG_COLUMNS, hidden), nn.GELU(),
-                                           nn.Linear(hidden, hidden))
+            columns = TILE_CONFIG_COLUMNS + (len(TILE_MEMORY_NAMES) if tile_memory else 0)
+            self.config_in = nn.Sequential(nn.Linear(columns, hidden), nn.GELU(), nn.Linear(hidden, hidden))
             self.config_dims = self.config_keys = None
         self.blocks = nn.ModuleList(GNNBlock(hidden, bidirectional=bidirectional, attention=attention,
                                              dropout=dropout) for _ in range(layers))

@@ -148,6 +148,7 @@ class TrainConfig:
     runtime_head: bool = False  # nodes predict log-times; the score adds a learned multiple of log(sum of their exp)
     links: bool = False  # layout: the score adds a learned term per pair of decisions a copy may join
     node_head: bool = False  # the score is the sum of a scalar per node (an MLP of its final state)
+    tile_memory: bool = False  # tile: configs also carry what a tile holds in on-chip memory (4 columns)
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
     seeds: int = 1  # a seed ensemble: this many networks (seeds seed, seed+1, ...), their rank-normalised scores averaged
@@ -187,6 +188,7 @@ class TrainConfig:
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
                        join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens,
                        key_dims=self.key_dims, runtime_head=self.runtime_head, links=self.links,
+                       tile_memory=self.tile_memory,
                        node_head=self.node_head)
 
     @property

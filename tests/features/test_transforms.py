@@ -16,6 +16,7 @@ from competition.collections import Collection
 from competition.npzio import write_npz
 from competition.opcodes import OPCODE_IDS
 from competition.reader import load_graph
+from competition.schema import COL_SHAPE_PRODUCT, ELEMENT_TYPES
 from features import (
     DOT_CONV_COLUMNS,
     LAYOUT_FLOW_COLUMNS,
@@ -36,6 +37,7 @@ from features import (
     PruneToConfigurable,
     SampleConfigs,
     ShapeAlignmentFeatures,
+    TileMemoryFeatures,
     graph_to_data,
     operand_nodes,
 )
@@ -572,3 +574,26 @@ def test_graph_to_data_takes_a_slice_like_the_reader(tmp_path):
     assert by_slice.config_ids.tolist() == [2, 3, 4, 5, 6]
     assert torch.equal(by_slice.config_feat, by_index.config_feat)
     assert torch.equal(by_slice.y, by_index.y)
+
+
+def test_tile_memory_features_append_the_gbdts_columns():
+    from features.tabular import TILE_MEMORY_NAMES, tile_memory
+
+    x = torch.zeros(2, 140)
+    x[1, 0] = 1  # the root: a 16 x 256 f32 convolution
+    x[1, 21:23] = torch.tensor([16.0, 256.0])
+    x[1, 2 + ELEMENT_TYPES.index("f32")] = 1
+    x[0, 2 + ELEMENT_TYPES.index("bf16")] = 1  # the parameter: 1,000 bf16 elements
+    x[0, COL_SHAPE_PRODUCT] = 1000
+    cfg = torch.zeros(3, 24)
+    cfg[:, 8:10] = torch.tensor([[8.0, 128.0], [16.0, 200.0], [4.0, 256.0]])
+    op = torch.tensor([OPCODE_IDS["parameter"], OPCODE_IDS["convolution"]])
+    out = TileMemoryFeatures()(Data(x=x.clone(), op=op, config_feat=cfg.clone(), num_nodes=2))
+    assert out.config_feat.shape == (3, 24 + len(TILE_MEMORY_NAMES)) and out.config_feat[:, :24].equal(cfg)
+    expected = tile_memory(x.numpy(), op.numpy(), cfg.numpy())
+    np.testing.assert_allclose(out.config_feat[:, 24:].numpy(), expected, rtol=1e-6)
+    # by hand: the first config's padded 8 x 128 tile of 4-byte elements, and a quarter of the 2,000 parameter bytes
+    np.testing.assert_allclose(out.config_feat[0, 24:26].numpy(), np.log2(1 + np.array([4096.0, 500.0])), rtol=1e-6)
+    assert out.x.equal(x)
+    layout = Data(x=x.clone(), op=op, config_feat=torch.zeros(3, 1, 18), num_nodes=2)
+    assert TileMemoryFeatures()(layout).config_feat.shape == (3, 1, 18)  # layout configs: unchanged

@@ -239,6 +239,19 @@ def test_tile_model_fits_and_predicts(tiny_world: Path, cache_dir: str):
             assert pred.shape == (graph.num_configs,) and np.isfinite(pred).all()
 
 
+def test_tile_model_with_on_chip_memory_columns(tiny_world: Path, cache_dir: str):
+    from features.tabular import TILE_MEMORY_NAMES
+
+    root = find_data_root(tiny_world)
+    model = GNNModel(**QUICK, runs_dir=None, cache_dir=cache_dir, tile_memory=True).fit(root, Collection.TILE_XLA,
+                                                                                         progress=False)
+    assert model.settings_["tile_memory"] is True
+    assert model.network().config_in[0].in_features == 24 + len(TILE_MEMORY_NAMES)
+    graph = load_graph(list_graphs(root, Collection.TILE_XLA, Split.VALID)[0], Collection.TILE_XLA)
+    pred = model.predict(graph)
+    assert pred.shape == (graph.num_configs,) and np.isfinite(pred).all()
+
+
 # -- predict_scores ----------------------------------------------------------------------------------------------
 
 
