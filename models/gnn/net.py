@@ -266,7 +266,7 @@ class RankNet(nn.Module):
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
                  bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
                  key_dims: bool, runtime_head: bool, links: bool, node_head: bool,
-                 tile_memory: bool = False) -> None:
+                 tile_memory: bool) -> None:
         super().__init__()
         check_heads(runtime_head=runtime_head, node_head=node_head)
         if kind not in ("tile", "layout"):

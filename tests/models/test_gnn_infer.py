@@ -48,7 +48,8 @@ def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
                   join="early", dropout=0.0, dim_tokens=dim_tokens, key_dims=key_dims,
-                  runtime_head=runtime_head, links=links, node_head=node_head).eval()
+                  runtime_head=runtime_head, links=links, node_head=node_head,
+                  tile_memory=False).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
