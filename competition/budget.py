@@ -106,13 +106,24 @@ class TimeBudget:
 
 def concurrent_slots(seconds: float, weights: Mapping[K, float], jobs: int) -> dict[K, float]:
     """Each part's slot of ``seconds`` when ``jobs`` parts run at once: ``jobs`` workers hold ``jobs * seconds`` in
-    all, shared in proportion to ``weights``, and no part may run past the end: ``seconds * min(1, jobs * weight /
-    total weight)`` (``inf`` without a limit; equal parts where every weight is 0)."""
+    all, shared in proportion to ``weights``, except that no part may run past the end: a part whose share would
+    exceed ``seconds`` gets ``seconds``, and what it leaves of its share goes to the others, again in proportion
+    (``inf`` without a limit; equal shares where every weight is 0)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    total = sum(weights.values())
     if math.isinf(seconds):
         return {k: math.inf for k in weights}
-    if total <= 0:
-        return {k: seconds * min(1.0, jobs / len(weights)) for k in weights}
-    return {k: seconds * min(1.0, jobs * w / total) for k, w in weights.items()}
+    slots: dict[K, float] = {}
+    capacity = jobs * seconds
+    left = dict(weights) if sum(weights.values()) > 0 else {k: 1.0 for k in weights}
+    while left:
+        total = sum(left.values())
+        full = [k for k, w in left.items() if total > 0 and capacity * w / total >= seconds]
+        if not full:
+            slots.update({k: capacity * w / total if total > 0 else 0.0 for k, w in left.items()})
+            break
+        for k in full:
+            slots[k] = seconds
+            capacity -= seconds
+            del left[k]
+    return {k: slots[k] for k in weights}

@@ -127,8 +127,16 @@ def test_submit_takes_time_budget_and_valid_configs(tiny_world: Path, tmp_path: 
 
 
 def test_concurrent_slots():
-    # 2 workers hold 2,000 s: 3/4 of that is more than the run has, so the large part gets all 1,000 s
-    assert concurrent_slots(1000.0, {"a": 3.0, "b": 1.0}, 2) == {"a": 1000.0, "b": 500.0}
+    # 2 workers hold 2,000 s: 3/4 of that is more than the run has, so the large part gets all 1,000 s, and the
+    # other one the 1,000 s it leaves
+    assert concurrent_slots(1000.0, {"a": 3.0, "b": 1.0}, 2) == {"a": 1000.0, "b": 1000.0}
+    # a large part capped, the 1,000 s it leaves shared by the others in proportion
+    assert concurrent_slots(1000.0, {"a": 8.0, "b": 1.0, "c": 3.0}, 2) == {"a": 1000.0, "b": 250.0, "c": 750.0}
+    # capping one part can cap the next: 4 workers, 4,000 s; a then b take 1,000 s each, c and d share 2,000 s
+    assert concurrent_slots(1000.0, {"a": 10.0, "b": 4.0, "c": 1.0, "d": 1.0}, 4) == {
+        "a": 1000.0, "b": 1000.0, "c": 1000.0, "d": 1000.0}
+    assert concurrent_slots(1000.0, {"a": 10.0, "b": 4.0, "c": 1.0, "d": 3.0}, 3) == {
+        "a": 1000.0, "b": 1000.0, "c": 250.0, "d": 750.0}
     assert concurrent_slots(1000.0, {"a": 3.0, "b": 1.0}, 1) == {"a": 750.0, "b": 250.0}  # one at a time
     assert concurrent_slots(1000.0, {"a": 1.0, "b": 1.0, "c": 2.0}, 2) == {"a": 500.0, "b": 500.0, "c": 1000.0}
     assert concurrent_slots(900.0, {"a": 0.0, "b": 0.0, "c": 0.0}, 2) == {"a": 600.0, "b": 600.0, "c": 600.0}
@@ -151,9 +159,10 @@ def test_concurrent_fits_share_the_budget_largest_first(tiny_world: Path, tmp_pa
                   seconds=1000.0, weights={small: 1.0, large: 1.0}, jobs=2)
     out = capsys.readouterr().out
     assert f"(largest first: {large.value}, {small.value})" in out
-    # sizes 3 and 1 (3 networks against 1): two workers hold 2,000 s, of which 1,500 s is more than the run has
+    # sizes 3 and 1 (3 networks against 1): two workers hold 2,000 s, of which 1,500 s is more than the run has:
+    # the large part gets the run's 1,000 s, and the small one the 1,000 s it leaves
     assert f"[budget] gnn {large.value}: 16m40s (fit until at most 13m20s after it starts)" in out
-    assert f"[budget] gnn {small.value}: 8m20s (fit until at most 6m40s after it starts)" in out
+    assert f"[budget] gnn {small.value}: 16m40s (fit until at most 13m20s after it starts)" in out
 
 
 def test_line_progress_wraps_a_terminal_too(monkeypatch: pytest.MonkeyPatch):
