@@ -285,10 +285,10 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
         failed = [f for f in futures if f in done and f.exception() is not None]
         if failed:  # the first failure in submission order, as one fit at a time would have raised it
             raise failed[0].exception()  # type: ignore[misc]
-        for future in futures:
-            valid, test = future.result()
-            out[Split.VALID.value].update(valid)
-            out[Split.TEST.value].update(test)
+        results = {c: future.result() for c, future in zip(order, futures, strict=True)}
+        for c in collections:  # in the order one fit at a time gives
+            out[Split.VALID.value].update(results[c][0])
+            out[Split.TEST.value].update(results[c][1])
     except BaseException:
         # Stop the other fits now (an error, or Ctrl-C) instead of waiting hours for them: the executor has no
         # public way to end running work.

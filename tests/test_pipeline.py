@@ -184,7 +184,7 @@ def test_concurrent_fits_predict_what_one_fit_at_a_time_does(tiny_world: Path, t
     assert "gnn-attn: fitting 2 collections at once, 1 torch thread each" in out
     assert set(json.loads(settings.read_text())) == {c.value for c in collections}
     for split in ("valid", "test"):
-        assert set(both[split]) == set(one[split]) and len(one[split]) > 0
+        assert list(both[split]) == list(one[split]) and len(one[split]) > 0  # the same IDs in the same order
         for gid, scores in one[split].items():
             np.testing.assert_array_equal(both[split][gid], scores, err_msg=f"{split} {gid}")
 
