@@ -271,9 +271,11 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
             print(f"[budget] {model_name} {c.value}: {format_seconds(slots[c])} (fit until at most "
                   f"{format_seconds(FIT_FRACTION * slots[c])} after it starts)", flush=True)
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
-    # spawn, not fork: a forked child of a process whose torch thread pool already ran can hang.
+    # spawn, not fork: a forked child of a process whose torch thread pool already ran can hang. One collection
+    # per process: a process that fitted one keeps its heap (a full-scale xla:random fit's 5 GiB), so the next fit in
+    # it would add to that.
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_job,
-                               initargs=(threads, progress))
+                               initargs=(threads, progress), max_tasks_per_child=1)
     try:
         # The processes start at the first submit, with this environment: their thread pools sized from the start,
         # and their progress bars a line every few seconds (tqdm reads its defaults when imported).
