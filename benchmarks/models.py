@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -25,6 +24,7 @@ from competition.labels import graph_target
 from competition.metrics import graph_score
 from competition.pipeline import DEFAULT_SYNTH_DIR, resolve_data
 from competition.reader import list_graphs, load_graph
+from competition.workers import child_environment
 from models.registry import make_model
 
 LAYOUT_COLLECTION = Collection.LAYOUT_NLP_RANDOM
@@ -105,17 +105,11 @@ def bench_layout_features(configs: int = LAYOUT_CONFIGS) -> None:
     """Print the layout features' throughput on a generated graph (:func:`part_layout_features`, one BLAS
     thread, in a fresh process)."""
     work = Path(tempfile.mkdtemp(prefix="fastslow-bench-layout-"))
-    threads = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    os.environ.update(dict.fromkeys(threads, "1"))
     try:
-        made = run_part("benchmarks.models", "layout-graph", str(work), str(configs))
-        r = run_part("benchmarks.models", "layout-features", made["path"])
+        with child_environment(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1"):
+            made = run_part("benchmarks.models", "layout-graph", str(work), str(configs))
+            r = run_part("benchmarks.models", "layout-features", made["path"])
     finally:
-        for k, v in threads.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         shutil.rmtree(work, ignore_errors=True)
     n = r["configs"]
     print(f"GBDT layout features on a generated graph: {r['nodes']:,} nodes, {r['config_nodes']:,} configurable, "

@@ -545,9 +545,9 @@ def _add_jobs_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_jobs, default=None, metavar="N",
                    help="fit up to N collections at once, each in a process of its own with cores/N torch threads "
                         "(the GNN models on the CPU; gbdt uses every core itself). One fit per core beats one fit "
-                        "on every core; each concurrent fit holds its own train graphs in memory (a real layout "
-                        f"fit up to about 5 GiB). Default: the usable cores, at most {MAX_AUTO_JOBS}; 1 fits one "
-                        "collection at a time")
+                        "on every core; each concurrent fit holds its own train graphs in memory (5.0 GiB for "
+                        "xla:random on a 12-graph full-scale part). Default: the usable cores, at most "
+                        f"{MAX_AUTO_JOBS}; 1 fits one collection at a time")
 
 
 def _add_param_args(p: argparse.ArgumentParser) -> None:

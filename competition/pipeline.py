@@ -17,13 +17,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +53,7 @@ from competition.submission import (
     validate_submission,
     write_submission,
 )
+from competition.workers import child_environment, end_with_parent, usable_cores
 
 if TYPE_CHECKING:
     from models.base import RankingModel
@@ -132,22 +132,16 @@ def collection_weights(root: DataRoot, collections: Sequence[Collection]) -> dic
 
 
 MAX_AUTO_JOBS = 4
-"""The most collections :func:`default_jobs` fits at once: each concurrent fit holds its own train graphs (up to about
-5 GiB for a real xla:random seed ensemble, docs/scale.md), so four fit a 30 GiB Kaggle notebook."""
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+"""The most collections :func:`default_jobs` fits at once (a Kaggle CPU notebook's 4 cores): each concurrent fit holds
+its own train graphs, 5.0 GiB for the xla:random seed ensemble on a 12-graph full-scale part (README, "Real size"),
+5.2-5.6 GiB projected for the real counts."""
 
 
 def default_jobs() -> int:
     """How many collections the pipeline fits at once by default: one per usable core, at most
-    :data:`MAX_AUTO_JOBS` (one fit per core with a thread each beats one fit on all cores: a demo nlp fit runs 1.3
-    times faster on 2 threads than on 1, two fits on one thread each 2 times)."""
+    :data:`MAX_AUTO_JOBS`. One fit per core with a thread each beats one fit on every core: a demo nlp fit runs 1.3
+    times faster on 2 threads than on 1, while the demo's five GNN fits took 103 s two at a time on a thread each
+    against 184 s one at a time on 2 threads."""
     return min(usable_cores(), MAX_AUTO_JOBS)
 
 
@@ -186,7 +180,6 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
     from models.registry import ModelParams, make_model
 
     params = params or ModelParams()
-    out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     end = time.monotonic() + seconds
     models = {c: make_model(model_name, **params.for_collection(c)) for c in collections}
     jobs = min(jobs, len(collections))
@@ -194,6 +187,7 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
         return _predict_concurrently(model_name, root, collections, models, params, jobs=jobs,
                                      eval_split=eval_split, settings_file=settings_file, progress=progress,
                                      protocol=protocol, end=end, weights=weights)
+    out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     used: dict[str, dict[str, object]] = {}
     weights = weights or {c: 1.0 for c in collections}
     # The size measure times the model's work per unit of it with these settings (a seed ensemble's 3 networks, 4
@@ -271,16 +265,17 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
             print(f"[budget] {model_name} {c.value}: {format_seconds(slots[c])} (fit until at most "
                   f"{format_seconds(FIT_FRACTION * slots[c])} after it starts)", flush=True)
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
-    # spawn, not fork: a forked child of a process whose torch thread pool already ran can hang. One collection
-    # per process: a process that fitted one keeps its heap (a full-scale xla:random fit's 5 GiB), so the next fit in
-    # it would add to that.
+    # spawn, not fork (competition.workers.pool_context's choice on Linux): a forked child of a process whose torch
+    # thread pool already ran can hang. One collection per process: a process that fitted one keeps its heap, and
+    # the next fit in it adds to that (a 30-minute run of a full-scale part peaked at 16.0 GiB summed so, 10.2 GiB
+    # with a process each).
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_job,
-                               initargs=(threads, progress), max_tasks_per_child=1)
+                               initargs=(os.getpid(), threads, progress), max_tasks_per_child=1)
     try:
-        # The processes start at the first submit, with this environment: their thread pools sized from the start,
-        # and their progress bars a line every few seconds (tqdm reads its defaults when imported).
-        with _environment(OMP_NUM_THREADS=str(threads),
-                          TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
+        # The processes start at the submits, with this environment: torch sizes its thread pool from
+        # OMP_NUM_THREADS, and tqdm reads its defaults when imported (progress lines every few seconds).
+        with child_environment(OMP_NUM_THREADS=str(threads),
+                               TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
             futures = [pool.submit(_collection_job, model_name, params.for_collection(c), root, c, eval_split,
                                    progress, protocol, slots[c], end) for c in order]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
@@ -302,26 +297,15 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
     return out
 
 
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Environment variables set for the duration (for the processes started meanwhile), then restored."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _init_job(threads: int, progress: bool) -> None:
-    """Start of a concurrent fit's process: its share of the cores, and progress bars as whole lines (bars of
-    several processes redrawn in place on one terminal would overwrite each other)."""
+def _init_job(parent: int, threads: int, progress: bool) -> None:
+    """Start of a concurrent fit's process: it ends with ``parent`` (:func:`~competition.workers.end_with_parent`:
+    a killed pipeline leaves no fit writing its run folder), runs torch on its share of the cores (set here as well
+    as by the inherited ``OMP_NUM_THREADS``: with the variable alone, predictions differed in the 7th digit from
+    those of a process that set its threads), and prints its progress bars as whole lines (bars of several
+    processes redrawn in place on one terminal would overwrite each other)."""
     import torch
 
+    end_with_parent(parent)
     torch.set_num_threads(threads)
     if progress:
         line_progress()

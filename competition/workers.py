@@ -2,11 +2,13 @@
 
 A process pool's workers outlive a parent killed by SIGKILL (no clean-up runs), and go on writing files nobody
 waits for. :func:`end_with_parent` is a pool initializer that prevents it; :func:`pool_context` gives the start
-method under which the pool's creator really is the workers' parent.
+method under which the pool's creator really is the workers' parent. :func:`usable_cores` counts the cores workers
+may share, and :func:`child_environment` sets what the processes started meanwhile inherit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.context
@@ -15,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -53,3 +56,27 @@ def pool_context() -> multiprocessing.context.BaseContext:
     their parent instead, and :func:`end_with_parent` watches the parent). Forked workers also inherit the
     imported modules (torch, PyG) where spawned ones spend seconds importing them again."""
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def child_environment(**values: str) -> Iterator[None]:
+    """Environment variables set for the duration, for the processes started meanwhile (thread counts, progress
+    settings), then restored as they were."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

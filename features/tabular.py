@@ -72,6 +72,11 @@ def tile_root(node_feat: npt.NDArray[np.float32]) -> int:
     return int(roots[-1]) if roots.size else node_feat.shape[0] - 1
 
 
+def _pad_up(x: npt.NDArray[np.float64], multiple: int) -> npt.NDArray[np.float64]:
+    """``x`` rounded up to a multiple of ``multiple``: a TPU tile dim as its (8, 128) registers hold it."""
+    return np.ceil(x / multiple) * multiple
+
+
 def _log2_size(x: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
     return np.log2(1.0 + np.maximum(x.astype(np.float64), 0.0))
 
@@ -122,7 +127,7 @@ def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np
     padded = np.where(out_b > 0, out_b, 1.0)
     for dim, multiple in ((rank - 1, LANE), (rank - 2, SUBLANE)):
         if dim >= 0:
-            padded[:, dim] = np.ceil(padded[:, dim] / multiple) * multiple
+            padded[:, dim] = _pad_up(padded[:, dim], multiple)
     tile_elems = padded.prod(axis=1)
     tiles = np.ceil(np.divide(shape, out_b, out=np.ones_like(out_b), where=valid)).prod(axis=1)
     share = np.where(valid, np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=valid), 1.0),
@@ -193,8 +198,7 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
         if dim < 0:
             return np.ones(c)
         b = out_b[:, dim]
-        padded = np.ceil(b / multiple) * multiple
-        return np.divide(padded, b, out=np.ones(c), where=b > 0)
+        return np.divide(_pad_up(b, multiple), b, out=np.ones(c), where=b > 0)
 
     per_graph = np.concatenate([[rank], shape, _graph_aggregates(graph)])
     x = np.concatenate([
