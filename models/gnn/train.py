@@ -55,6 +55,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from competition.budget import format_seconds
 from competition.collections import Collection
 from competition.metrics import graph_score
 from competition.npzio import atomic_path, atomic_write_text
@@ -499,16 +500,35 @@ def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Ten
     return total / np.maximum(counts, 1)
 
 
+def epoch_seconds(history: Sequence[dict[str, float]]) -> float:
+    """How long the last epoch of ``history`` took, its validation included (``seconds`` counts from the run's
+    start, resumed runs too)."""
+    return history[-1]["seconds"] - (history[-2]["seconds"] if len(history) > 1 else 0.0)
+
+
+class ValidationCut(Exception):
+    """A validation pass left unfinished: the time budget ran out during it (:func:`evaluate`)."""
+
+
 def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torch.device, *,
-             orderings: int = 1) -> float:
+             orderings: int = 1, out_of_time: Callable[[], bool] | None = None) -> float:
     """The mean valid metric over ``items`` (NaN when there are none with known runtimes): the score each graph's
     submission row would get (:func:`~competition.metrics.graph_score`).
 
     Launched on several processes, each scores its share of ``items`` (:func:`models.gnn.distributed.shard`) and
     every rank returns the same mean, taken in the order of ``items``.
+
+    Raises:
+        ValidationCut: on every rank, when ``out_of_time`` (asked before each graph, on this process's clock: no
+            collective) said so on any rank before its last graph was scored: a time budget is then not overrun
+            by a whole validation pass.
     """
     mine: dict[int, float] = {}
+    cut = False
     for i in distributed.shard(range(len(items))):
+        if out_of_time is not None and out_of_time():
+            cut = True
+            break
         item = items[i]
         y = item.y.numpy()
         if item.num_configs < 2 or not np.isfinite(y).all():
@@ -521,7 +541,10 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
                                 seed=cfg.seed, device=device, plan=plan, mixed_precision=False,
                                 context=cfg.predict_context, reference_configs=cfg.reference_configs)
         mine[i] = graph_score(cfg.kind, y, scores=scores)
-    every = {i: v for part in distributed.gather(mine) for i, v in part.items()}
+    parts = distributed.gather((mine, cut))
+    if any(part_cut for _, part_cut in parts):
+        raise ValidationCut
+    every = {i: v for part, _ in parts for i, v in part.items()}
     values = [every[i] for i in sorted(every)]
     return float(np.mean(values)) if values else float("nan")
 
@@ -779,7 +802,11 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         device: ``auto``, ``cpu``, ``cuda``...
         progress: progress bars (rank 0's only).
         max_seconds: stop after this much training time (checked every step, by every rank: the first out of time
-            stops them all); the run stays resumable.
+            stops them all); the run stays resumable. An epoch is not begun when the last one (its validation
+            included) took longer than the time left; its steps keep the time the last validation pass took; a
+            validation pass stops when the time is out (checked before each graph). An epoch cut short either way
+            is dropped (the last whole epoch's checkpoint stays, so a re-run redoes it), except the first: without a
+            scored epoch the weights trained so far are returned.
         title: a title for the curves plot.
         epoch_share: an epoch has ``ceil(epoch_share * graphs * steps_per_graph / graphs_per_step)`` steps over
             the usable ``graphs``, each visited about equally often: below 1 when ``train_items`` hold graphs added
@@ -871,8 +898,13 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
                      "the average" if used else "the best epoch")
         return (average if used else best_state), metric, used
 
-    def spent() -> bool:
-        return max_seconds is not None and distributed.any_rank(time.perf_counter() - started > max_seconds)
+    def spent(reserve: float = 0.0) -> bool:
+        """Out of time (on any rank), keeping ``reserve`` seconds."""
+        return max_seconds is not None and distributed.any_rank(
+            time.perf_counter() - started > max_seconds - reserve)
+
+    def local_out_of_time() -> bool:  # this rank's clock only: asked inside a validation pass
+        return max_seconds is not None and time.perf_counter() - started > max_seconds
 
     def finetune(kept: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], float | None, bool]:
         """The weights to return after the head fine-tuning of ``kept`` (the weights :func:`settle` chose), the
@@ -880,9 +912,13 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         if not (cfg.uses_gst and cfg.gst_finetune_epochs):
             return kept, None, False
         name = title or cfg.kind
-        if spent():
+        # Forecast from the last epoch: k epochs of its training steps, then one validation pass.
+        scoring = history[-1].get("valid_seconds", 0.0) if history else 0.0
+        forecast = max(0.0, cfg.gst_finetune_epochs * (epoch_seconds(history) - scoring) + scoring) if history else 0.0
+        if spent(reserve=forecast):
             if main:
-                log.info("%s: the time budget is spent; the head is not fine-tuned", name)
+                log.info("%s: the time budget left cannot hold the head fine-tuning (about %s); the head is not "
+                         "fine-tuned", name, format_seconds(forecast))
             return kept, None, False
         probe = copy.deepcopy(net)
         probe.load_state_dict(kept)
@@ -965,6 +1001,18 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     started = plotted = time.perf_counter()
     elapsed_before = history[-1]["seconds"] if history else 0.0
     for epoch in range(start_epoch, cfg.epochs + 1):
+        # With a time budget, an epoch that cannot end (its validation included) in the time left is not begun:
+        # cut short, it would be discarded (its weights never scored), and its time is the prediction's. The last
+        # whole epoch, its validation included, is the forecast.
+        if history and max_seconds is not None and spent(reserve=epoch_seconds(history)):
+            if main:
+                log.info("%s: the time budget leaves %s, less than an epoch takes (%s); epoch %d is not begun",
+                         title or cfg.kind, format_seconds(max(0.0, max_seconds - (time.perf_counter() - started))),
+                         format_seconds(epoch_seconds(history)), epoch)
+            stopped = TIME_BUDGET_STOP
+            break
+        # Training keeps the time the last validation pass took, so that this epoch's validation ends in time too.
+        reserve = history[-1].get("valid_seconds", 0.0) if history else 0.0
         net.train()
         # Every graph's visits in a shuffled order (fresh configs at each visit), graphs_per_step per step.
         order = _visit_order(steps_per_epoch, cfg, len(usable), gen)
@@ -979,17 +1027,26 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             losses.update(done)
             recent.extend(done.values())
             bar.set_postfix(loss=f"{np.mean(recent[-50:]):.4f}", refresh=False)  # drawn at the bar's own pace
-            if spent():
+            if spent(reserve):
                 stopped = TIME_BUDGET_STOP
                 break
-        if stopped == TIME_BUDGET_STOP:
-            # A partial epoch is neither recorded nor checkpointed: the checkpoint of the last whole epoch (with
-            # its RNG states) stays, so a re-run redoes this epoch and ends as an uninterrupted run would.
+        validating = time.perf_counter()
+        metric = math.nan
+        if not stopped:
+            try:
+                metric = evaluate(net, valid_items, cfg, device, out_of_time=local_out_of_time)
+            except ValidationCut:
+                stopped = TIME_BUDGET_STOP
+                if main:
+                    log.info("%s: the time budget ran out while scoring epoch %d on valid; the epoch is left "
+                             "unscored", title or cfg.kind, epoch)
+        if stopped:
+            # A partial epoch, or one whose validation the budget cut, is neither recorded nor checkpointed: the
+            # checkpoint of the last whole epoch (with its RNG states) stays, so a re-run redoes this epoch and
+            # ends as an uninterrupted run would. Without a whole epoch, the weights trained so far are kept.
             if not history:
                 best_state = snapshot()
             break
-        validating = time.perf_counter()
-        metric = evaluate(net, valid_items, cfg, device)
         valid_seconds = time.perf_counter() - validating
         every = {i: v for part in distributed.gather(losses) for i, v in part.items()}
         seconds = elapsed_before + time.perf_counter() - started

@@ -202,18 +202,25 @@ def test_a_finished_run_re_run_returns_the_fine_tuned_weights_without_training(m
     _assert_equal(again.state, first.state)
 
 
-# max_seconds on a clock of one second per step and per scoring: epoch 1's steps at 1 and 2, its scoring at 3,
-# epoch 2's steps at 4 and 5 (checked against the budget), its scoring at 6; the fine-tuning's first step at 7.
-BUDGETS = {"spent when training ends": (5.5, "all epochs", 4), "ends during the fine-tuning": (6.5, "all epochs", 5),
-           "spent in the first epoch": (0.0, "time budget", 1)}
+# max_seconds on a clock of one second per step and per scoring: epoch 1's steps at 1 and 2, its scoring at 3 (an
+# epoch: 3 s); epoch 2 begins when 3 s are left, its steps at 4 and 5, its scoring at 6; the fine-tuning (forecast:
+# 2 epochs of 2 steps, then a scoring: 5 s) begins when 5 s are left, its first step at 7. "Forecast too low": the
+# forecasts read 0 s, so the fine-tuning begins and runs out of time during it.
+BUDGETS = {"the second epoch would not fit": (5.5, "time budget", 2, False),
+           "spent when training ends": (6.0, "all epochs", 4, False),
+           "the fine-tuning would not fit": (10.5, "all epochs", 4, False),
+           "forecast too low, ends during the fine-tuning": (6.5, "all epochs", 5, True),
+           "spent in the first epoch": (0.0, "time budget", 1, False)}
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_the_time_budget_skips_or_drops_the_fine_tuning(budget: str, monkeypatch: pytest.MonkeyPatch,
                                                         tmp_path: Path):
-    max_seconds, stopped, ran = BUDGETS[budget]
+    max_seconds, stopped, ran, no_forecast = BUDGETS[budget]
     with monkeypatch.context() as m:
         seen, steps = _spy(m)
+        if no_forecast:
+            m.setattr(gnn_train, "epoch_seconds", lambda history: 0.0)
         result = _train(VALID, run_dir=tmp_path, max_seconds=max_seconds, epochs=2, gst_finetune_epochs=2)
     assert len(steps) == ran and result.stopped == stopped
     assert result.finetune_metric is None and result.finetune_used is False
