@@ -23,7 +23,9 @@ RESERVE_FRACTION = 0.05
 """Share of the budget kept for the ensemble, the submission and the offline score."""
 MIN_RESERVE_SECONDS = 5.0
 FIT_FRACTION = 0.8
-"""Share of a (model, collection) slot spent fitting; the rest is left for predicting the valid and test splits."""
+"""Share of a (model, collection) slot spent fitting at most; the rest is left for predicting the valid and test
+splits. A model that can forecast its prediction time (the GNN, from its validation passes) is also given the slot's
+end (``predict_by``) and stops fitting earlier when its forecast needs more than the rest."""
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", re.IGNORECASE)

@@ -197,6 +197,7 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
         left = sum(weights[x] for x in collections[k:])
         slot = max(0.0, end - time.monotonic()) * (weights[c] / left if left > 0 else 1.0)
         deadline = None if math.isinf(slot) else time.monotonic() + FIT_FRACTION * slot
+        predict_by = None if math.isinf(slot) else time.monotonic() + slot
         if deadline is not None and slot > 0:
             print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until {format_seconds(FIT_FRACTION * slot)})",
                   flush=True)
@@ -204,7 +205,7 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
         if settings_file is not None:
             atomic_write_text(settings_file, json.dumps(used, indent=1, default=repr) + "\n")
         valid, test = _fit_and_predict(model_name, models[c], root, c, eval_split=eval_split, progress=progress,
-                                       protocol=protocol, deadline=deadline)
+                                       protocol=protocol, deadline=deadline, predict_by=predict_by)
         out[Split.VALID.value].update(valid)
         out[Split.TEST.value].update(test)
     return out
@@ -221,12 +222,14 @@ def _announce(model_name: str, model: RankingModel, collection: Collection) -> d
 
 def _fit_and_predict(model_name: str, model: RankingModel, root: DataRoot, collection: Collection, *,
                      eval_split: Split | None, progress: bool, protocol: ValidProtocol,
-                     deadline: float | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Fit ``model`` on one collection's train split and predict its valid and test graphs: ``(valid, test)``,
-    each ``{submission ID: scores}``."""
+                     deadline: float | None, predict_by: float | None = None
+                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Fit ``model`` on one collection's train split (until ``deadline``, and early enough to predict by
+    ``predict_by`` where the model can tell) and predict its valid and test graphs: ``(valid, test)``, each
+    ``{submission ID: scores}``."""
     started = time.monotonic()
     model.fit(root, collection, split=Split.TRAIN, eval_split=eval_split, progress=progress, valid=protocol,
-              deadline=deadline)
+              deadline=deadline, predict_by=predict_by)
     fitted = time.monotonic()
     out: list[dict[str, np.ndarray]] = []
     for split in (Split.VALID, Split.TEST):
@@ -322,8 +325,9 @@ def _collection_job(model_name: str, params: dict[str, object], root: DataRoot, 
     started = time.monotonic()
     deadline = (None if math.isinf(slot)
                 else max(started, min(started + FIT_FRACTION * slot, end - (1 - FIT_FRACTION) * slot)))
+    predict_by = None if math.isinf(slot) else max(started, min(started + slot, end))
     return _fit_and_predict(model_name, make_model(model_name, **params), root, collection, eval_split=eval_split,
-                            progress=progress, protocol=protocol, deadline=deadline)
+                            progress=progress, protocol=protocol, deadline=deadline, predict_by=predict_by)
 
 
 @dataclass

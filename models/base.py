@@ -60,7 +60,7 @@ class RankingModel(abc.ABC):
     @abc.abstractmethod
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
             eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None) -> Self:
+            deadline: float | None = None, predict_by: float | None = None) -> Self:
         """Learn from the graphs of one collection and split.
 
         The caller decides which graphs the model learns from (``split``) and which graphs early stopping scores
@@ -77,6 +77,9 @@ class RankingModel(abc.ABC):
                 protocol).
             deadline: a ``time.monotonic()`` value by which fitting stops, keeping the best state reached (a
                 share of the run's time budget); ``None`` for no limit.
+            predict_by: a ``time.monotonic()`` value by which the caller's predictions of the collection's valid
+                and test graphs are also to be done (the end of the model's share of the budget); a model that can
+                forecast its prediction time ends fitting early enough for it (the GNN); the others ignore it.
 
         Returns:
             ``self``.

@@ -55,7 +55,7 @@ class RandomModel(RankingModel):
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
             eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None) -> Self:
+            deadline: float | None = None, predict_by: float | None = None) -> Self:
         """Nothing to learn; records the collection and returns ``self``."""
         self.collection_ = Collection(collection)
         return self
@@ -138,7 +138,7 @@ class DefaultFirstModel(RankingModel):
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
             eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None) -> Self:
+            deadline: float | None = None, predict_by: float | None = None) -> Self:
         """Layout: nothing to learn. Tile: learn the typical default from the split's graphs.
 
         Raises:

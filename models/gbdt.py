@@ -172,7 +172,7 @@ class GBDTModel(RankingModel):
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
             eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None) -> Self:
+            deadline: float | None = None, predict_by: float | None = None) -> Self:
         """Fit one ranker on the split's labelled graphs, early-stopping on ``eval_split``'s when it has some.
 
         Raises:

@@ -223,3 +223,51 @@ def test_a_models_time_is_shared_by_collection_size_times_its_work(tiny_world: P
     out = capsys.readouterr().out
     # 3 networks against 1 on graphs of the same size measure: the first gets 3/4 of the 1,000 s.
     assert f"[budget] gnn {first.value}: 12m30s (fit until 10m00s)" in out
+
+
+def test_prediction_factor_counts_the_configs_predicted(tiny_world: Path):
+    from models.gnn.model import PREDICT_OVERHEAD, prediction_factor
+
+    root = find_data_root(tiny_world)
+    c = Collection.LAYOUT_NLP_RANDOM
+    protocol = ValidProtocol(20, seed=5)
+    valid = [load_graph(p, c).num_configs for p in list_graphs(root, c, Split.VALID)]
+    test = [load_graph(p, c).num_configs for p in list_graphs(root, c, Split.TEST)]
+    assert max(valid) > 20  # the protocol subsets some
+    predicted = sum(min(n, 20) for n in valid) + sum(test)
+    assert prediction_factor(root, c, protocol, 50, tta=2) == pytest.approx(PREDICT_OVERHEAD * 2 * predicted / 50)
+    everything = sum(valid) + sum(test)
+    assert prediction_factor(root, c, ValidProtocol(None), 50, tta=1) == pytest.approx(
+        PREDICT_OVERHEAD * everything / 50)
+
+
+def test_gnn_fit_keeps_its_prediction_time_free(tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """With ``predict_by`` each network trains until then less the larger of the time after the fit deadline and its
+    forecast prediction time (linear in the validation pass's seconds, for every network trained so far)."""
+    import models.gnn.model as gnn_model
+
+    calls: list[dict] = []
+    real = gnn_model.train
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gnn_model, "train", spy)
+    root = find_data_root(tiny_world)
+    c = Collection.LAYOUT_NLP_RANDOM
+    model = GNNModel(epochs=1, hidden=8, seeds=2, runs_dir=None, cache_dir=str(tmp_path / "cache"))
+    now = time.monotonic()
+    model.fit(root, c, progress=False, deadline=now + 800, predict_by=now + 1000)
+    assert len(calls) == 2
+    first, second = calls
+    assert 990 < first["max_seconds"] <= 1000
+    assert 190 < first["keep_free"](0.0) <= 200.5  # before a pass is measured: the time after the deadline
+    per_second = first["keep_free"](1e5) / 1e5  # the forecast, past that
+    assert per_second > 0 and first["keep_free"](2e5) == pytest.approx(2 * first["keep_free"](1e5))
+    assert second["keep_free"](1e5) == pytest.approx(2 * first["keep_free"](1e5), rel=1e-6)  # two networks
+    # Without predict_by, the fit deadline alone, as before.
+    calls.clear()
+    GNNModel(epochs=1, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache")).fit(
+        root, c, progress=False, deadline=time.monotonic() + 800)
+    assert 790 < calls[0]["max_seconds"] <= 800 and calls[0]["keep_free"] is None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
@@ -35,6 +36,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform, Compose
 
 from competition.collections import Collection, Split
+from competition.npzio import NpzReader
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs
 from features.cache import ProcessedGraphs
@@ -377,7 +379,11 @@ class GNNModel(RankingModel):
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
             eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None) -> Self:
+            deadline: float | None = None, predict_by: float | None = None) -> Self:
+        """See :meth:`RankingModel.fit`. With ``predict_by``, each network's training also ends early enough for
+        the predictions of the valid and test graphs by then, forecast from its last validation pass
+        (:func:`prediction_factor`: the configs predicted over those scored in a pass, times the networks
+        trained so far and the overhead of reading and preparing graphs)."""
         collection = Collection(collection)
         kind = collection.kind
         settings = self.train_config(collection)
@@ -428,6 +434,23 @@ class GNNModel(RankingModel):
             remaining = max(0.0, deadline - time.monotonic())
             max_seconds = remaining if max_seconds is None else min(max_seconds, remaining)
         end = None if max_seconds is None else time.monotonic() + max_seconds  # the rest get what is left
+        factor = (None if predict_by is None or not valid_items
+                  else prediction_factor(root, collection, valid, sum(it.num_configs for it in valid_items),
+                                         self.tta))
+
+        def budget(seconds: float | None, networks: int) -> tuple[float | None, Callable[[float], float] | None]:
+            """A network's ``max_seconds`` and ``keep_free`` for :func:`train`: ``seconds`` at most, and ending
+            early enough to predict with ``networks`` networks by ``predict_by``."""
+            if predict_by is None:
+                return seconds, None
+            horizon = max(0.0, predict_by - time.monotonic())
+            cap = horizon if seconds is None else min(seconds, horizon)
+
+            def keep_free(valid_seconds: float) -> float:
+                forecast = 0.0 if factor is None else factor * networks * valid_seconds
+                return max(horizon - cap, forecast)
+
+            return horizon, keep_free
 
         def share(own: int) -> float:
             """Sibling and kin graphs join an epoch's visits without lengthening it: its steps are counted for
@@ -444,8 +467,10 @@ class GNNModel(RankingModel):
             # The early-stopped run does not depend on refit (nor on seeds: ENSEMBLE_SETTINGS): it resumes, or is
             # resumed by, the same run without it.
             member = replace(cfg, refit=False, seed=seed)
+            limit, keep_free = budget(seconds, seed - settings.seed + 1)
             result = train(member, train_items, valid_items, run_dir=member_dir, device=self.device,
-                           progress=progress, max_seconds=seconds, title=title, epoch_share=share(len(datas)))
+                           progress=progress, max_seconds=limit, keep_free=keep_free, title=title,
+                           epoch_share=share(len(datas)))
             if not (settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1):
                 return result, None
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
@@ -618,6 +643,30 @@ class GNNModel(RankingModel):
             return None
         return reference_sets(plan, first, num_configs, batch=s["predict_batch"], drawn=s["reference_configs"],
                               seed=seed, draws=self.tta)
+
+
+PREDICT_OVERHEAD = 1.6
+"""A prediction's seconds per config over a validation pass's: each graph read from its file and prepared on top of
+the scoring. Measured on full-scale world parts: the tile GNN predicted 600 valid and 600 test kernels in 143 s
+against validation passes of 53-55 s over the 600 valid ones, alone on the machine (1.3), and in 248 s against passes
+of 76-79 s beside another fit (1.6); xla:random's 3 networks predicted 12 + 12 graphs in 204 s against passes of
+26.7 s over the 12 valid ones (1.3). The largest is kept: a forecast too short overruns the budget."""
+
+
+def prediction_factor(root: DataRoot, collection: Collection, valid: ValidProtocol, validated: int,
+                      tta: int) -> float:
+    """Seconds one network takes to predict the valid and test graphs of ``collection`` (the configs ``valid``
+    scores, every test config) per second of a validation pass over ``validated`` configs: the count of configs
+    predicted over ``validated``, times ``tta`` and :data:`PREDICT_OVERHEAD`. Config counts come from the npz
+    headers."""
+    predicted = 0
+    for split in (Split.VALID, Split.TEST):
+        for path in list_graphs(root, collection, split):
+            with NpzReader(path) as r:
+                count = int(r.info("config_runtime").shape[0])
+            chosen = valid.configs(collection, path.stem, count, split)
+            predicted += count if chosen is None else len(chosen)
+    return PREDICT_OVERHEAD * max(1, tta) * predicted / max(1, validated)
 
 
 def _data_key(*parts: str) -> str:

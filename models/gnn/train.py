@@ -785,7 +785,8 @@ def _average_states(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torc
 
 def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
           run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
-          max_seconds: float | None = None, title: str = "", epoch_share: float = 1.0) -> TrainResult:
+          max_seconds: float | None = None, keep_free: Callable[[float], float] | None = None, title: str = "",
+          epoch_share: float = 1.0) -> TrainResult:
     """Train a :class:`RankNet` per ``cfg`` and return its best weights on the valid metric.
 
     Launched on several processes (:mod:`models.gnn.distributed`), every rank calls this with the same arguments:
@@ -807,6 +808,10 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             validation pass stops when the time is out (checked before each graph). An epoch cut short either way
             is dropped (the last whole epoch's checkpoint stays, so a re-run redoes it), except the first: without a
             scored epoch the weights trained so far are returned.
+        keep_free: with ``max_seconds``, the seconds to keep free at its end given the last validation pass's
+            seconds (0 before the first): the time the caller's predictions will take, forecast from the
+            validation pass. Training, validation and the fine-tuning then end ``keep_free(...)`` before
+            ``max_seconds``.
         title: a title for the curves plot.
         epoch_share: an epoch has ``ceil(epoch_share * graphs * steps_per_graph / graphs_per_step)`` steps over
             the usable ``graphs``, each visited about equally often: below 1 when ``train_items`` hold graphs added
@@ -898,13 +903,22 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
                      "the average" if used else "the best epoch")
         return (average if used else best_state), metric, used
 
+    def limit() -> float:
+        """The seconds this run may use: ``max_seconds`` less what ``keep_free`` keeps (history is the same on
+        every rank, so is this)."""
+        assert max_seconds is not None
+        scoring = history[-1].get("valid_seconds", 0.0) if history else 0.0
+        return max_seconds - (keep_free(scoring) if keep_free is not None else 0.0)
+
+    def left() -> float:
+        return max(0.0, limit() - (time.perf_counter() - started))
+
     def spent(reserve: float = 0.0) -> bool:
         """Out of time (on any rank), keeping ``reserve`` seconds."""
-        return max_seconds is not None and distributed.any_rank(
-            time.perf_counter() - started > max_seconds - reserve)
+        return max_seconds is not None and distributed.any_rank(time.perf_counter() - started > limit() - reserve)
 
     def local_out_of_time() -> bool:  # this rank's clock only: asked inside a validation pass
-        return max_seconds is not None and time.perf_counter() - started > max_seconds
+        return max_seconds is not None and time.perf_counter() - started > limit()
 
     def finetune(kept: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], float | None, bool]:
         """The weights to return after the head fine-tuning of ``kept`` (the weights :func:`settle` chose), the
@@ -1007,7 +1021,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         if history and max_seconds is not None and spent(reserve=epoch_seconds(history)):
             if main:
                 log.info("%s: the time budget leaves %s, less than an epoch takes (%s); epoch %d is not begun",
-                         title or cfg.kind, format_seconds(max(0.0, max_seconds - (time.perf_counter() - started))),
+                         title or cfg.kind, format_seconds(left()),
                          format_seconds(epoch_seconds(history)), epoch)
             stopped = TIME_BUDGET_STOP
             break

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from models.gnn.train import CHECKPOINT, TrainResult, epoch_seconds
-from tests.models.test_gnn_swa import VALID, _assert_equal, _train
+from tests.models.test_gnn_swa import BASE, TRAIN, VALID, _assert_equal, _train
 
 gnn_train = importlib.import_module("models.gnn.train")
 
@@ -119,3 +119,23 @@ def test_after_a_scored_epoch_a_cut_validation_keeps_the_best_epoch(tmp_path: Pa
         resumed = _train(VALID, run_dir=tmp_path, epochs=4)
     assert seen.count("step") == 6 and _epochs(resumed) == [1, 2, 3, 4]
     _assert_equal(resumed.state, straight.state)
+
+
+def test_keep_free_ends_training_early_enough_to_predict(tmp_path: Path):
+    # An epoch: 6 s, its validation 4 s. With 20 s: epochs end at 6, 12, 18. Keeping twice the validation time
+    # free (8 s once a pass is measured; nothing before) leaves 12 s: epoch 2 ends at 12, epoch 3 is not begun.
+    with pytest.MonkeyPatch.context() as m:
+        _clock(m)
+        free = _train(VALID, max_seconds=20.0, epochs=4)
+    with pytest.MonkeyPatch.context() as m:
+        seen = _clock(m)
+        kept = gnn_train.train(gnn_train.TrainConfig(**{**BASE, "epochs": 4}), TRAIN, VALID, device="cpu",
+                               progress=False, max_seconds=20.0, keep_free=lambda valid_seconds: 2 * valid_seconds)
+    assert _epochs(free) == [1, 2, 3] and _epochs(kept) == [1, 2]
+    assert seen == ["step", "step", "graph", "graph"] * 2
+    # Before any validation pass, keep_free(0) counts: 8 s kept of 9 s leaves 1 s, one step of the first epoch.
+    with pytest.MonkeyPatch.context() as m:
+        seen = _clock(m)
+        first = gnn_train.train(gnn_train.TrainConfig(**{**BASE, "epochs": 4}), TRAIN, VALID, device="cpu",
+                                progress=False, max_seconds=9.0, keep_free=lambda valid_seconds: 8.0)
+    assert seen == ["step", "step"] and first.history == []  # the check follows each step: past 1 s after step 2
