@@ -106,17 +106,19 @@ class TimeBudget:
         return f"{format_seconds(self.remaining())} of {format_seconds(self.seconds)} left"
 
 
-def concurrent_slots(seconds: float, weights: Mapping[K, float], jobs: int) -> dict[K, float]:
+def concurrent_slots(seconds: float, weights: Mapping[K, float], jobs: int, committed: float = 0.0
+                     ) -> dict[K, float]:
     """Each part's slot of ``seconds`` when ``jobs`` parts run at once: ``jobs`` workers hold ``jobs * seconds`` in
-    all, shared in proportion to ``weights``, except that no part may run past the end: a part whose share would
-    exceed ``seconds`` gets ``seconds``, and what it leaves of its share goes to the others, again in proportion
-    (``inf`` without a limit; equal shares where every weight is 0)."""
+    all, less the ``committed`` seconds parts already running still hold of their slots, shared in proportion to
+    ``weights``, except that no part may run past the end: a part whose share would exceed ``seconds`` gets
+    ``seconds``, and what it leaves of its share goes to the others, again in proportion (``inf`` without a limit;
+    equal shares where every weight is 0)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     if math.isinf(seconds):
         return {k: math.inf for k in weights}
     slots: dict[K, float] = {}
-    capacity = jobs * seconds
+    capacity = max(0.0, jobs * seconds - committed)
     left = dict(weights) if sum(weights.values()) > 0 else {k: 1.0 for k in weights}
     while left:
         total = sum(left.values())

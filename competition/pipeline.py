@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -171,7 +171,8 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
         jobs: fit up to this many collections at once, each in a process of its own with ``cores // jobs`` torch
             threads, where the model allows it (:meth:`~models.base.RankingModel.fits_concurrently`: the GNNs on
             the CPU); largest collection first, each with the slot :func:`~competition.budget.concurrent_slots`
-            gives it. The same fits as one at a time on as many threads.
+            gives it when it starts, of what is left then (the time a fit leaves unused goes to those after it).
+            The same fits as one at a time on as many threads.
 
     Returns:
         ``{split: {submission ID: scores}}`` for ``valid`` and ``test``; a valid layout graph's scores follow
@@ -250,23 +251,18 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
                           weights: dict[Collection, float] | None) -> dict[str, dict[str, np.ndarray]]:
     """:func:`predict_split` with ``jobs`` collections fitted at once, in processes of their own."""
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
     # Largest first (the size measure is read from npz headers: cheap), so that the last fit to start is a short one.
     size = weights or collection_weights(root, collections)
     size = {c: size[c] * models[c].work_factor(c) for c in collections}
     order = sorted(collections, key=lambda c: -size[c])
-    slots = concurrent_slots(max(0.0, end - time.monotonic()), size, jobs)
     used = {c.value: _announce(model_name, models[c], c) for c in collections}
     if settings_file is not None:
         atomic_write_text(settings_file, json.dumps(used, indent=1, default=repr) + "\n")
     threads = max(1, usable_cores() // jobs)
     print(f"{model_name}: fitting {jobs} collections at once, {threads} torch thread{'s' * (threads > 1)} each "
           f"(largest first: {', '.join(c.value for c in order)})", flush=True)
-    for c in order:
-        if not math.isinf(slots[c]):
-            print(f"[budget] {model_name} {c.value}: {format_seconds(slots[c])} (fit until at most "
-                  f"{format_seconds(FIT_FRACTION * slots[c])} after it starts)", flush=True)
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     # spawn, not fork (competition.workers.pool_context's choice on Linux): a forked child of a process whose torch
     # thread pool already ran can hang. One collection per process: a process that fitted one keeps its heap, and
@@ -274,18 +270,40 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
     # with a process each).
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_job,
                                initargs=(os.getpid(), threads, progress), max_tasks_per_child=1)
-    try:
-        # The processes start at the submits, with this environment: torch sizes its thread pool from
+    pending = list(order)
+    running: dict[Future[Any], tuple[Collection, float]] = {}  # each fit: its collection and its slot's end
+    results: dict[Collection, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
+
+    def start(c: Collection) -> None:
+        """Submit ``c``'s fit with its slot, shared out now: what is left of the run on every worker, less what
+        the running fits still hold of theirs, among ``c`` and the fits not yet started (so the time a fit left
+        unused goes to those after it)."""
+        now = time.monotonic()
+        left = max(0.0, end - now)
+        committed = 0.0 if math.isinf(left) else sum(max(0.0, e - now) for _, e in running.values())
+        slot = concurrent_slots(left, {p: size[p] for p in [c, *pending]}, jobs, committed)[c]
+        if not math.isinf(slot):
+            print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until at most "
+                  f"{format_seconds(FIT_FRACTION * slot)} after it starts)", flush=True)
+        # The process starts at the submit, with this environment: torch sizes its thread pool from
         # OMP_NUM_THREADS, and tqdm reads its defaults when imported (progress lines every few seconds).
         with child_environment(OMP_NUM_THREADS=str(threads),
                                TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
-            futures = [pool.submit(_collection_job, model_name, params.for_collection(c), root, c, eval_split,
-                                   progress, protocol, slots[c], end) for c in order]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in futures if f in done and f.exception() is not None]
-        if failed:  # the first failure in submission order, as one fit at a time would have raised it
-            raise failed[0].exception()  # type: ignore[misc]
-        results = {c: future.result() for c, future in zip(order, futures, strict=True)}
+            future = pool.submit(_collection_job, model_name, params.for_collection(c), root, c, eval_split,
+                                 progress, protocol, slot, end)
+        running[future] = (c, now + slot)
+
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                start(pending.pop(0))
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            finished = [f for f in running if f in done]  # in the order they started
+            failed = [f for f in finished if f.exception() is not None]
+            if failed:  # the first failure, as one fit at a time would have raised it
+                raise failed[0].exception()  # type: ignore[misc]
+            for future in finished:
+                results[running.pop(future)[0]] = future.result()
         for c in collections:  # in the order one fit at a time gives
             out[Split.VALID.value].update(results[c][0])
             out[Split.TEST.value].update(results[c][1])

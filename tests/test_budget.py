@@ -165,6 +165,28 @@ def test_concurrent_fits_share_the_budget_largest_first(tiny_world: Path, tmp_pa
     assert f"[budget] gnn {small.value}: 16m40s (fit until at most 13m20s after it starts)" in out
 
 
+def test_a_concurrent_fit_that_ends_early_leaves_its_time_to_the_next(tiny_world: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]):
+    from competition.pipeline import predict_split
+    from models.registry import ModelParams
+
+    monkeypatch.chdir(tmp_path)
+    a, b, c = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_DEFAULT, Collection.LAYOUT_NLP_RANDOM
+    params = ModelParams(common={"epochs": 1, "hidden": 8, "runs_dir": None, "steps_per_graph": 1, "seeds": 1})
+    predict_split("gnn", find_data_root(tiny_world), [a, b, c], params=params, progress=False, seconds=3000.0,
+                  weights={a: 1.0, b: 1.0, c: 1.0}, jobs=2)
+    out = capsys.readouterr().out
+    lines = {x: line for line in out.splitlines() for x in (a, b, c) if line.startswith(f"[budget] gnn {x.value}:")}
+    # Two workers hold 6,000 s: the first two fits get a third each, 2,000 s = 33m20s, when they start; the third
+    # starts when one of them ends (seconds in) and gets what is left of both workers less what the other still
+    # holds, about 6,000 - 2,000 s, capped at the run's end: about 3,000 s, not the 2,000 s shared out in advance.
+    assert sum("33m20s (fit until at most 26m40s" in line for line in lines.values()) == 2
+    third = next(line for line in lines.values() if "33m20s" not in line)
+    minutes = int(third.split(": ", 1)[1].split("m", 1)[0])
+    assert 45 <= minutes <= 49, third  # 3,000 s less the seconds the first fit took
+
+
 def test_line_progress_wraps_a_terminal_too(monkeypatch: pytest.MonkeyPatch):
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -271,3 +293,11 @@ def test_gnn_fit_keeps_its_prediction_time_free(tiny_world: Path, tmp_path: Path
     GNNModel(epochs=1, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache")).fit(
         root, c, progress=False, deadline=time.monotonic() + 800)
     assert 790 < calls[0]["max_seconds"] <= 800 and calls[0]["keep_free"] is None
+
+
+def test_concurrent_slots_less_what_running_parts_hold():
+    # 2 workers and 1,000 s: 2,000 s, of which a running part still holds 600 s; b and c share 1,400 s as 3 to 1
+    assert concurrent_slots(1000.0, {"b": 3.0, "c": 1.0}, 2, committed=600.0) == {"b": 1000.0, "c": 400.0}
+    assert concurrent_slots(1000.0, {"b": 1.0, "c": 1.0}, 2, committed=600.0) == {"b": 700.0, "c": 700.0}
+    assert concurrent_slots(1000.0, {"b": 1.0}, 2, committed=2500.0) == {"b": 0.0}  # nothing left
+    assert concurrent_slots(math.inf, {"b": 1.0}, 2, committed=600.0) == {"b": math.inf}
