@@ -14,7 +14,9 @@ then adds them up with non-negative weights that sum to 1, one weight vector per
   rank before minmax).
 
 With ``min_graphs``, a collection with fewer fitting graphs than that gets none of these: all its weight goes to the
-member that is best over all collections (``overall``); the pipeline sets :data:`MIN_FITTED_GRAPHS`.
+member that is best over the collections of its kind (``overall``: over the four layout collections for a layout
+one; tile is scored by another metric, and the model best there need not be best on layout); the pipeline sets
+:data:`MIN_FITTED_GRAPHS`.
 
 Cross-validation splits a collection's graphs into ``folds`` groups (leave-one-graph-out when there are fewer graphs
 than folds), reproducibly from ``seed``. :meth:`Ensemble.cross_val_predict` scores each graph with weights fitted
@@ -66,7 +68,7 @@ normalised runtimes for tile, ``config_runtime`` for layout)."""
 
 MIN_FITTED_GRAPHS = 30
 """The pipeline's ensemble fits a collection's combination only with at least this many valid graphs; below, the
-collection takes the member that is best over all collections (``min_graphs``). Measured: fitted on the 4 (demo) or
+collection takes the member that is best over the collections of its kind (``min_graphs``). Measured: fitted on the 4 (demo) or
 6 (bench) valid graphs of a layout collection, the combinations of gbdt and gnn-attn scored below gnn-attn alone on
 the test split (`make submit` on the demo world: 0.7864 in all, against 0.8112 for gnn-attn's submission, though
 tile rose to 0.9891; bench worlds: xla:default -0.017, the rest within ±0.002), while tile's combination, fitted on
@@ -233,9 +235,9 @@ class Ensemble:
         max_configs: layout graphs with more configs are scored on this many (a fixed random subset) while
             fitting; ``None`` scores every config.
         min_graphs: a collection with fewer fitting graphs gets no combination of its own: all the weight goes to
-            the member with the best mean score over every collection fitted (method ``overall``), as a pipeline
-            picks its best model; a choice among candidates made on a handful of graphs is mostly their noise.
-            1 (the default) fits every collection.
+            the member with the best mean score over the collections fitted of its kind (method ``overall``), as
+            a pipeline picks its best model; a choice among candidates made on a handful of graphs is mostly their
+            noise. 1 (the default) fits every collection.
 
     Attributes (after :meth:`fit`):
         models_: the model names, in the order weights are listed.
@@ -291,13 +293,13 @@ class Ensemble:
         self.member_scores_: dict[str, dict[str, float]] = {}
         self.candidate_scores_: dict[str, dict[str, float]] = {}
         self.num_graphs_: dict[str, int] = {}
-        overall = self._overall_best(tables)
         for c, t in tables.items():
             rows = np.arange(len(t.ids))
             folds = self._folds(len(t.ids))
             self.member_scores_[c.value] = {m: float(_member_scores(t, i).mean()) for i, m in enumerate(models)}
             self.num_graphs_[c.value] = len(t.ids)
             if len(t.ids) < self.min_graphs:
+                overall = self._overall_best(tables, c.kind)
                 self.collections_[c.value] = {"method": "overall", "normalization": "rank",
                                               "weights": t.weights[t.vertices[overall]].tolist()}
                 self.candidate_scores_[c.value] = {}
@@ -372,11 +374,10 @@ class Ensemble:
         """
         self._check_params()
         models, tables = self._tables(predictions, labels)
-        overall = self._overall_best(tables)
         out: dict[str, npt.NDArray[np.float64]] = {}
-        for t in tables.values():
+        for c, t in tables.items():
             if len(t.ids) < self.min_graphs:
-                plan = [("rank", int(t.vertices[overall]))] * len(t.ids)
+                plan = [("rank", int(t.vertices[self._overall_best(tables, c.kind)]))] * len(t.ids)
             else:
                 plan = self._cv_plan(t, self._folds(len(t.ids)))
             for sid, (norm, p) in zip(t.ids, plan, strict=True):
@@ -464,13 +465,14 @@ class Ensemble:
         if not isinstance(self.min_graphs, int) or self.min_graphs < 1:
             raise ValueError(f"min_graphs must be an integer >= 1; got {self.min_graphs!r}")
 
-    def _overall_best(self, tables: Mapping[Collection, _Table]) -> int:
-        """The member with the best mean over the collections of its mean score per collection (what a pipeline's
-        combined score ranks models by); ties go to the first."""
-        if not tables:
+    def _overall_best(self, tables: Mapping[Collection, _Table], kind: str) -> int:
+        """The member with the best mean, over the collections of ``kind`` (``tile``, ``layout``), of its mean
+        score per collection (what a pipeline's combined score ranks models by, within one kind); ties go to the
+        first."""
+        same = [t for c, t in tables.items() if c.kind == kind]
+        if not same:
             return 0
-        means = np.mean([[_member_scores(t, i).mean() for i in range(len(t.vertices))] for t in tables.values()],
-                        axis=0)
+        means = np.mean([[_member_scores(t, i).mean() for i in range(len(t.vertices))] for t in same], axis=0)
         return int(np.argmax(means))
 
     def _candidate_list(self) -> list[tuple[str, str]]:

@@ -286,3 +286,35 @@ def test_min_graphs_survives_save_and_load(tmp_path: Path):
     assert all(spec["method"] == "overall" for spec in loaded.collections_.values())
     for sid, scores in loaded.predict(preds).items():
         np.testing.assert_array_equal(scores, ens.predict(preds)[sid])
+
+
+def test_the_overall_member_is_best_over_the_collections_of_the_same_kind():
+    # Tile, 6 kernels: B ranks them perfectly, A in reverse (a large loss on the tile metric). Layout, 3 graphs each
+    # of xla:default and nlp:random: A near perfect, B random. Over all three collections B has the better mean
+    # (tile's gap outweighs layout's); over the layout ones A has. With min_graphs=5 the small layout collections
+    # take A, and tile (6 kernels) gets its own fitted choice, B.
+    rng = np.random.default_rng(7)
+    nlp = Collection.LAYOUT_NLP_RANDOM
+    preds: dict[str, dict[str, np.ndarray]] = {"A": {}, "B": {}}
+    labels: dict[str, np.ndarray] = {}
+    for g in range(6):
+        sid, y = f"{TILE.value}:t{g}", np.geomspace(1.0, 50.0, 20)[rng.permutation(20)]
+        labels[sid], preds["A"][sid], preds["B"][sid] = y, -y, y.copy()
+    for c in (LAYOUT, nlp):
+        for g in range(3):
+            sid, y = f"{c.value}:g{g}", rng.permutation(30) + 1.0
+            labels[sid], preds["A"][sid], preds["B"][sid] = y, y + rng.normal(0, 1, 30), rng.random(30)
+    tile_a = _mean_metric(preds["A"], labels, TILE)
+    layout_a = [_mean_metric(preds["A"], labels, c) for c in (LAYOUT, nlp)]
+    layout_b = [_mean_metric(preds["B"], labels, c) for c in (LAYOUT, nlp)]
+    assert _mean_metric(preds["B"], labels, TILE) == 1.0 and tile_a < -10
+    assert np.mean([tile_a, *layout_a]) < np.mean([1.0, *layout_b])  # B is best over every collection
+    assert np.mean(layout_a) > np.mean(layout_b)  # A over the layout ones
+    ens = Ensemble(method="auto", normalization="auto", min_graphs=5).fit(preds, labels)
+    for c in (LAYOUT, nlp):
+        assert ens.collections_[c.value] == {"method": "overall", "normalization": "rank", "weights": [1.0, 0.0]}
+    assert ens.collections_[TILE.value]["weights"] == [0.0, 1.0]
+    cv = ens.cross_val_predict(preds, labels)
+    for sid in labels:
+        if not sid.startswith(TILE.value):
+            np.testing.assert_array_equal(cv[sid], normalize_scores(preds["A"][sid], "rank"))
