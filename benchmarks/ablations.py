@@ -19,6 +19,7 @@ import argparse
 import math
 import re
 import sys
+import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -144,6 +145,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
               params={"configs_per_graph": n, "seeds": 1}) for n in (16, 32, 128)),
     Variant("layers-4-one-net", "4 message-passing layers (the default's 3), one network",
             params={"layers": 4, "seeds": 1}),
+    Variant("layers-2-one-net", "2 message-passing layers (the default's 3), one network",
+            params={"layers": 2, "seeds": 1}),
+    Variant("epochs-20-one-net", "20 epochs at most (layout's default 10; early stopping as by default), one network",
+            params={"epochs": 20, "seeds": 1}),
     Variant("hops2-layers4-one-net", "deeper pruning (2 hops) with 4 layers, one network",
             params={"hops": 2, "layers": 4, "seeds": 1}),
     Variant("node-head-one-net", "the score is the sum of a scalar per node (an MLP of its final state) instead of an "
@@ -196,10 +201,17 @@ def run_variant(variant: Variant, root: Any, collections: Sequence[Collection], 
     return ens.predict(test)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Wraps help lines between words only: a variant's name (``configs-128-one-net``) stays whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.ablations", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpFormatter)
     parser.add_argument("--scale", default="demo", choices=["tiny", "demo", "bench", "full"],
                         help="world scale (bench is the quality table's; demo is 5 times quicker)")
     parser.add_argument("--world-seeds", nargs="+", type=int, default=[0, 1], metavar="SEED",
