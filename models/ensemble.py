@@ -293,17 +293,17 @@ class Ensemble:
         self.member_scores_: dict[str, dict[str, float]] = {}
         self.candidate_scores_: dict[str, dict[str, float]] = {}
         self.num_graphs_: dict[str, int] = {}
+        overall = self._overall_best(tables)
         for c, t in tables.items():
             rows = np.arange(len(t.ids))
             folds = self._folds(len(t.ids))
             self.member_scores_[c.value] = {m: float(_member_scores(t, i).mean()) for i, m in enumerate(models)}
             self.num_graphs_[c.value] = len(t.ids)
             if len(t.ids) < self.min_graphs:
-                overall = self._overall_best(tables, c.kind)
                 self.collections_[c.value] = {"method": "overall", "normalization": "rank",
-                                              "weights": t.weights[t.vertices[overall]].tolist()}
+                                              "weights": t.weights[t.vertices[overall[c.kind]]].tolist()}
                 self.candidate_scores_[c.value] = {}
-                self.cv_score_[c.value] = self.member_scores_[c.value][models[overall]]
+                self.cv_score_[c.value] = self.member_scores_[c.value][models[overall[c.kind]]]
                 continue
             cand, cand_scores = self._choose(t, rows, folds)
             self.collections_[c.value] = {"method": cand[0], "normalization": cand[1],
@@ -374,10 +374,11 @@ class Ensemble:
         """
         self._check_params()
         models, tables = self._tables(predictions, labels)
+        overall = self._overall_best(tables)
         out: dict[str, npt.NDArray[np.float64]] = {}
         for c, t in tables.items():
             if len(t.ids) < self.min_graphs:
-                plan = [("rank", int(t.vertices[self._overall_best(tables, c.kind)]))] * len(t.ids)
+                plan = [("rank", int(t.vertices[overall[c.kind]]))] * len(t.ids)
             else:
                 plan = self._cv_plan(t, self._folds(len(t.ids)))
             for sid, (norm, p) in zip(t.ids, plan, strict=True):
@@ -465,15 +466,16 @@ class Ensemble:
         if not isinstance(self.min_graphs, int) or self.min_graphs < 1:
             raise ValueError(f"min_graphs must be an integer >= 1; got {self.min_graphs!r}")
 
-    def _overall_best(self, tables: Mapping[Collection, _Table], kind: str) -> int:
-        """The member with the best mean, over the collections of ``kind`` (``tile``, ``layout``), of its mean
-        score per collection (what a pipeline's combined score ranks models by, within one kind); ties go to the
-        first."""
-        same = [t for c, t in tables.items() if c.kind == kind]
-        if not same:
-            return 0
-        means = np.mean([[_member_scores(t, i).mean() for i in range(len(t.vertices))] for t in same], axis=0)
-        return int(np.argmax(means))
+    def _overall_best(self, tables: Mapping[Collection, _Table]) -> dict[str, int]:
+        """Per kind of the collections in ``tables`` (``tile``, ``layout``), the member with the best mean, over
+        that kind's collections, of its mean score per collection (what a pipeline's combined score ranks models
+        by, within one kind); ties go to the first."""
+        out: dict[str, int] = {}
+        for kind in {c.kind for c in tables}:
+            same = [t for c, t in tables.items() if c.kind == kind]
+            means = np.mean([[_member_scores(t, i).mean() for i in range(len(t.vertices))] for t in same], axis=0)
+            out[kind] = int(np.argmax(means))
+        return out
 
     def _candidate_list(self) -> list[tuple[str, str]]:
         methods = list(_CANDIDATE_ORDER) if self.method == "auto" else [self.method]

@@ -506,6 +506,12 @@ def epoch_seconds(history: Sequence[dict[str, float]]) -> float:
     return history[-1]["seconds"] - (history[-2]["seconds"] if len(history) > 1 else 0.0)
 
 
+def last_valid_seconds(history: Sequence[dict[str, float]]) -> float:
+    """How long the last validation pass of ``history`` took (0 before the first; a checkpoint older than the
+    ``valid_seconds`` column has none)."""
+    return history[-1].get("valid_seconds", 0.0) if history else 0.0
+
+
 class ValidationCut(Exception):
     """A validation pass left unfinished: the time budget ran out during it (:func:`evaluate`)."""
 
@@ -907,18 +913,18 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         """The seconds this run may use: ``max_seconds`` less what ``keep_free`` keeps (history is the same on
         every rank, so is this)."""
         assert max_seconds is not None
-        scoring = history[-1].get("valid_seconds", 0.0) if history else 0.0
-        return max_seconds - (keep_free(scoring) if keep_free is not None else 0.0)
+        return max_seconds - (keep_free(last_valid_seconds(history)) if keep_free is not None else 0.0)
 
     def left() -> float:
         return max(0.0, limit() - (time.perf_counter() - started))
 
-    def spent(reserve: float = 0.0) -> bool:
-        """Out of time (on any rank), keeping ``reserve`` seconds."""
-        return max_seconds is not None and distributed.any_rank(time.perf_counter() - started > limit() - reserve)
+    def out_of_time(reserve: float = 0.0) -> bool:
+        """Out of time on this rank's clock (no collective: asked inside a validation pass), keeping ``reserve``."""
+        return max_seconds is not None and time.perf_counter() - started > limit() - reserve
 
-    def local_out_of_time() -> bool:  # this rank's clock only: asked inside a validation pass
-        return max_seconds is not None and time.perf_counter() - started > limit()
+    def spent(reserve: float = 0.0) -> bool:
+        """Out of time on any rank, keeping ``reserve`` seconds."""
+        return max_seconds is not None and distributed.any_rank(out_of_time(reserve))
 
     def finetune(kept: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], float | None, bool]:
         """The weights to return after the head fine-tuning of ``kept`` (the weights :func:`settle` chose), the
@@ -927,7 +933,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             return kept, None, False
         name = title or cfg.kind
         # Forecast from the last epoch: k epochs of its training steps, then one validation pass.
-        scoring = history[-1].get("valid_seconds", 0.0) if history else 0.0
+        scoring = last_valid_seconds(history)
         forecast = max(0.0, cfg.gst_finetune_epochs * (epoch_seconds(history) - scoring) + scoring) if history else 0.0
         if spent(reserve=forecast):
             if main:
@@ -1018,7 +1024,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         # With a time budget, an epoch that cannot end (its validation included) in the time left is not begun:
         # cut short, it would be discarded (its weights never scored), and its time is the prediction's. The last
         # whole epoch, its validation included, is the forecast.
-        if history and max_seconds is not None and spent(reserve=epoch_seconds(history)):
+        if history and spent(reserve=epoch_seconds(history)):
             if main:
                 log.info("%s: the time budget leaves %s, less than an epoch takes (%s); epoch %d is not begun",
                          title or cfg.kind, format_seconds(left()),
@@ -1026,7 +1032,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             stopped = TIME_BUDGET_STOP
             break
         # Training keeps the time the last validation pass took, so that this epoch's validation ends in time too.
-        reserve = history[-1].get("valid_seconds", 0.0) if history else 0.0
+        reserve = last_valid_seconds(history)
         net.train()
         # Every graph's visits in a shuffled order (fresh configs at each visit), graphs_per_step per step.
         order = _visit_order(steps_per_epoch, cfg, len(usable), gen)
@@ -1048,7 +1054,7 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         metric = math.nan
         if not stopped:
             try:
-                metric = evaluate(net, valid_items, cfg, device, out_of_time=local_out_of_time)
+                metric = evaluate(net, valid_items, cfg, device, out_of_time=out_of_time)
             except ValidationCut:
                 stopped = TIME_BUDGET_STOP
                 if main:
