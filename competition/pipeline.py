@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import multiprocessing
+import multiprocessing.context
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -53,7 +55,7 @@ from competition.submission import (
     validate_submission,
     write_submission,
 )
-from competition.workers import child_environment, end_with_parent, usable_cores
+from competition.workers import child_environment, end_with_process, usable_cores
 
 if TYPE_CHECKING:
     from models.base import RankingModel
@@ -250,7 +252,6 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
                           protocol: ValidProtocol, end: float,
                           weights: dict[Collection, float] | None) -> dict[str, dict[str, np.ndarray]]:
     """:func:`predict_split` with ``jobs`` collections fitted at once, in processes of their own."""
-    import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
     # Largest first (the size measure is read from npz headers: cheap), so that the last fit to start is a short one.
@@ -264,11 +265,13 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
     print(f"{model_name}: fitting {jobs} collections at once, {threads} torch thread{'s' * (threads > 1)} each "
           f"(largest first: {', '.join(c.value for c in order)})", flush=True)
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
-    # spawn, not fork (competition.workers.pool_context's choice on Linux): a forked child of a process whose torch
-    # thread pool already ran can hang. One collection per process: a process that fitted one keeps its heap, and
-    # the next fit in it adds to that (a 30-minute run of a full-scale part peaked at 16.0 GiB summed so, 10.2 GiB
-    # with a process each).
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_job,
+    # Not fork (competition.workers.pool_context's choice on Linux): a forked child of a process whose torch thread
+    # pool already ran can hang. A fork server instead, where the platform has one: it imports torch and the models
+    # once (FIT_PRELOAD, before any thread pool runs) and forks each fit's process from that, where a spawned
+    # process imports them again (6 s of CPU each). One collection per process: a process that fitted one keeps its
+    # heap, and the next fit in it adds to that (a 30-minute run of a full-scale part peaked at 16.0 GiB summed so,
+    # 10.2 GiB with a process each).
+    pool = ProcessPoolExecutor(jobs, mp_context=_fit_context(), initializer=_init_job,
                                initargs=(os.getpid(), threads, progress), max_tasks_per_child=1)
     pending = list(order)
     running: dict[Future[Any], tuple[Collection, float]] = {}  # each fit: its collection and its slot's end
@@ -286,7 +289,8 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
             print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until at most "
                   f"{format_seconds(FIT_FRACTION * slot)} after it starts)", flush=True)
         # The process starts at the submit, with this environment: torch sizes its thread pool from
-        # OMP_NUM_THREADS, and tqdm reads its defaults when imported (progress lines every few seconds).
+        # OMP_NUM_THREADS, and tqdm reads its defaults when imported (progress lines every few seconds); the fork
+        # server, started by the run's first submit, passes on the environment of its start.
         with child_environment(OMP_NUM_THREADS=str(threads),
                                TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
             future = pool.submit(_collection_job, model_name, params.for_collection(c), root, c, eval_split,
@@ -318,15 +322,31 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
     return out
 
 
-def _init_job(parent: int, threads: int, progress: bool) -> None:
-    """Start of a concurrent fit's process: it ends with ``parent`` (:func:`~competition.workers.end_with_parent`:
-    a killed pipeline leaves no fit writing its run folder), runs torch on its share of the cores (set here as well
-    as by the inherited ``OMP_NUM_THREADS``: with the variable alone, predictions differed in the 7th digit from
-    those of a process that set its threads), and prints its progress bars as whole lines (bars of several
-    processes redrawn in place on one terminal would overwrite each other)."""
+FIT_PRELOAD: tuple[str, ...] = ("competition.pipeline", "models.registry")
+"""What the fork server of concurrent fits imports before it forks them (torch, PyG, LightGBM and every model)."""
+
+
+def _fit_context() -> multiprocessing.context.BaseContext:
+    """The start method of concurrent fits' processes: a fork server where the platform has one (Linux, macOS),
+    which imports :data:`FIT_PRELOAD` once and forks each fit's process from that; spawn elsewhere (each process
+    imports what it needs)."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(list(FIT_PRELOAD))
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def _init_job(pipeline: int, threads: int, progress: bool) -> None:
+    """Start of a concurrent fit's process: it ends with the ``pipeline`` process
+    (:func:`~competition.workers.end_with_process`, not its parent, which is the fork server: a killed pipeline leaves
+    no fit writing its run folder; the server, which each fit holds open, ends after them), runs torch on its share
+    of the cores (set here as well as by the inherited ``OMP_NUM_THREADS``: with the variable alone, predictions
+    differed in the 7th digit from those of a process that set its threads), and prints its progress bars as whole
+    lines (bars of several processes redrawn in place on one terminal would overwrite each other)."""
     import torch
 
-    end_with_parent(parent)
+    end_with_process(pipeline)
     torch.set_num_threads(threads)
     if progress:
         line_progress()

@@ -2,7 +2,8 @@
 
 A process pool's workers outlive a parent killed by SIGKILL (no clean-up runs), and go on writing files nobody
 waits for. :func:`end_with_parent` is a pool initializer that prevents it; :func:`pool_context` gives the start
-method under which the pool's creator really is the workers' parent. :func:`usable_cores` counts the cores workers
+method under which the pool's creator really is the workers' parent, and :func:`end_with_process` does the same for
+workers forked by a fork server (whose parent is the server). :func:`usable_cores` counts the cores workers
 may share, and :func:`child_environment` sets what the processes started meanwhile inherit.
 """
 
@@ -13,6 +14,7 @@ import ctypes
 import multiprocessing
 import multiprocessing.context
 import os
+import select
 import signal
 import sys
 import threading
@@ -49,6 +51,43 @@ def end_with_parent(parent: int) -> None:
         threading.Thread(target=_watch_parent, args=(parent,), name="end-with-parent", daemon=True).start()
     if os.getppid() != parent:
         os._exit(1)
+
+
+def _wait_for_end(pid: int, handle: int | None) -> None:
+    if handle is not None:
+        select.select([handle], [], [])  # readable once the process has ended
+    else:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                pass  # it exists, run by another user
+            time.sleep(1.0)
+    os._exit(1)
+
+
+def end_with_process(pid: int) -> None:
+    """End this process when process ``pid`` ends, whether or not it is this process's parent (a pool initializer,
+    ``initargs=(os.getpid(),)``, for workers forked by a fork server, whose parent is the server).
+
+    A daemon thread waits on a pidfd of ``pid`` where the platform has them (Linux 5.3 and later), else polls it every
+    second. ``pid`` already gone when this runs ends this process now.
+    """
+    try:
+        handle: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfds here
+        handle = None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass
+    threading.Thread(target=_wait_for_end, args=(pid, handle), name="end-with-process", daemon=True).start()
 
 
 def pool_context() -> multiprocessing.context.BaseContext:

@@ -366,3 +366,55 @@ def test_an_unreadable_kaggle_json_is_named(kaggle_json: Path, tmp_path: Path,
     assert main(["kaggle", "download", "--data", str(tmp_path / "data")]) == 2
     assert capsys.readouterr().err == (f"error: {kaggle_json}: cannot be read (Permission denied); check its owner "
                                        "and permissions (chmod 600)\n")
+
+
+def test_concurrent_fits_end_with_their_killed_pipeline(tiny_world: Path, tmp_path: Path):
+    """The fits of `--jobs 2` run in processes forked by a fork server: killing the pipeline ends the server (its
+    pipe from the pipeline closes), and the fits with it (each watches its parent, the server)."""
+    submit = [sys.executable, "-m", "competition", "submit", "--data", str(tiny_world), "--models", "gnn-attn",
+              "--jobs", "2", "--param", "epochs=1000", "--param", "patience=1000", "--out-dir", str(tmp_path / "out"),
+              "--no-progress"]
+    proc = subprocess.Popen(submit, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    parent = psutil.Process(proc.pid)
+    processes: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(processes) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            processes = parent.children(recursive=True)  # the fork server and two fits
+            time.sleep(0.05)
+        assert len(processes) >= 3, f"the fits were not seen: {processes}; {proc.stderr.read() if proc.stderr else ''}"
+        assert any(p.ppid() != proc.pid for p in processes)  # the fits' parent is the server, not the pipeline
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p.pid for p in processes if _alive(p)], "fits outlived their killed pipeline"
+    finally:
+        for p in processes:
+            if _alive(p):
+                p.kill()
+        _kill(proc)
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_end_with_process_ends_a_worker_when_another_process_ends(pidfd: bool):
+    """A worker watching a process that is not its parent ends when that process is killed (by a pidfd, or by
+    polling where the platform has none), and at once when it is already gone."""
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    drop = "" if pidfd else "del os.pidfd_open; "
+    code = (f"import os, time; {drop}from competition.workers import end_with_process; "
+            "end_with_process(int(os.sys.argv[1])); time.sleep(60)")
+    watcher = subprocess.Popen([sys.executable, "-c", code, str(target.pid)], cwd=REPO)
+    try:
+        time.sleep(1.0)
+        assert watcher.poll() is None  # the target lives: the worker goes on
+        target.kill()
+        target.wait()
+        assert watcher.wait(timeout=10) == 1
+        gone = subprocess.run([sys.executable, "-c", code, str(target.pid)], cwd=REPO, timeout=30)
+        assert gone.returncode == 1
+    finally:
+        _kill(target)
+        _kill(watcher)
