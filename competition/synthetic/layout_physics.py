@@ -451,6 +451,54 @@ class LayoutProblem:
             out[s: s + chunk] += total
         return out
 
+    def runtime_parts(self, choices: npt.ArrayLike) -> dict[str, npt.NDArray[np.float64]]:
+        """The noiseless runtimes of configs split by the model's terms (they sum to :meth:`runtime_ns`).
+
+        Args:
+            choices: int ``[n, NC]`` choice per configurable node.
+
+        Returns:
+            float64 ``[n]`` each: ``base`` (every layout-independent op, the same for every config), ``own`` (the
+            configurable nodes' own efficiency: a convolution's or dot's roofline, a reshape's copy), ``unary`` (each
+            decision against fixed neighbours: copies to and from row-major ops, and the elementwise chains that
+            work in its output layout), ``links`` (the copies between two decisions), ns.
+        """
+        c = self._check(choices)
+        own = np.concatenate([n.own for n in self._nodes]) if self._nodes else np.zeros(0)
+        rows = c + self._choice_off
+        parts = {"base": np.full(c.shape[0], self.base_ns), "own": own[rows].sum(axis=1),
+                 "unary": (self._own - own)[rows].sum(axis=1)}
+        parts["links"] = self.runtime_ns(c) - parts["base"] - parts["own"] - parts["unary"]
+        return parts
+
+    def choices_of(self, config_feat: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """The choices behind config feature rows (the inverse of :meth:`config_features`).
+
+        Args:
+            config_feat: ``[n, NC, 18]``, as a graph file's ``node_config_feat`` holds them.
+
+        Returns:
+            int64 ``[n, NC]``.
+
+        Raises:
+            ValueError: a row that is none of its node's choices (the file is not this problem's).
+        """
+        f = np.asarray(config_feat)
+        nc = self.num_choices.size
+        if f.ndim != 3 or f.shape[1:] != (nc, 18):
+            raise ValueError(f"config features must be [n, {nc}, 18], got {f.shape}")
+        out = np.zeros(f.shape[:2], dtype=np.int64)
+        for k in range(nc):
+            table = self._feats[self._choice_off[k]: self._choice_off[k] + self.num_choices[k]]
+            index = {row.tobytes(): i for i, row in enumerate(table.astype(np.float32))}
+            keys = [row.tobytes() for row in f[:, k].astype(np.float32)]
+            missing = [j for j, key in enumerate(keys) if key not in index]
+            if missing:
+                raise ValueError(f"config {missing[0]}: node {k}'s row {f[missing[0], k].tolist()} is none of its "
+                                 f"{int(self.num_choices[k])} choices")
+            out[:, k] = [index[key] for key in keys]
+        return out
+
     def _near_default_choices(self) -> list[npt.NDArray[np.int64]]:
         """Per node, the explicit choices whose layouts differ from the default's in at most one tensor."""
         near = []

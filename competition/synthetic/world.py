@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from competition.collections import Collection, Split
 from competition.npzio import StreamedArray, atomic_write_text, remove_stale_temps, write_npz
 from competition.synthetic.featurize import featurize
+from competition.synthetic.hlo import Module
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.physics import TILE_BUSY_SHARE, measure, measure_tile
 from competition.synthetic.programs import build_program, tile_kernels
@@ -314,6 +315,14 @@ def _layout_program(cfg: WorldConfig, sc: Scale, source: str, split: str, index:
     else:
         stem = _program_name(source, split, index, module.name)
     return module, stem
+
+
+def layout_module(scale: str, seed: int, source: str, split: str, index: int) -> tuple[Module, str]:
+    """The program behind layout graph ``index`` of a world's ``source`` (``xla`` or ``nlp``) and split, and the
+    stem of its files (both searches share it): what :func:`generate_world` built it from, for analyses of the
+    world (``LayoutProblem.from_module(module)`` gives its cost tables)."""
+    cfg = WorldConfig(scale=scale, seed=seed, collections=(), limit=None)
+    return _layout_program(cfg, SCALES[scale], source, split, index)
 
 
 def _paths(out: Path, collection: Collection, split: str, stem: str) -> tuple[Path, Path]:

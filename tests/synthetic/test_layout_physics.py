@@ -111,6 +111,36 @@ def test_hand_computed_runtimes() -> None:
     np.testing.assert_allclose(got, [expected_a, expected_b, expected_c], rtol=1e-12)
 
 
+def test_runtime_parts_by_hand_and_choices_read_back() -> None:
+    """The hand module's three configs split into the model's terms: the dot's roofline is its own; the exponential
+    working in the dot's output layout is the dot's unary term; the copy between the dot's output and the reshape's
+    input is a link; the reshape's own copy (no bitcast) is its own."""
+    p = LayoutProblem.from_module(_hand_module())
+    flops = 2 * 16 * 128 * 256
+    dot_default = max(flops / PEAK_FLOPS_PER_NS * 1.25, (8192 + 16384 + 131072) / HBM_BYTES_PER_NS) + LAUNCH_NS
+    exp_default = max(2048 / PEAK_FLOPS_PER_NS, 2 * 8192 / HBM_BYTES_PER_NS) + LAUNCH_NS
+    dot_b = max(flops / PEAK_FLOPS_PER_NS * 1.25 * 1.25, (65536 + 16384 + 131072) / HBM_BYTES_PER_NS) + LAUNCH_NS
+    exp_b = max(2048 / PEAK_FLOPS_PER_NS, 2 * 65536 / HBM_BYTES_PER_NS) + LAUNCH_NS
+    copy = (65536 + 8192) / HBM_BYTES_PER_NS + LAUNCH_NS
+    choices = np.asarray([[0, 0], [_choice(p, 0, [(0, 1), (1, 0), (1, 0)]), 0],
+                          [0, _choice(p, 1, [(2, 1, 0), (0, 1)])]])
+    parts = p.runtime_parts(choices)
+    np.testing.assert_allclose(parts["base"], [0, 0, 0])
+    np.testing.assert_allclose(parts["own"], [dot_default, dot_b, dot_default + copy], rtol=1e-12)
+    np.testing.assert_allclose(parts["unary"], [exp_default, exp_b, exp_default], rtol=1e-12)
+    np.testing.assert_allclose(parts["links"], [0, copy, copy], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(sum(parts.values()), p.runtime_ns(choices), rtol=1e-12)
+    # A graph file's config rows give back the choices behind them.
+    many = p.sample_configs("random", 50, np.random.default_rng(0))
+    np.testing.assert_array_equal(p.choices_of(p.config_features(many)), many)
+    bad = p.config_features(choices)
+    bad[1, 0, 0] = 5  # a dim the dot's output does not have
+    with pytest.raises(ValueError, match="config 1: node 0"):
+        p.choices_of(bad)
+    with pytest.raises(ValueError, match=r"\[n, 2, 18\]"):
+        p.choices_of(bad[:, :1])
+
+
 def test_copy_exactly_when_layouts_disagree() -> None:
     module = _hand_module()
     p = LayoutProblem.from_module(module)

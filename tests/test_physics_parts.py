@@ -1,0 +1,58 @@
+"""Which terms of the layout physics decide a graph's order (benchmarks/physics_parts.py), on the tiny world."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.physics_parts import PARTS, format_parts, graph_parts, main
+from competition.collections import Collection, Split
+from competition.labels import load_labels
+from competition.reader import find_data_root, list_graphs
+from competition.stats import graph_oracle
+from tests.conftest import TINY_SEED
+
+XD = Collection.LAYOUT_XLA_DEFAULT
+
+
+@pytest.mark.parametrize("split", [Split.TRAIN, Split.TEST])
+def test_parts_of_every_graph_read_back_from_its_file(tiny_world: Path, split: Split):
+    root = find_data_root(tiny_world)
+    paths = list_graphs(root, XD, split)
+    rows = [graph_parts(root, "tiny", TINY_SEED, XD, split, i) for i in range(len(paths))]
+    assert sorted(r.stem for r in rows) == sorted(p.stem for p in paths)
+    split_labels = load_labels(root, [XD], split)
+    labels = {split_labels[sid].stem: split_labels[sid] for sid in split_labels}
+    for r in rows:
+        assert set(r.tau) == set(PARTS) and all(-1 <= t <= 1 for t in r.tau.values())
+        # the oracle is the world's noiseless order against the measured runtimes, as everywhere else
+        assert r.oracle == pytest.approx(graph_oracle(labels[r.stem]))
+        assert r.configs == labels[r.stem].num_configs and r.nodes > 0
+        assert all(s >= 0 for s in r.spread.values())
+    text = format_parts(rows).splitlines()
+    assert len(text) == 2 + len(rows) + 1 and text[-1].startswith("mean")
+    assert text[-1].split()[1] == f"{np.mean([r.oracle for r in rows]):.3f}"
+
+
+def test_another_worlds_program_is_refused(tiny_world: Path, monkeypatch):
+    """A file whose configs are not the program's choices (another seed's program under the same stem) is named."""
+    import competition.synthetic.world as world
+
+    root = find_data_root(tiny_world)
+    real = world.layout_module
+
+    def other(scale, seed, source, split, index):
+        module, stem = real(scale, seed, source, split, 1 - index)
+        return module, real(scale, seed, source, split, index)[1]
+
+    monkeypatch.setattr(world, "layout_module", other)
+    with pytest.raises(ValueError):
+        graph_parts(root, "tiny", TINY_SEED, XD, Split.TRAIN, 0)
+
+
+def test_main_prints_the_table(tmp_path: Path, capsys):
+    assert main(["--scale", "tiny", "--world-seed", str(TINY_SEED), "--worlds-dir", str(tmp_path),
+                 "--collection", XD.value, "--split", "valid"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("mean")
