@@ -162,9 +162,27 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within a fraction 1e-3 of each other's runtime "
             "counted as ties (label noise on default-search graphs), one network",
             params={"pair_tolerance": 1e-3, "seeds": 1}),
+    Variant("layout-match", "layout: config slots also say whether they keep the layout the graph file gives their "
+            "tensor (per value and per tensor)", params={"layout_match": True}),
+    Variant("layout-match-one-net", "layout: config slots also say whether they keep the layout the graph file gives "
+            "their tensor (per value and per tensor), one network", params={"layout_match": True, "seeds": 1}),
+    Variant("layout-match-flow-one-net", "layout: layout-match with flow's columns (how far elementwise chains carry "
+            "a decision's layout and what they end at: together, what a layout other than the file's costs), one "
+            "network", params={"layout_match": True, "flow": True, "seeds": 1}),
+    Variant("layout-match-key-dims-one-net", "layout: layout-match with key-dims (what a layout costs against the "
+            "file's neighbours and at the matrix unit), one network",
+            params={"layout_match": True, "key_dims": True, "seeds": 1}),
+    Variant("runtime-sum-one-net", "the score is the nodes' predicted runtime sum_n exp(t_n) alone, standardised "
+            "over the batch's configs in training (no head over the pooled states), one network",
+            params={"runtime_sum": True, "seeds": 1}),
+    Variant("no-attention-one-net", "the plain GNN (no cross-configuration attention), one network", model="gnn",
+            params={"seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise)",
             params={"seed": 1}),
     Variant("seed-2", "the default with training seed 2 (a control, as seed-1)", params={"seed": 2}),
+    Variant("seed-1-one-net", "one network with training seed 1 (the control of the one-network screens)",
+            params={"seed": 1, "seeds": 1}),
+
     Variant("ensemble-gbdt", "the pipeline's ensemble of gnn-attn and gbdt (weights fitted on valid)",
             with_gbdt=True),
 )}

@@ -6,7 +6,8 @@ Node-indexed attributes (``x``, ``op``, ``config_node_index``), ``edge_index`` a
 
 Order matters where a transform reads ``x`` columns by their position in the 140-column format (cols 21-26 shape
 dims, 134-139 layout, ...): run :class:`PadLayoutMinusOne`, :class:`ShapeAlignmentFeatures`,
-:class:`DotConvFeatures`, :class:`ConfigDimensionSizes` and :class:`ConfigKeyDims` before :class:`LogTransform`
+:class:`DotConvFeatures`, :class:`ConfigDimensionSizes`, :class:`ConfigKeyDims` and :class:`ConfigTensorLayouts`
+before :class:`LogTransform`
 (which changes the values they read), and
 :class:`DropConstantColumns` / :class:`Normalize` last. The appending transforms add columns at the end, so the
 original positions stay valid after them.
@@ -636,6 +637,38 @@ class ConfigKeyDims(BaseTransform):
                 if dim is not None and 0 <= dim < MAX_RANK:
                     keys[s, t, dim + 1] = 1.0
         data.config_dim_keys = keys
+        return data
+
+
+class ConfigTensorLayouts(BaseTransform):
+    """Attach, per layout config slot group, the layout the graph file gives each tensor its config speaks of:
+    ``config_tensor_layouts`` int64 ``[NC, 18]``, in the config's own order (output slots 0-5, operand 0 6-11,
+    operand 1 12-17).
+
+    For tensor ``t`` (0 output, 1 and 2 the operands, see :func:`operand_nodes`) of slot ``s``'s node, entries
+    ``[s, 6t:6t + 6]`` are cols 134-139 (``minor_to_major``) of that tensor's node, -1 at positions beyond its rank
+    (the number of nonzero dims in cols 21-26, as :class:`PadLayoutMinusOne` pads); six -1 for a tuple-shaped tensor
+    and for an operand that is not in the graph. A config value equal to its entry keeps the tensor in the layout the compiled module gave it; where it
+    differs, the tensor's producer or consumers see another layout, and a copy or a slower elementwise chain follows
+    (:meth:`models.gnn.net.RankNet.config_embedding` flags both, ``layout_match=True``): the network cannot tell
+    equality from a config value's embedding and a node column without comparing two integers.
+
+    Run it before :class:`LogTransform` (it reads raw shapes) and after pruning (it indexes nodes).
+
+    Shapes:
+        adds ``config_tensor_layouts [NC, 18]``.
+    """
+
+    def forward(self, data: Data) -> Data:
+        tensors = slot_tensors(data)
+        if tensors is None:
+            return data
+        rank = (data.x[:, COLS_SHAPE] != 0).sum(1)
+        rank = torch.where(data.x[:, COL_TUPLE_COUNT] > 0, torch.zeros_like(rank), rank)
+        beyond = torch.arange(MAX_RANK) >= rank[:, None]
+        layouts = torch.where(beyond, -1, data.x[:, COLS_LAYOUT].round().long())
+        layouts = torch.cat([layouts, torch.full((1, MAX_RANK), -1, dtype=torch.long)])  # row -1: absent operand
+        data.config_tensor_layouts = layouts[tensors].flatten(1)  # [NC, 3 * 6]
         return data
 
 

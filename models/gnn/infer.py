@@ -479,6 +479,8 @@ class LayoutStructure:
         self.slot_sizes = None if any(z is None for z in sizes) else torch.cat(sizes)
         keys = [s.slot_keys for s in segments]
         self.slot_keys = None if any(k is None for k in keys) else torch.cat(keys)
+        layouts = [s.slot_layouts for s in segments]
+        self.slot_layouts = None if any(lay is None for lay in layouts) else torch.cat(layouts)
         per_comp = torch.bincount(self.slot_comp, minlength=self.num_components)
         self.comp_slots = _bounds(per_comp)  # [K + 1]
         self.slot_rank = torch.arange(order.numel(), device=device) - self.comp_slots[self.slot_comp]
@@ -638,7 +640,7 @@ class LayoutPlan:
         st = self.structure
         h = self.base[run.n0:run.n1].repeat_interleave(run.lengths, dim=0, output_size=run.total)
         emb = self.net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.s0:run.s1][run.slot_entry],
-                                        st.slot_sizes, st.slot_keys).float()
+                                        st.slot_sizes, st.slot_keys, st.slot_layouts).float()
         h.index_add_(0, run.slot_row, emb)
         rows_of = None if reference is not None and not record else run.rows_of()
         context = None if reference is None else _Context(reference.log_sums, run.n0, run.n1, reference.size,
@@ -718,7 +720,7 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
         run = st.rows(ids, distinct, 0, st.num_components)
         h = x.index_select(0, st.dyn_nodes[run.node_of_row])
         emb = net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.slot_entry], st.slot_sizes,
-                                   st.slot_keys)
+                                   st.slot_keys, st.slot_layouts)
         h = h.index_add(0, run.slot_row, emb)
         attention = any(block.attention is not None for block in net.blocks)
         rows_of = run.rows_of() if attention else None

@@ -45,6 +45,7 @@ from features.transforms import (
     CollapseChains,
     ConfigDimensionSizes,
     ConfigKeyDims,
+    ConfigTensorLayouts,
     DecisionLinks,
     DedupConfigs,
     DropConstantColumns,
@@ -94,7 +95,8 @@ from)."""
 
 
 def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool,
-                     flow: bool, key_dims: bool, links: bool, tile_memory: bool = False) -> BaseTransform:
+                     flow: bool, key_dims: bool, links: bool, tile_memory: bool = False,
+                     layout_match: bool = False) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
@@ -106,7 +108,8 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
     (:class:`features.transforms.ConfigDimensionSizes`), and with ``key_dims`` (layout) which of them are the key
-    dimensions (:class:`features.transforms.ConfigKeyDims`); heavy-tailed columns are log-transformed; opcode-group
+    dimensions (:class:`features.transforms.ConfigKeyDims`); with ``layout_match`` (layout) the layouts the file gives
+    the tensors configs speak of (:class:`features.transforms.ConfigTensorLayouts`); heavy-tailed columns are log-transformed; opcode-group
     columns are appended. With ``tile_memory`` (tile) each config first gets what a tile holds in on-chip memory
     (:class:`features.transforms.TileMemoryFeatures`, from the raw sizes).
     """
@@ -124,6 +127,8 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
         steps.append(ConfigDimensionSizes())
     if kind == "layout" and key_dims:
         steps.append(ConfigKeyDims())
+    if kind == "layout" and layout_match:
+        steps.append(ConfigTensorLayouts())
     steps += [LogTransform(), OpcodeGroupFeatures()]
     return Compose(steps)
 
@@ -131,7 +136,8 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
 def settings_pipeline(settings: TrainConfig) -> BaseTransform:
     """:func:`feature_pipeline` with a run's settings (:meth:`GNNModel.train_config`, or a saved model's)."""
     return feature_pipeline(settings.kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                            settings.flow, settings.key_dims, settings.links, settings.tile_memory)
+                            settings.flow, settings.key_dims, settings.links, settings.tile_memory,
+                            settings.layout_match)
 
 
 class GNNModel(RankingModel):
@@ -202,12 +208,19 @@ class GNNModel(RankingModel):
         key_dims: layout: each config slot also says whether the dimension its value names is its tensor's key
             dimension (:class:`features.transforms.ConfigKeyDims`: convolution feature dims, dot contracting dims and
             output's last dim), where a TPU's matrix unit wants the minor-most place.
+        layout_match: layout: each config slot also says whether its value equals the layout the graph file gives
+            its tensor at that position, and each tensor whether its whole layout does
+            (:class:`features.transforms.ConfigTensorLayouts`: the node's own cols 134-139 for the output, its
+            producers' for the operands): a layout other than the one the compiled module gave a tensor is what
+            inserts a copy against a fixed neighbour, or makes an elementwise chain work in it.
         runtime_head: every node also predicts its log-time from its final state; the score adds a learned
             positive multiple of the log of their exponentials' sum, the graph's predicted runtime
             (:class:`models.gnn.net.RankNet`, ``runtime_head``).
         node_head: the score is the sum over the nodes of a scalar each computes from its final state (a 2-layer
             MLP), instead of an MLP of the pooled states: a config's runtime is a sum of per-op and per-copy terms
             (:class:`models.gnn.net.RankNet`, ``node_head``); not with ``runtime_head``.
+        runtime_sum: the score is the nodes' predicted runtime ``sum_n exp(t_n)`` alone, standardised over the
+            batch's configs in training (:class:`models.gnn.net.RankNet`, ``runtime_sum``); not with the other heads.
         tile_memory: tile: each config also carries what one tile holds in on-chip memory (the padded output tile's
             bytes, the parameters' bytes cut like the output, the double-buffered working set, all tiles' padded
             elements: :class:`features.transforms.TileMemoryFeatures`, the GBDT's columns of the same name), where a
@@ -276,8 +289,8 @@ class GNNModel(RankingModel):
                  reference_configs: int | None = None, dim_tokens: bool | None = None,
                  sibling: bool | None = None, kin: bool | None = None, bridge: bool | None = None,
                  flow: bool | None = None,
-                 key_dims: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
-                 node_head: bool | None = None, tile_memory: bool | None = None,
+                 key_dims: bool | None = None, layout_match: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
+                 node_head: bool | None = None, runtime_sum: bool | None = None, tile_memory: bool | None = None,
                  swa_epochs: int | None = None,
                  refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
@@ -314,8 +327,10 @@ class GNNModel(RankingModel):
         self.bridge = bridge
         self.flow = flow
         self.key_dims = key_dims
+        self.layout_match = layout_match
         self.runtime_head = runtime_head
         self.node_head = node_head
+        self.runtime_sum = runtime_sum
         self.tile_memory = tile_memory
         self.links = links
         self.swa_epochs = swa_epochs

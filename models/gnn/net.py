@@ -46,6 +46,7 @@ CONFIG_VALUE_DIM = 4
 INPUT_CLIP = 10.0  # normalised node features are clipped to this, so an unseen extreme value cannot blow up
 DIM_FEATURES = 6  # features of one dimension size (dimension_features)
 NODE_TIME_CLIP = 30.0  # a node's predicted log-time is clipped to +-this before exp (a graph's sum stays finite)
+RUNTIME_STD_FLOOR = 1e-7  # runtime_sum: a batch's spread counts as at least this fraction of its mean (no 0 / 0)
 TIME_SCALE_INIT = 1.0  # the runtime head's initial weight on the predicted log-runtime
 SLOT_TENSOR = torch.arange(LAYOUT_CONFIG_SLOTS) // LAYOUT_SLOT_WIDTH  # each config slot's tensor (output, 2 operands)
 _POWERS = torch.tensor([CONFIG_VALUES ** i for i in range(LAYOUT_CONFIG_SLOTS)], dtype=torch.long)
@@ -135,10 +136,13 @@ def dimension_features(sizes: torch.Tensor) -> torch.Tensor:
     return feats * present.unsqueeze(-1)
 
 
-def check_heads(*, runtime_head: bool, node_head: bool) -> None:
-    """Refuse settings that ask :class:`RankNet` for two heads at once (``runtime_head`` and ``node_head``)."""
-    if runtime_head and node_head:
-        raise ValueError("runtime_head and node_head are two heads: choose one")
+def check_heads(*, runtime_head: bool, node_head: bool, runtime_sum: bool) -> None:
+    """Refuse settings that ask :class:`RankNet` for two heads at once (``runtime_head``, ``node_head`` and
+    ``runtime_sum``)."""
+    chosen = [name for name, on in (("runtime_head", runtime_head), ("node_head", node_head),
+                                    ("runtime_sum", runtime_sum)) if on]
+    if len(chosen) > 1:
+        raise ValueError(f"{' and '.join(chosen)} are {len(chosen)} heads: choose one")
 
 
 def signed_log(x: torch.Tensor) -> torch.Tensor:
@@ -159,6 +163,8 @@ class Segment:
             (:class:`features.transforms.ConfigDimensionSizes`), or ``None`` when the graph has none.
         slot_keys: float32 ``[s, 3, 7]``, 1 where a value names its tensor's key dimension
             (:class:`features.transforms.ConfigKeyDims`), or ``None`` when the graph has none.
+        slot_layouts: int64 ``[s, 18]``, the layout the graph file gives each tensor a slot's config values speak of
+            (:class:`features.transforms.ConfigTensorLayouts`), or ``None`` when the graph has none.
         link_index, link_feat: the whole graph's decision links (:class:`features.transforms.DecisionLinks`:
             int64 ``[L, 4]`` in slot numbers, float32 ``[L, 14]``), the same tensors in every segment of a graph (a
             link's term is per config, not per segment), or ``None`` when the graph has none.
@@ -174,6 +180,7 @@ class Segment:
     slot_nodes: torch.Tensor
     slot_sizes: torch.Tensor | None = None
     slot_keys: torch.Tensor | None = None
+    slot_layouts: torch.Tensor | None = None
     link_index: torch.Tensor | None = None
     link_feat: torch.Tensor | None = None
 
@@ -187,7 +194,8 @@ class Segment:
 
         return Segment(self.start, self.stop, self.x.to(device), self.op.to(device), self.adj_in.to(device),
                        self.adj_out.to(device), self.slots.to(device), self.slot_nodes.to(device),
-                       move(self.slot_sizes), move(self.slot_keys), move(self.link_index), move(self.link_feat))
+                       move(self.slot_sizes), move(self.slot_keys), move(self.slot_layouts), move(self.link_index),
+                       move(self.link_feat))
 
 
 def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
@@ -212,6 +220,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
     slot_node = torch.zeros(0, dtype=torch.long) if slot_node is None else slot_node
     sizes = data.get("config_dim_sizes")
     keys = data.get("config_dim_keys")
+    layouts = data.get("config_tensor_layouts")
     link_index, link_feat = data.get("link_index"), data.get("link_feat")
     segments = []
     for start in range(0, max(n, 1), size):
@@ -223,7 +232,7 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
             start, stop, data.x[start:stop], data.op[start:stop],
             mean_adjacency(local, stop - start), mean_adjacency(local, stop - start, reverse=True),
             slots, slot_node[slots] - start, None if sizes is None else sizes[slots],
-            None if keys is None else keys[slots], link_index, link_feat,
+            None if keys is None else keys[slots], None if layouts is None else layouts[slots], link_index, link_feat,
         ))
     return segments
 
@@ -257,6 +266,16 @@ class RankNet(nn.Module):
         node_head: the score is the sum over the nodes of a scalar each computes from its final state (a 2-layer
             MLP), instead of an MLP of the pooled states: a config's runtime is a sum of per-op and per-copy terms,
             so the score is one too, and a change at a few nodes moves it by those nodes' terms alone.
+        layout_match: layout only: each config slot also says whether its value equals the graph file's layout of
+            its tensor at that position, and each tensor whether its whole layout does
+            (:class:`features.transforms.ConfigTensorLayouts`; the segments must then hold ``slot_layouts``).
+        runtime_sum: the score is the predicted runtime ``R = sum_n exp(t_n)`` alone (``t_n`` as with
+            ``runtime_head``), no head over the pooled states: in training standardised over the batch's configs
+            (``(R - mean) / std``), so that a difference of a fraction of a percent between a graph's configs, as
+            default-search runtimes differ, is as large as the loss wants it whatever the graph's total; in
+            evaluation ``log R``, the same order. A layout change then moves the score by what it changes at each
+            op in linear time, as a runtime is a sum of per-op times; ``runtime_head`` mixed ``log R`` with the
+            head's score at a learned scale that had to grow a thousandfold before such differences counted.
         links: layout only: the score adds one term per decision link (:meth:`link_term`; the segments must then
             hold ``link_index`` and ``link_feat``).
         tile_memory: tile only: each config also carries the 4 on-chip memory columns of
@@ -265,16 +284,19 @@ class RankNet(nn.Module):
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
                  bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
-                 key_dims: bool, runtime_head: bool, links: bool, node_head: bool,
-                 tile_memory: bool) -> None:
+                 key_dims: bool, layout_match: bool, runtime_head: bool, links: bool, node_head: bool,
+                 tile_memory: bool, runtime_sum: bool) -> None:
         super().__init__()
-        check_heads(runtime_head=runtime_head, node_head=node_head)
+        check_heads(runtime_head=runtime_head, node_head=node_head, runtime_sum=runtime_sum)
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
         if join not in ("early", "late"):
             raise ValueError(f"join must be 'early' or 'late', got {join!r}")
         self.kind = kind
         self.join = join if kind == "tile" else "early"
+        if runtime_sum and self.join == "late":
+            raise ValueError("runtime_sum scores the nodes' times alone: a tile config joined after pooling (join="
+                             "'late') would not reach them; use join='early'")
         self.opcode = nn.Embedding(NUM_OPCODES, opcode_dim)
         self.node_in = nn.Linear(num_features + opcode_dim, hidden)
         if kind == "layout":
@@ -283,10 +305,12 @@ class RankNet(nn.Module):
             self.config_dims = nn.Linear(LAYOUT_CONFIG_SLOTS * DIM_FEATURES, hidden, bias=False) if dim_tokens \
                 else None
             self.config_keys = nn.Linear(LAYOUT_CONFIG_SLOTS, hidden, bias=False) if key_dims else None
+            self.config_match = nn.Linear(LAYOUT_CONFIG_SLOTS + len(LAYOUT_SLOTS), hidden, bias=False) \
+                if layout_match else None
         else:
             columns = TILE_CONFIG_COLUMNS + (len(TILE_MEMORY_NAMES) if tile_memory else 0)
             self.config_in = nn.Sequential(nn.Linear(columns, hidden), nn.GELU(), nn.Linear(hidden, hidden))
-            self.config_dims = self.config_keys = None
+            self.config_dims = self.config_keys = self.config_match = None
         self.blocks = nn.ModuleList(GNNBlock(hidden, bidirectional=bidirectional, attention=attention,
                                              dropout=dropout) for _ in range(layers))
         head_in = 2 * hidden + (hidden if self.join == "late" else 0)
@@ -294,7 +318,8 @@ class RankNet(nn.Module):
         self.head = nn.Sequential(nn.LayerNorm(head_in), nn.Linear(head_in, hidden), nn.GELU(), nn.Dropout(dropout),
                                   nn.Linear(hidden, 1))
         self.hidden = hidden
-        self.node_time = nn.Linear(hidden, 1) if runtime_head else None
+        self.node_time = nn.Linear(hidden, 1) if runtime_head or runtime_sum else None
+        self.runtime_sum = runtime_sum
         self.time_scale = nn.Parameter(torch.tensor(math.log(TIME_SCALE_INIT))) if runtime_head else None
         self.node_score = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)) if node_head \
             else None
@@ -321,7 +346,7 @@ class RankNet(nn.Module):
         return torch.cat([h, t], dim=-1)
 
     def config_embedding(self, values: torch.Tensor, slot: torch.Tensor, sizes: torch.Tensor | None,
-                         keys: torch.Tensor | None) -> torch.Tensor:
+                         keys: torch.Tensor | None, layouts: torch.Tensor | None) -> torch.Tensor:
         """The embedding of layout config values, added to their nodes' states.
 
         Args:
@@ -329,13 +354,26 @@ class RankNet(nn.Module):
             slot: int64 ``[...]`` (broadcast against ``values.shape[:-1]``), each row's index into ``sizes``.
             sizes: float32 ``[S, 3, 7]`` (:attr:`Segment.slot_sizes`); used (and required) with ``dim_tokens``.
             keys: float32 ``[S, 3, 7]`` (:attr:`Segment.slot_keys`); used (and required) with ``key_dims``.
+            layouts: int64 ``[S, 18]`` (:attr:`Segment.slot_layouts`); used (and required) with ``layout_match``.
 
         Returns:
             ``[..., H]``: ``Linear(value embeddings)``, plus with ``dim_tokens`` ``Linear(dimension features of the
             size each value names)``, plus with ``key_dims`` ``Linear(whether each value names its tensor's key
-            dimension)``; only the named entries are gathered, never a ``[..., 18, 7]`` table.
+            dimension)``, plus with ``layout_match`` ``Linear(whether each explicit value equals the file's layout
+            of its tensor at its position; whether each tensor's six values all do)``; only the named entries are
+            gathered, never a ``[..., 18, 7]`` table.
         """
         emb = self.config_in(self.config_value(values).flatten(-2))
+        if self.config_match is not None:
+            if layouts is None:
+                raise ValueError("this network compares config values with the file's layouts (layout_match): its "
+                                 "graphs need config_tensor_layouts (features.transforms.ConfigTensorLayouts in the "
+                                 "feature pipeline)")
+            equal = values == layouts[slot] + 1  # [..., 18]; -1 (no dimension) is embedding index 0
+            whole = equal.unflatten(-1, (len(LAYOUT_SLOTS), LAYOUT_SLOT_WIDTH)).all(-1)  # [..., 3]
+            explicit = (values > 0).unflatten(-1, (len(LAYOUT_SLOTS), LAYOUT_SLOT_WIDTH)).any(-1)
+            flags = torch.cat([equal & (values > 0), whole & explicit], -1)
+            emb = emb + self.config_match(flags.to(emb.dtype))
         if self.config_dims is None and self.config_keys is None:
             return emb
         tensor = SLOT_TENSOR.to(values.device)
@@ -376,7 +414,8 @@ class RankNet(nn.Module):
                 h = h.expand(b, -1, -1)
                 values = config_feat[:, segment.slots].long().add(1).clamp(0, CONFIG_VALUES - 1)  # [B, s, 18]
                 slot = torch.arange(values.shape[1], device=values.device)
-                emb = self.config_embedding(values, slot, segment.slot_sizes, segment.slot_keys)  # [B, s, H]
+                emb = self.config_embedding(values, slot, segment.slot_sizes, segment.slot_keys,
+                                            segment.slot_layouts)  # [B, s, H]
                 h = h.index_add(1, segment.slot_nodes, emb)
         elif self.join == "early":
             h = h + self._tile_config(config_feat).unsqueeze(1)
@@ -466,9 +505,16 @@ class RankNet(nn.Module):
     def score(self, total: torch.Tensor, num_nodes: int, config_feat: torch.Tensor) -> torch.Tensor:
         """Scores ``[B]`` from the sum over the graph of the nodes' :meth:`readout` ``total [B, P]`` and its node
         count; with ``runtime_head``, the head's score plus ``exp(time_scale) * log(predicted runtime)``; with
-        ``node_head``, the sum of the nodes' scores alone."""
+        ``node_head``, the sum of the nodes' scores alone; with ``runtime_sum`` the predicted runtime alone,
+        standardised over the configs in training, its log in evaluation."""
         if self.node_score is not None:
             return total[:, -1]
+        if self.runtime_sum:
+            runtime = total[:, -1]
+            if not self.training:
+                return torch.log(runtime.clamp_min(torch.finfo(runtime.dtype).tiny))
+            centred = runtime - runtime.mean()
+            return centred / (centred.pow(2).mean().sqrt() + RUNTIME_STD_FLOOR * runtime.mean().abs())
         if self.node_time is None:
             return self.head(self.head_input(total, num_nodes, config_feat)).squeeze(1)
         assert self.time_scale is not None

@@ -146,9 +146,11 @@ class TrainConfig:
     bridge: bool = False  # layout pruning: kept nodes linked through removed elementwise ops get an edge
     flow: bool = False  # layout: configurable nodes carry a summary of the elementwise chains their layouts flow along
     key_dims: bool = False  # layout: each config slot also says whether the dimension it names is its tensor's key dim
+    layout_match: bool = False  # layout: config slots also say whether they keep the layout the file gives the tensor
     runtime_head: bool = False  # nodes predict log-times; the score adds a learned multiple of log(sum of their exp)
     links: bool = False  # layout: the score adds a learned term per pair of decisions a copy may join
     node_head: bool = False  # the score is the sum of a scalar per node (an MLP of its final state)
+    runtime_sum: bool = False  # the score is sum_n exp(t_n) alone (standardised over the batch in training)
     tile_memory: bool = False  # tile: configs also carry what a tile holds in on-chip memory (4 columns)
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
@@ -179,7 +181,7 @@ class TrainConfig:
             raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
                              f"{self.gst_finetune_epochs!r}")
         loss_function(self.loss, self.pair_tolerance)  # refuses a tolerance it cannot take
-        check_heads(runtime_head=self.runtime_head, node_head=self.node_head)
+        check_heads(runtime_head=self.runtime_head, node_head=self.node_head, runtime_sum=self.runtime_sum)
         if self.gst_finetune_epochs and self.segment_size is None:
             raise ValueError("gst_finetune_epochs fine-tunes the head after Graph Segment Training: set segment_size "
                              "too (full-graph training has no stale embeddings to make up for)")
@@ -188,8 +190,9 @@ class TrainConfig:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
                        join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens,
-                       key_dims=self.key_dims, runtime_head=self.runtime_head, links=self.links,
-                       tile_memory=self.tile_memory,
+                       key_dims=self.key_dims, layout_match=self.layout_match, runtime_head=self.runtime_head,
+                       links=self.links,
+                       tile_memory=self.tile_memory, runtime_sum=self.runtime_sum,
                        node_head=self.node_head)
 
     @property

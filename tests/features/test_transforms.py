@@ -25,6 +25,7 @@ from features import (
     CollapseChains,
     ConfigDimensionSizes,
     ConfigKeyDims,
+    ConfigTensorLayouts,
     DecisionLinks,
     DedupConfigs,
     DotConvFeatures,
@@ -330,6 +331,31 @@ def test_config_dimension_sizes():
     assert sizes[0].tolist() == [[0, 2, 4, 0, 0, 0, 0], [0, 2, 300, 0, 0, 0, 0], [0] * 7]
     assert sizes[1].tolist() == [[0, 8, 16, 3, 0, 0, 0], [0] * 7, [0] * 7]
     assert ConfigDimensionSizes()(Data(x=x[:1], op=torch.tensor([0]))).get("config_dim_sizes") is None
+
+
+def test_config_tensor_layouts_by_hand():
+    x = torch.stack([
+        layout_row([2, 300], [0, 1]),  # node 0: operand 0 of the dot, stored column-major
+        layout_row([300, 4], [1, 0]),  # node 1: operand 1
+        layout_row([2, 4], [1, 0]),  # node 2: dot (slot 0)
+        layout_row([8, 16, 3], [2, 1, 0]),  # node 3: reshape (slot 1); its operand is not in the graph
+        layout_row([5, 6], [1, 0]),  # node 4: a tuple-shaped operand of the reshape in node 5
+        layout_row([30], [0]),  # node 5: reshape (slot 2) of node 4
+    ])
+    x[4, 29] = 2  # a tuple has no layout
+    data = Data(x=x, op=torch.tensor([OP["parameter"], OP["parameter"], OP["dot"], OP["reshape"], OP["tuple"],
+                                      OP["reshape"]]),
+                edge_index=torch.tensor([[0, 1, 4], [2, 2, 5]]), config_node_index=torch.tensor([2, 3, 5]))
+    layouts = ConfigTensorLayouts()(data).config_tensor_layouts
+    assert layouts.dtype == torch.long and layouts.shape == (3, 18)
+    none = [-1] * 6
+    assert layouts[0].tolist() == [1, 0, -1, -1, -1, -1] + [0, 1, -1, -1, -1, -1] + [1, 0, -1, -1, -1, -1]
+    assert layouts[1].tolist() == [2, 1, 0, -1, -1, -1] + none + none  # an operand not in the graph: all -1
+    assert layouts[2].tolist() == [0, -1, -1, -1, -1, -1] + none + none  # a tuple operand: all -1
+    # The file's 0-padding and the -1 padding give the same result (PadLayoutMinusOne first or not).
+    padded = PadLayoutMinusOne()(data.clone())
+    assert torch.equal(ConfigTensorLayouts()(padded).config_tensor_layouts, layouts)
+    assert ConfigTensorLayouts()(Data(x=x[:1], op=torch.tensor([0]))).get("config_tensor_layouts") is None
 
 
 def test_config_key_dims_by_hand():

@@ -23,14 +23,15 @@ def _grads(net: torch.nn.Module, scores: torch.Tensor) -> list[torch.Tensor | No
                                     allow_unused=True))
 
 
-@pytest.mark.parametrize("head", ["pooled", "runtime", "node"])
+@pytest.mark.parametrize("head", ["pooled", "runtime", "node", "sum"])
 @pytest.mark.parametrize("segment_size", [None, 13])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("attention", [False, True])
 def test_dedup_scores_and_gradients_equal_the_forward_pass(attention: bool, bidirectional: bool,
                                                            segment_size: int | None, head: str):
     data, cf = _graph()
-    net = _net(attention, bidirectional, runtime_head=head == "runtime", node_head=head == "node").train()
+    net = _net(attention, bidirectional, runtime_head=head == "runtime", node_head=head == "node",
+               runtime_sum=head == "sum").train()
     segments = make_segments(data, segment_size)
     structure = LayoutStructure(segments, bidirectional=bidirectional)
     expected = net(segments, cf)
@@ -50,18 +51,25 @@ def test_dedup_scores_and_gradients_equal_the_forward_pass(attention: bool, bidi
     assert (structure.x is segments[0].x) == (len(segments) == 1)
 
 
-def test_dedup_scores_with_dimension_tokens_key_dims_and_a_single_config():
+def test_dedup_scores_with_dimension_tokens_key_dims_layout_match_and_a_single_config():
     data, cf = _graph()
     data.config_dim_sizes = torch.randint(1, 300, (len(SLOT_NODES), 3, 7),
                                           generator=torch.Generator().manual_seed(1)).float()
     data.config_dim_keys = (torch.rand(len(SLOT_NODES), 3, 7, generator=torch.Generator().manual_seed(2)) < 0.2
                             ).float()
-    net = _net(True, dim_tokens=True, key_dims=True).train()
+    data.config_tensor_layouts = torch.randint(-1, 3, (len(SLOT_NODES), 18), generator=torch.Generator().manual_seed(3))
+    net = _net(True, dim_tokens=True, key_dims=True, layout_match=True).train()
     segments = make_segments(data)
     structure = LayoutStructure(segments, bidirectional=True)
     for batch in (cf, cf[:1]):
-        torch.testing.assert_close(dedup_scores(net, structure, batch), net(segments, batch), rtol=1e-5,
-                                   atol=1e-5)
+        got = dedup_scores(net, structure, batch)
+        torch.testing.assert_close(got, net(segments, batch), rtol=1e-5, atol=1e-5)
+    grads = _grads(net, dedup_scores(net, structure, cf))
+    for g_dedup, g_plain, (name, _) in zip(grads, _grads(net, net(segments, cf)), net.named_parameters(),
+                                           strict=True):
+        # gradients in the tens to hundreds here: float rounding grows with them
+        torch.testing.assert_close(g_dedup, g_plain, rtol=1e-4, atol=max(1e-4, 1e-5 * float(g_plain.abs().max())),
+                                   msg=name)
 
 
 @pytest.mark.parametrize("attention", [False, True])

@@ -31,7 +31,7 @@ def _net(seed: int = 0, attention: bool = False, runtime_head: bool = False, lin
          node_head: bool = False) -> RankNet:
     torch.manual_seed(seed)
     return RankNet("layout", F, hidden=H, layers=2, opcode_dim=16, bidirectional=True, attention=attention,
-                   join="early", dropout=0.0, dim_tokens=False, key_dims=False, runtime_head=runtime_head, links=links,
+                   join="early", dropout=0.0, dim_tokens=False, key_dims=False, layout_match=False, runtime_sum=False, runtime_head=runtime_head, links=links,
                    node_head=node_head, tile_memory=False)
 
 

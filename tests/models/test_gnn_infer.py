@@ -44,26 +44,28 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
 
 
 def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False,
-         key_dims: bool = False, runtime_head: bool = False, links: bool = False, node_head: bool = False) -> RankNet:
+         key_dims: bool = False, runtime_head: bool = False, links: bool = False, node_head: bool = False,
+         layout_match: bool = False, runtime_sum: bool = False) -> RankNet:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
-                  join="early", dropout=0.0, dim_tokens=dim_tokens, key_dims=key_dims,
+                  join="early", dropout=0.0, dim_tokens=dim_tokens, key_dims=key_dims, layout_match=layout_match,
                   runtime_head=runtime_head, links=links, node_head=node_head,
-                  tile_memory=False).eval()
+                  tile_memory=False, runtime_sum=runtime_sum).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
     return net
 
 
-@pytest.mark.parametrize("head", ["pooled", "runtime", "node"])
+@pytest.mark.parametrize("head", ["pooled", "runtime", "node", "sum"])
 @pytest.mark.parametrize("segment_size", [None, 13])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("attention", [False, True])
 def test_plan_scores_equal_the_forward_pass(attention: bool, bidirectional: bool, segment_size: int | None,
                                             head: str):
     data, cf = _graph()
-    net = _net(attention, bidirectional, runtime_head=head == "runtime", node_head=head == "node")
+    net = _net(attention, bidirectional, runtime_head=head == "runtime", node_head=head == "node",
+               runtime_sum=head == "sum")
     segments = make_segments(data, segment_size)
     plan = LayoutPlan(net, segments)
     with torch.no_grad():
@@ -116,6 +118,26 @@ def test_plan_scores_equal_the_forward_pass_with_key_dims(attention: bool, segme
         assert not torch.allclose(net(make_segments(data, segment_size), cf), expected)
     del data.config_dim_keys
     with pytest.raises(ValueError, match="config_dim_keys"):
+        net(make_segments(data, segment_size), cf)
+
+
+@pytest.mark.parametrize("segment_size", [None, 13])
+@pytest.mark.parametrize("attention", [False, True])
+def test_plan_scores_equal_the_forward_pass_with_layout_match(attention: bool, segment_size: int | None):
+    data, cf = _graph()
+    layouts = torch.randint(-1, 3, (len(SLOT_NODES), LAYOUT_CONFIG_SLOTS), generator=torch.Generator().manual_seed(4))
+    layouts[0] = cf[0, 0].long()  # one slot whose whole layout some configs keep
+    data.config_tensor_layouts = layouts
+    net = _net(attention, layout_match=True)
+    segments = make_segments(data, segment_size)
+    with torch.no_grad():
+        expected = net(segments, cf)
+    torch.testing.assert_close(LayoutPlan(net, segments).scores(config_codes(cf)), expected, rtol=1e-5, atol=1e-5)
+    data.config_tensor_layouts = layouts.flip(0)  # other file layouts: other scores
+    with torch.no_grad():
+        assert not torch.allclose(net(make_segments(data, segment_size), cf), expected)
+    del data.config_tensor_layouts
+    with pytest.raises(ValueError, match="config_tensor_layouts"):
         net(make_segments(data, segment_size), cf)
 
 

@@ -16,7 +16,7 @@ from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, RankNet, ma
 EDGES = torch.tensor([[0, 1, 2], [2, 2, 3]])
 # RankNet takes every setting explicitly (its defaults live in models.gnn.train): these, unless a test says otherwise.
 NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
-           dim_tokens=False, key_dims=False, runtime_head=False, links=False, node_head=False,
+           dim_tokens=False, key_dims=False, layout_match=False, runtime_sum=False, runtime_head=False, links=False, node_head=False,
            tile_memory=False)
 
 
@@ -330,3 +330,41 @@ def test_node_head_scores_the_sum_of_the_nodes_scalars(kind: str):
         torch.testing.assert_close(net(segs, cf), torch.full((4,), 0.25 * N))
     with pytest.raises(ValueError, match="choose one"):
         RankNet(kind, F, **{**NET, "node_head": True, "runtime_head": True})
+
+
+@pytest.mark.parametrize("kind", ["layout", "tile"])
+def test_runtime_sum_scores_the_predicted_runtime_standardised_in_training(kind: str):
+    """With runtime_sum the score is the pooled runtime R = sum_n exp(t_n) alone: log R in evaluation, and in
+    training (R - mean) / std over the batch's configs, computed here by hand from the readout; no head over the
+    states (its parameters get no gradient)."""
+    data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=4)
+    torch.manual_seed(0)
+    net = RankNet(kind, F, **{**NET, "runtime_sum": True})
+    segs = make_segments(data)
+    assert net.pooled_width == NET["hidden"] + 1 and net.time_scale is None
+    total = torch.tensor([[0.0] * NET["hidden"] + [r] for r in (2.0, 4.0, 4.0, 6.0)])
+    net.eval()
+    torch.testing.assert_close(net.score(total, N, cf), torch.log(torch.tensor([2.0, 4.0, 4.0, 6.0])))
+    net.train()
+    # mean 4, population std sqrt(2): (-2, 0, 0, 2) / sqrt(2)
+    torch.testing.assert_close(net.score(total, N, cf), torch.tensor([-2.0, 0.0, 0.0, 2.0]) / math.sqrt(2.0))
+    # One config, or configs of equal runtime: 0, not 0 / 0.
+    assert net.score(total[1:3], N, cf).tolist() == [0.0, 0.0]
+    # Through the network: the evaluation scores are the log of the readout's time channel summed over the nodes.
+    net.eval()
+    with torch.no_grad():
+        expected = torch.log(sum(net.segment_sum(s, cf)[:, -1] for s in segs))
+        torch.testing.assert_close(net(segs, cf), expected)
+    net.train()
+    net(segs, cf).pow(2).sum().backward()
+    assert all(p.grad is None for p in net.head.parameters())
+    assert net.node_time.weight.grad is not None and net.node_time.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="runtime_head and runtime_sum are 2 heads: choose one"):
+        RankNet(kind, F, **{**NET, "runtime_sum": True, "runtime_head": True})
+    with pytest.raises(ValueError, match="node_head and runtime_sum"):
+        RankNet(kind, F, **{**NET, "runtime_sum": True, "node_head": True})
+
+
+def test_runtime_sum_refuses_a_late_tile_join():
+    with pytest.raises(ValueError, match="join='early'"):
+        RankNet("tile", F, **{**NET, "runtime_sum": True, "join": "late"})
