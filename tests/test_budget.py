@@ -165,7 +165,7 @@ def test_concurrent_fits_share_the_budget_largest_first(tiny_world: Path, tmp_pa
     assert f"[budget] gnn {large.value}: 16m40s (fit until at most 13m20s after it starts)" in out
     line = next(x for x in out.splitlines() if x.startswith(f"[budget] gnn {small.value}: "))
     minutes, seconds = line.split(": ", 1)[1].split("s ", 1)[0].split("m")
-    assert 970 <= 60 * int(minutes) + int(seconds) <= 1000, line
+    assert 880 <= 60 * int(minutes) + int(seconds) <= 1000, line  # the server starts in seconds (a busy CI: more)
 
 
 def test_a_concurrent_fit_that_ends_early_leaves_its_time_to_the_next(tiny_world: Path, tmp_path: Path,
@@ -192,7 +192,7 @@ def test_a_concurrent_fit_that_ends_early_leaves_its_time_to_the_next(tiny_world
     # still holds, about 6,000 - 2,000 s, capped at the run's end: about 3,000 s, not the 2,000 s shared out in
     # advance.
     first, second, third = sorted(slots.values())
-    assert 1970 <= first <= 2000 and 1970 <= second <= 2000, slots
+    assert 1880 <= first <= 2000 and 1880 <= second <= 2000, slots
     assert 45 * 60 <= third <= 3000, slots  # 3,000 s less the seconds the first fit took
 
 
