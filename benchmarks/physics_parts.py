@@ -27,7 +27,7 @@ import numpy as np
 from competition.collections import Collection, Split
 from competition.metrics import graph_score
 from competition.npzio import NpzReader
-from competition.reader import DataRoot, find_data_root, load_graph, load_secret_runtime
+from competition.reader import DataRoot, find_data_root, list_graphs, load_graph, load_secret_runtime
 from competition.worlds import world_dir
 
 PARTS: tuple[str, ...] = ("own", "unary", "links", "own+unary")
@@ -62,8 +62,9 @@ def graph_parts(root: DataRoot, scale: str, seed: int, collection: Collection, s
     problem = LayoutProblem.from_module(module)
     path = root.collection_dir(collection, split) / f"{stem}.npz"
     graph = load_graph(path, collection)
-    choices = problem.choices_of(graph.config_features())
-    parts = problem.runtime_parts(choices)
+    # block by block: a real-sized file holds up to 100,000 configs x 3,000 configurable nodes
+    blocks = [problem.runtime_parts(problem.choices_of(block)) for _, block in graph.iter_config_blocks()]
+    parts = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
     with NpzReader(root.secret_file(collection, split, stem)) as r:
         noiseless = np.asarray(r.load("config_runtime_noiseless"), dtype=np.float64)
     total = sum(parts.values())
@@ -73,7 +74,7 @@ def graph_parts(root: DataRoot, scale: str, seed: int, collection: Collection, s
                 else graph.config_runtime).astype(np.float64)
     parts["own+unary"] = parts["own"] + parts["unary"]
     tau = {name: graph_score(collection, measured, scores=parts[name]) for name in PARTS}
-    return GraphParts(stem, int(problem.num_choices.size), int(choices.shape[0]),
+    return GraphParts(stem, int(problem.num_choices.size), graph.num_configs,
                       graph_score(collection, measured, scores=noiseless), tau,
                       {name: float(np.std(parts[name])) for name in PARTS[:3]})
 
@@ -104,13 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--split", default=Split.TEST.value, choices=[s.value for s in Split],
                         help="the split whose graphs are read")
     args = parser.parse_args(argv)
-    from competition.synthetic.world import SCALES, generate_world
+    from competition.synthetic.world import generate_world
 
     path = world_dir(args.scale, args.world_seed, args.worlds_dir)
     generate_world(path, scale=args.scale, seed=args.world_seed)
     root = find_data_root(path)
     collection, split = Collection(args.collection), Split(args.split)
-    count = SCALES[args.scale].layout_counts[collection.value][list(Split).index(split)]
+    count = len(list_graphs(root, collection, split))  # a part of a world (--limit) holds its first graphs
     rows = [graph_parts(root, args.scale, args.world_seed, collection, split, i) for i in range(count)]
     print(format_parts(rows))
     return 0

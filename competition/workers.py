@@ -79,14 +79,8 @@ def end_with_process(pid: int) -> None:
         handle: int | None = os.pidfd_open(pid)
     except ProcessLookupError:
         os._exit(1)
-    except (AttributeError, OSError):  # no pidfds here
+    except (AttributeError, OSError):  # no pidfds here: the thread polls, the first time at once
         handle = None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            os._exit(1)
-        except PermissionError:
-            pass
     threading.Thread(target=_wait_for_end, args=(pid, handle), name="end-with-process", daemon=True).start()
 
 

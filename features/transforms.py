@@ -420,6 +420,12 @@ class DecisionLinks(BaseTransform):
         return data
 
 
+def _ranks(x: torch.Tensor) -> torch.Tensor:
+    """Each node's rank from ``x``: its nonzero shape dims (cols 21-26), 0 for a tuple (col 29 > 0)."""
+    rank = (x[:, COLS_SHAPE] != 0).sum(1)
+    return torch.where(x[:, COL_TUPLE_COUNT] > 0, torch.zeros_like(rank), rank)
+
+
 def _pad_beyond_rank(values: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
     """Replace the zeros at positions ``>= rank`` of each row by -1: ``values [R, 6]``, ``rank [R]``."""
     beyond = torch.arange(values.shape[1]) >= rank[:, None]
@@ -441,11 +447,8 @@ class PadLayoutMinusOne(BaseTransform):
     """
 
     def forward(self, data: Data) -> Data:
-        shape = data.x[:, COLS_SHAPE]
-        rank = (shape != 0).sum(1)
-        rank = torch.where(data.x[:, COL_TUPLE_COUNT] > 0, torch.zeros_like(rank), rank)
         x = data.x.clone()
-        x[:, COLS_LAYOUT] = _pad_beyond_rank(x[:, COLS_LAYOUT], rank)
+        x[:, COLS_LAYOUT] = _pad_beyond_rank(x[:, COLS_LAYOUT], _ranks(data.x))
         data.x = x
         config_feat = data.get("config_feat")
         if isinstance(config_feat, torch.Tensor) and config_feat.dim() == 2:
@@ -648,10 +651,11 @@ class ConfigTensorLayouts(BaseTransform):
     For tensor ``t`` (0 output, 1 and 2 the operands, see :func:`operand_nodes`) of slot ``s``'s node, entries
     ``[s, 6t:6t + 6]`` are cols 134-139 (``minor_to_major``) of that tensor's node, -1 at positions beyond its rank
     (the number of nonzero dims in cols 21-26, as :class:`PadLayoutMinusOne` pads); six -1 for a tuple-shaped tensor
-    and for an operand that is not in the graph. A config value equal to its entry keeps the tensor in the layout the compiled module gave it; where it
-    differs, the tensor's producer or consumers see another layout, and a copy or a slower elementwise chain follows
-    (:meth:`models.gnn.net.RankNet.config_embedding` flags both, ``layout_match=True``): the network cannot tell
-    equality from a config value's embedding and a node column without comparing two integers.
+    and for an operand that is not in the graph. A config value equal to its entry keeps the tensor in the layout the
+    compiled module gave it; where it differs, the tensor's producer or consumers see another layout, and a copy or
+    a slower elementwise chain follows (:meth:`models.gnn.net.RankNet.config_embedding` flags both,
+    ``layout_match=True``): the network cannot tell equality from a config value's embedding and a node column
+    without comparing two integers.
 
     Run it before :class:`LogTransform` (it reads raw shapes) and after pruning (it indexes nodes).
 
@@ -663,9 +667,7 @@ class ConfigTensorLayouts(BaseTransform):
         tensors = slot_tensors(data)
         if tensors is None:
             return data
-        rank = (data.x[:, COLS_SHAPE] != 0).sum(1)
-        rank = torch.where(data.x[:, COL_TUPLE_COUNT] > 0, torch.zeros_like(rank), rank)
-        beyond = torch.arange(MAX_RANK) >= rank[:, None]
+        beyond = torch.arange(MAX_RANK) >= _ranks(data.x)[:, None]
         layouts = torch.where(beyond, -1, data.x[:, COLS_LAYOUT].round().long())
         layouts = torch.cat([layouts, torch.full((1, MAX_RANK), -1, dtype=torch.long)])  # row -1: absent operand
         data.config_tensor_layouts = layouts[tensors].flatten(1)  # [NC, 3 * 6]

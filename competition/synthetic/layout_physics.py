@@ -286,8 +286,9 @@ class LayoutProblem:
         self.base_ns = float(base_ns)
         nc = len(nodes)
         self._choice_off = np.concatenate([[0], np.cumsum(self.num_choices)]).astype(np.int64)[:nc]
-        own = [n.own + sum(u[s] for u, s in zip(n.unary, n.sub, strict=True)) for n in nodes]
-        self._own = np.concatenate(own) if own else np.zeros(0)
+        unary = [sum(u[s] for u, s in zip(n.unary, n.sub, strict=True)) for n in nodes]
+        self._own_only = np.concatenate([n.own for n in nodes]) if nodes else np.zeros(0)  # runtime_parts' own
+        self._own = self._own_only + (np.concatenate(unary) if unary else 0.0)  # own and unary: a choice's row
         feats = []
         for n in nodes:
             f = np.full((n.num_choices, 18), -1.0, dtype=np.float32)
@@ -299,6 +300,7 @@ class LayoutProblem:
             f[0] = -1.0
             feats.append(f)
         self._feats = np.concatenate(feats) if feats else np.zeros((0, 18), np.float32)
+        self._sorted_choices: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None  # choices_of
         # Links: flat tables, and per link a row map (choice of a -> row offset) and a column map (choice of b).
         keys = sorted(links)
         self._link_a = np.asarray([k[0] for k in keys], dtype=np.int64)
@@ -464,15 +466,18 @@ class LayoutProblem:
             work in its output layout), ``links`` (the copies between two decisions), ns.
         """
         c = self._check(choices)
-        own = np.concatenate([n.own for n in self._nodes]) if self._nodes else np.zeros(0)
         rows = c + self._choice_off
-        parts = {"base": np.full(c.shape[0], self.base_ns), "own": own[rows].sum(axis=1),
-                 "unary": (self._own - own)[rows].sum(axis=1)}
+        parts = {"base": np.full(c.shape[0], self.base_ns), "own": self._own_only[rows].sum(axis=1),
+                 "unary": (self._own - self._own_only)[rows].sum(axis=1)}
         parts["links"] = self.runtime_ns(c) - parts["base"] - parts["own"] - parts["unary"]
         return parts
 
     def choices_of(self, config_feat: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The choices behind config feature rows (the inverse of :meth:`config_features`).
+
+        Rows are compared by their :func:`~competition.schema.row_hashes`, per node with a binary search over its
+        choices' (sorted once per problem): a file's configs decode block by block
+        (:meth:`competition.reader.LayoutGraph.iter_config_blocks`) in vectorised passes.
 
         Args:
             config_feat: ``[n, NC, 18]``, as a graph file's ``node_config_feat`` holds them.
@@ -487,16 +492,22 @@ class LayoutProblem:
         nc = self.num_choices.size
         if f.ndim != 3 or f.shape[1:] != (nc, 18):
             raise ValueError(f"config features must be [n, {nc}, 18], got {f.shape}")
-        out = np.zeros(f.shape[:2], dtype=np.int64)
-        for k in range(nc):
-            table = self._feats[self._choice_off[k]: self._choice_off[k] + self.num_choices[k]]
-            index = {row.tobytes(): i for i, row in enumerate(table.astype(np.float32))}
-            keys = [row.tobytes() for row in f[:, k].astype(np.float32)]
-            missing = [j for j, key in enumerate(keys) if key not in index]
-            if missing:
-                raise ValueError(f"config {missing[0]}: node {k}'s row {f[missing[0], k].tolist()} is none of its "
+        if self._sorted_choices is None:
+            hashes = row_hashes(self._feats)
+            order = [np.argsort(hashes[o: o + m], kind="stable") for o, m in zip(self._choice_off, self.num_choices,
+                                                                                   strict=True)]
+            self._sorted_choices = [(hashes[o: o + m][i], i) for o, m, i in zip(self._choice_off, self.num_choices,
+                                                                                 order, strict=True)]
+        rows = row_hashes(f.reshape(-1, 18)).reshape(f.shape[:2])
+        out = np.empty(f.shape[:2], dtype=np.int64)
+        for k, (keys, order) in enumerate(self._sorted_choices):
+            pos = np.minimum(np.searchsorted(keys, rows[:, k]), keys.size - 1)
+            found = keys[pos] == rows[:, k]
+            if not found.all():
+                j = int(np.argmin(found))
+                raise ValueError(f"config {j}: node {k}'s row {f[j, k].tolist()} is none of its "
                                  f"{int(self.num_choices[k])} choices")
-            out[:, k] = [index[key] for key in keys]
+            out[:, k] = order[pos]
         return out
 
     def _near_default_choices(self) -> list[npt.NDArray[np.int64]]:

@@ -370,9 +370,10 @@ class RankNet(nn.Module):
                                  "graphs need config_tensor_layouts (features.transforms.ConfigTensorLayouts in the "
                                  "feature pipeline)")
             equal = values == layouts[slot] + 1  # [..., 18]; -1 (no dimension) is embedding index 0
-            whole = equal.unflatten(-1, (len(LAYOUT_SLOTS), LAYOUT_SLOT_WIDTH)).all(-1)  # [..., 3]
-            explicit = (values > 0).unflatten(-1, (len(LAYOUT_SLOTS), LAYOUT_SLOT_WIDTH)).any(-1)
-            flags = torch.cat([equal & (values > 0), whole & explicit], -1)
+            explicit = values > 0
+            per_tensor = (len(LAYOUT_SLOTS), LAYOUT_SLOT_WIDTH)
+            whole = equal.unflatten(-1, per_tensor).all(-1) & explicit.unflatten(-1, per_tensor).any(-1)  # [..., 3]
+            flags = torch.cat([equal & explicit, whole], -1)
             emb = emb + self.config_match(flags.to(emb.dtype))
         if self.config_dims is None and self.config_keys is None:
             return emb
