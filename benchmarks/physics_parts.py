@@ -9,6 +9,7 @@ decision neighbours), against the measured runtimes tells which terms a model mu
 sum, noiseless) what the noise leaves::
 
     python -m benchmarks.physics_parts --scale bench --world-seed 0 --collection layout:xla:default --split test
+    python -m benchmarks.physics_parts --data bench-out/scale-world --collection layout:nlp:default --split valid
 
 Each graph's configs are read back from its file (:meth:`~competition.synthetic.layout_physics.LayoutProblem.
 choices_of`) and their noiseless runtimes checked against the world's ``secret/`` tree, so the figures are those of
@@ -100,19 +101,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", default="bench", choices=["tiny", "demo", "bench", "full"], help="world scale")
     parser.add_argument("--world-seed", type=int, default=0, help="world seed (generated once, then reused)")
     parser.add_argument("--worlds-dir", default="data", help="where the worlds are generated or found")
+    parser.add_argument("--data", default=None,
+                        help="a generated world or part of one (fastslow data synth --limit ...) to read instead: its "
+                             "scale and seed come from its world.json, and nothing is generated")
     parser.add_argument("--collection", default=Collection.LAYOUT_XLA_DEFAULT.value,
                         choices=[c.value for c in Collection if not c.is_tile], help="the layout collection")
     parser.add_argument("--split", default=Split.TEST.value, choices=[s.value for s in Split],
                         help="the split whose graphs are read")
     args = parser.parse_args(argv)
-    from competition.synthetic.world import generate_world
+    from competition.synthetic.world import generate_world, read_world_config
 
-    path = world_dir(args.scale, args.world_seed, args.worlds_dir)
-    generate_world(path, scale=args.scale, seed=args.world_seed)
+    if args.data is not None:
+        try:
+            cfg = read_world_config(args.data)
+        except ValueError as e:
+            parser.error(str(e))
+        path, scale, seed = args.data, cfg.scale, cfg.seed
+    else:
+        path, scale, seed = world_dir(args.scale, args.world_seed, args.worlds_dir), args.scale, args.world_seed
+        generate_world(path, scale=scale, seed=seed)
     root = find_data_root(path)
     collection, split = Collection(args.collection), Split(args.split)
     count = len(list_graphs(root, collection, split))  # a part of a world (--limit) holds its first graphs
-    rows = [graph_parts(root, args.scale, args.world_seed, collection, split, i) for i in range(count)]
+    rows = [graph_parts(root, scale, seed, collection, split, i) for i in range(count)]
     print(format_parts(rows))
     return 0
 

@@ -56,3 +56,27 @@ def test_main_prints_the_table(tmp_path: Path, capsys):
     assert main(["--scale", "tiny", "--world-seed", str(TINY_SEED), "--worlds-dir", str(tmp_path),
                  "--collection", XD.value, "--split", "valid"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("mean")
+
+
+def test_main_reads_a_world_part_named_by_data(tiny_world: Path, capsys):
+    """--data: a part of a world (here two graphs per split) read with its own scale and seed, nothing generated."""
+    from competition.synthetic.world import read_world_config
+
+    cfg = read_world_config(tiny_world)
+    assert (cfg.scale, cfg.seed, cfg.limit) == ("tiny", TINY_SEED, 2)
+    assert main(["--data", str(tiny_world), "--collection", XD.value, "--split", "train"]) == 0
+    root = find_data_root(tiny_world)
+    rows = [graph_parts(root, "tiny", TINY_SEED, XD, Split.TRAIN, i)
+            for i in range(len(list_graphs(root, XD, Split.TRAIN)))]
+    assert capsys.readouterr().out.splitlines() == format_parts(rows).splitlines()
+
+
+@pytest.mark.parametrize("manifest", [None, "{not json", '{"config": {"scale": "tiny"}}'])
+def test_data_without_a_world_manifest_is_named(tmp_path: Path, capsys, manifest: str | None):
+    if manifest is not None:
+        (tmp_path / "world.json").write_text(manifest)
+    with pytest.raises(SystemExit) as exc:
+        main(["--data", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "world.json") in err and "Traceback" not in err

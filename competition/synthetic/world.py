@@ -558,6 +558,23 @@ def _run_job(args: tuple[Path, WorldConfig, GraphJob]) -> list[Path]:
     return _write_layout(out, cfg, sc, job)
 
 
+def read_world_config(out: str | os.PathLike[str]) -> WorldConfig:
+    """The settings a generated world (or part of one) was made with, from its ``world.json``.
+
+    Raises:
+        ValueError: ``out`` holds no readable ``world.json`` (not a generated world), naming the file.
+    """
+    manifest = Path(out) / MANIFEST
+    try:
+        config = json.loads(manifest.read_text())["config"]
+        config["collections"] = tuple(config["collections"])
+        return WorldConfig(**{"tile_limit": None, **config})
+    except FileNotFoundError:
+        raise ValueError(f"{manifest}: no such file; {out} is not a generated synthetic world") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{manifest}: not a world manifest ({type(e).__name__}: {e})") from None
+
+
 def plan_jobs(cfg: WorldConfig) -> list[GraphJob]:
     """The files of a world, as jobs; ``limit`` (``tile_limit`` for tile) caps graphs per collection and split."""
     sc = SCALES[cfg.scale]
