@@ -137,6 +137,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"seeds": 3}),
     Variant("seeds-5", "a seed ensemble of 5 networks (seeds 0 to 4)", params={"seeds": 5}),
     Variant("seeds-1", "one network (no seed ensemble)", params={"seeds": 1}),
+    Variant("steps-8-one-net", "8 steps per graph and epoch (the layout kind's default; xla:random's is 32), one "
+            "network", params={"steps_per_graph": 8, "seeds": 1}),
     # screening at one network's cost (against seeds-1): what helps there is then measured as an ensemble
     *(Variant(f"dropout-{p}-one-net", f"dropout {p} in every layer and the head (the default's 0.0), one network",
               params={"dropout": p, "seeds": 1}) for p in (0.1, 0.2)),

@@ -220,11 +220,12 @@ COLLECTION_DEFAULTS: dict[str, dict[str, Any]] = {
     "layout:xla:random": {"steps_per_graph": 32, "seeds": 3},
 }
 """Where a collection's defaults differ from its kind's in :data:`DEFAULTS`. The xla collections hold a third of
-the nlp ones' train graphs (61-69 real ones against 198-207; 24 against 72 on a bench world), and their fits
-under-fit their own train graphs and vary with the training seed. On xla:random, 32 steps per graph and epoch instead
-of 8 scored higher on all four bench world and training seed pairs (+0.025 to +0.046); on xla:default the same change
-was within its noise (-0.020 to +0.022), so it keeps the kind's 8 (docs/gnn.md, "Bench xla: decision links and more
-steps"). A seed ensemble of 3 networks scored at least as high as one network on every bench world and xla
+the nlp ones' train graphs (61-69 real ones against 198-207; on a bench world the same 61-69 against 28), and their
+fits under-fit their own train graphs and vary with the training seed. On xla:random, 32 steps per graph and epoch
+instead of 8 scored higher on all four bench world and training seed pairs with 24 train graphs (+0.025 to +0.046),
+and with the real 69 (one network, +0.025 and +0.070); on xla:default the same change was within its noise (-0.020 to
++0.022), so it keeps the kind's 8 (docs/gnn.md, "Bench xla: decision links and more steps", "as many train graphs as
+the real data"). A seed ensemble of 3 networks scored at least as high as one network on every bench world and xla
 collection it was measured on (+0.002 to +0.022 over 8 pairs, 4 at today's steps; docs/gnn.md, "Bench xla: the seed
 ensemble"), and the xla fits are the cheap ones on the real data. The demo world trains with the kind's values
 instead (:func:`quick_settings`)."""
