@@ -106,6 +106,17 @@ def graph_oracle(labels: GraphLabels) -> float | None:
     return graph_score(labels.collection, labels.target(), scores=labels.noiseless)
 
 
+def graph_noiseless_score(labels: GraphLabels, scores: npt.ArrayLike) -> float | None:
+    """How a submission's ``scores`` of one graph would score without measurement noise:
+    :func:`~competition.metrics.graph_score` against the noiseless runtimes instead of the measured ones (the
+    oracle's is 1 by construction); ``None`` without noiseless runtimes. Beside the measured score it tells a
+    model's own error from the luck of the measurements: a tile kernel whose repeated runs spread widely can cost a
+    model that picks the truly fastest configs a whole point of the top-5 slowdown."""
+    if labels.noiseless is None:
+        return None
+    return graph_score(labels.collection, labels.noiseless, scores=np.asarray(scores, dtype=np.float64))
+
+
 def oracle_scores(labels: SplitLabels) -> dict[Collection, float] | None:
     """Mean oracle score per collection of a split's labels (on the valid protocol's configs, as a submission is
     scored); a collection with a graph lacking noiseless runtimes is left out, ``None`` when none is left (real

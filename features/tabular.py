@@ -141,6 +141,85 @@ def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np
                      _log2_size(2.0 * (tile_bytes + operand_bytes)), _log2_size(tile_elems * tiles)], axis=1)
 
 
+TILE_MATRIX_NAMES: tuple[str, ...] = ("log2_kernel_tile_bytes", "log2_kernel_footprint", "log2_input_footprint",
+                                      "log2_matrix_working_set")
+"""The columns of :func:`tile_matrix_memory`, in order."""
+
+
+def _root_operands(root: int, node_feat: npt.NDArray[np.floating], edge_index: npt.NDArray[np.integer],
+                   kernel_bounds: npt.NDArray[np.float64]) -> tuple[int, int] | None:
+    """``(input, kernel)`` operands of a convolution or dot root: the kernel is the operand whose shape agrees with
+    the config's kernel tile in the most dims (the tile cuts only the contracting dim), the input the largest other
+    operand; ``None`` with fewer than two operands. Edges are stored sorted, so operand order is not known."""
+    ops = np.unique(np.asarray(edge_index)[np.asarray(edge_index)[:, 0] == root, 1]) if len(edge_index) else []
+    if len(ops) < 2:
+        return None
+    shapes = node_feat[ops][:, COLS_SHAPE].astype(np.float64)
+    agree = (shapes == kernel_bounds[None, :]) & (shapes > 0)
+    rank_match = (shapes > 0).sum(axis=1) == (kernel_bounds > 0).sum()
+    kernel = int(np.argmax(agree.sum(axis=1) + 0.5 * rank_match))
+    others = [i for i in range(len(ops)) if i != kernel]
+    sizes = node_feat[ops, COL_SHAPE_PRODUCT].astype(np.float64)
+    inp = max(others, key=lambda i: sizes[i])
+    return int(ops[inp]), int(ops[kernel])
+
+
+def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                       edge_index: npt.NDArray[np.integer],
+                       config_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """What one step of a matrix kernel (a convolution or dot root) holds on chip, as a matrix-unit tiler cuts it:
+    float64 ``[C, 4]``, columns :data:`TILE_MATRIX_NAMES`, each ``log2(1 + x)`` of
+
+    * the kernel tile's bytes as the config gives it (``prod_d kernel_bounds_d`` times the kernel's bytes per
+      element; 0 without kernel bounds);
+    * the kernel's footprint per step: the kernel tile times the share of the output's minor-most dim a tile covers
+      (a tile of output columns needs those columns of the kernel);
+    * the input's footprint per step: the input operand's bytes times the share of the output's other dims a tile
+      covers, times the share of the contracting dim the kernel tile holds (a tile of output rows needs those rows
+      of the input, one contracting chunk at a time);
+    * twice the sum of the padded output tile's bytes and both footprints: the double-buffered working set of a
+      step.
+
+    :func:`tile_memory` takes every operand as cut like the output, which a matrix kernel's operands are not: a
+    batched dot's kernel tile keeps its batch dims whole whatever the output tile. Kernels of other roots (or
+    without kernel bounds) get 0 kernel bytes, :func:`tile_memory`'s operand bytes as the input footprint and its
+    working set. The input and kernel operands are told apart by shape (:func:`_root_operands`).
+    """
+    base = tile_memory(node_feat, node_opcode, config_feat)
+    c = base.shape[0]
+    out = np.zeros((c, len(TILE_MATRIX_NAMES)))
+    out[:, 2], out[:, 3] = base[:, 1], base[:, 2]
+    root = tile_root(node_feat)
+    cfg = np.asarray(config_feat, dtype=np.float64)
+    ker_b = cfg[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
+    if c == 0 or int(node_opcode[root]) not in (CONVOLUTION, DOT) or not (ker_b > 0).any():
+        return out
+    operands = _root_operands(root, node_feat, edge_index, ker_b[0])
+    if operands is None:
+        return out
+    inp, ker = operands
+    shape = node_feat[root, COLS_SHAPE].astype(np.float64)
+    rank = int((shape > 0).sum())
+    out_b = cfg[:, COLS_OUTPUT_BOUNDS][:, :rank]
+    shape = shape[:rank]
+    share = np.where((out_b > 0) & (shape > 0),
+                     np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=shape > 0), 1.0), 1.0)
+    minor = share[:, -1] if rank else np.ones(c)
+    major = share[:, :-1].prod(axis=1) if rank > 1 else np.ones(c)
+    itemsize = element_itemsize(node_feat)
+    kernel_elems = np.where(ker_b > 0, ker_b, 1.0).prod(axis=1) * (ker_b > 0).any(axis=1)
+    kernel_tile = kernel_elems * itemsize[ker]
+    whole_kernel = max(float(node_feat[ker, COL_SHAPE_PRODUCT]), 1.0)
+    contract = np.minimum(kernel_elems / whole_kernel, 1.0)
+    input_fp = float(node_feat[inp, COL_SHAPE_PRODUCT]) * itemsize[inp] * major * contract
+    tile_bytes = np.exp2(base[:, 0]) - 1.0
+    out[:, 0] = _log2_size(kernel_tile)
+    out[:, 1] = _log2_size(kernel_tile * minor)
+    out[:, 2] = _log2_size(input_fp)
+    out[:, 3] = _log2_size(2.0 * (tile_bytes + kernel_tile * minor + input_fp))
+    return out
+
+
 def tile_feature_names() -> list[str]:
     """Column names of :func:`tile_features`, in order."""
     return [
@@ -152,6 +231,7 @@ def tile_feature_names() -> list[str]:
         "lane_pad_ratio",
         "sublane_pad_ratio",
         *TILE_MEMORY_NAMES,
+        *TILE_MATRIX_NAMES,
         "root_rank",
         *(f"root_shape_{d}" for d in range(MAX_RANK)),
         *_graph_aggregate_names(),
@@ -172,7 +252,8 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     * ``lane_pad_ratio`` / ``sublane_pad_ratio``: the tile of the minor-most output dim (``rank - 1``) rounded up
       to a multiple of 128, and of the next dim (``rank - 2``) rounded up to 8, divided by the tile itself: the
       TPU pads registers to (8, 128), so 1 means no waste; 1 where that dim or its bound is missing;
-    * what one tile holds in on-chip memory (:func:`tile_memory`);
+    * what one tile holds in on-chip memory (:func:`tile_memory`), and what one step of a matrix kernel holds
+      (:func:`tile_matrix_memory`);
     * ``root_rank`` and the root's shape dims 0..5;
     * graph aggregates: node and edge counts, ``sum log2(1 + shape product)`` over nodes, and the count of each
       opcode of :data:`FREQUENT_OPCODES` (including convolution and dot).
@@ -205,6 +286,7 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
         cfg, ratio, _log2_size(ker_b), _log2_size(out_b), log_tiles[:, None],
         pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None],
         tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat),
+        tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat),
         np.broadcast_to(per_graph, (c, per_graph.size)),
     ], axis=1)
     return x.astype(np.float32)

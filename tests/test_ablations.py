@@ -113,3 +113,26 @@ def test_help_lists_every_variant(capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert all(name in out for name in VARIANTS)
+
+
+def test_tables_from_logs_compare_with_the_named_baseline(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                          capsys: pytest.CaptureFixture[str]):
+    """--baseline seeds-1: one-network screens are compared with the one-network line, not with 'default' (which
+    the logs need not hold); a baseline the logs lack is named."""
+    import benchmarks.ablations as ab
+
+    monkeypatch.setattr(ab, "find_data_root", lambda path: path)
+    monkeypatch.setattr(ab, "load_labels", lambda *a, **k: None)
+    monkeypatch.setattr(ab, "oracle_scores", lambda labels: {XD: 0.8})
+    log = tmp_path / "a.log"
+    log.write_text("[world 1/2 seed 0] seeds-1 (1/1): layout:xla:default 0.5000  (1 s; 0.0 min so far)\n"
+                   "[world 2/2 seed 1] seeds-1 (1/1): layout:xla:default 0.7000  (1 s; 0.0 min so far)\n"
+                   "[world 1/2 seed 0] x-one-net (1/1): layout:xla:default 0.5500  (1 s; 0.0 min so far)\n"
+                   "[world 2/2 seed 1] x-one-net (1/1): layout:xla:default 0.6500  (1 s; 0.0 min so far)\n")
+    assert ab.main(["--scale", "demo", "--from-logs", str(log), "--baseline", "seeds-1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "vs seeds-1" in next(line for line in lines if line.startswith("variant"))
+    assert next(line for line in lines if line.startswith("seeds-1")).split()[1:3] == ["0.6000±0.141", "75%"]
+    assert next(line for line in lines if line.startswith("x-one-net")).split()[-1] == "+0.0000±0.0707"
+    with pytest.raises(SystemExit, match="no 'default' lines"):
+        ab.main(["--scale", "demo", "--from-logs", str(log)])

@@ -8,7 +8,10 @@ import numpy as np
 
 from benchmarks.per_graph import format_rows, graph_rows
 from competition.collections import Collection, Split
+from competition.labels import load_labels
+from competition.metrics import graph_score
 from competition.opcodes import CONVOLUTION, DOT, RESHAPE
+from competition.protocol import DEFAULT_PROTOCOL
 from competition.reader import find_data_root, list_graphs, load_graph
 
 XR = Collection.LAYOUT_XLA_RANDOM
@@ -28,6 +31,7 @@ def test_rows_score_every_graph_and_count_its_configurable_nodes(tiny_world: Pat
     root = find_data_root(tiny_world)
     rows = graph_rows(Measured(), root, XR, Split.TRAIN)
     paths = list_graphs(root, XR, Split.TRAIN)
+    labels = load_labels(root, [XR], Split.TRAIN, DEFAULT_PROTOCOL)
     assert [r.stem for r in rows] == [p.stem for p in paths] and all(r.split == Split.TRAIN for r in rows)
     for row, path in zip(rows, paths, strict=True):
         g = load_graph(path, XR)
@@ -37,12 +41,18 @@ def test_rows_score_every_graph_and_count_its_configurable_nodes(tiny_world: Pat
             int((kinds == CONVOLUTION).sum()), int((kinds == DOT).sum()), int((kinds == RESHAPE).sum()))
         assert row.score == 1.0  # ranked by its own runtimes
         assert row.oracle is not None and -1 <= row.oracle <= 1
+        lab = labels[f"{XR.value}:{path.stem}"]  # the measured order, scored against the noiseless runtimes
+        assert row.noiseless == graph_score(XR, lab.noiseless, scores=g.config_runtime.astype(np.float64))
+        assert 0.9 < row.noiseless < 1.0  # measurement noise swaps a few close configs
     reverse = graph_rows(Measured(-1.0), root, XR, Split.TRAIN)
     assert [r.score for r in reverse] == [-1.0] * len(rows)
+    assert [r.noiseless for r in reverse] == [-r.noiseless for r in rows]
     text = format_rows(rows + reverse).splitlines()
     assert len(text) == 1 + 2 * len(rows) + 1  # header, a line per row, one summary for the split
     oracle = np.mean([r.oracle for r in rows + reverse])
-    assert text[-1] == f"train: {2 * len(rows)} graphs, mean score 0.0000, oracle {oracle:.4f}"
+    clean = np.mean([r.noiseless for r in rows + reverse])  # 0 up to rounding: each graph and its reverse
+    assert text[-1] == (f"train: {2 * len(rows)} graphs, mean score 0.0000, oracle {oracle:.4f}, "
+                        f"without noise {clean:.4f}") and abs(clean) < 1e-12
 
 
 def test_param_reaches_the_model_and_a_bad_one_is_refused(tiny_world: Path, monkeypatch, capsys):
