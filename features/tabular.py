@@ -165,8 +165,8 @@ def _root_operands(root: int, node_feat: npt.NDArray[np.floating], edge_index: n
 
 
 def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
-                       edge_index: npt.NDArray[np.integer],
-                       config_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+                       edge_index: npt.NDArray[np.integer], config_feat: npt.NDArray[np.floating],
+                       memory: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
     """What one step of a matrix kernel (a convolution or dot root) holds on chip, as a matrix-unit tiler cuts it:
     float64 ``[C, 4]``, columns :data:`TILE_MATRIX_NAMES`, each ``log2(1 + x)`` of
 
@@ -183,9 +183,10 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     :func:`tile_memory` takes every operand as cut like the output, which a matrix kernel's operands are not: a
     batched dot's kernel tile keeps its batch dims whole whatever the output tile. Kernels of other roots (or
     without kernel bounds) get 0 kernel bytes, :func:`tile_memory`'s operand bytes as the input footprint and its
-    working set. The input and kernel operands are told apart by shape (:func:`_root_operands`).
+    working set. The input and kernel operands are told apart by shape (:func:`_root_operands`). ``memory``:
+    :func:`tile_memory` of the same arrays, if the caller has it.
     """
-    base = tile_memory(node_feat, node_opcode, config_feat)
+    base = tile_memory(node_feat, node_opcode, config_feat) if memory is None else memory
     c = base.shape[0]
     out = np.zeros((c, len(TILE_MATRIX_NAMES)))
     out[:, 2], out[:, 3] = base[:, 1], base[:, 2]
@@ -282,11 +283,12 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
         return np.divide(_pad_up(b, multiple), b, out=np.ones(c), where=b > 0)
 
     per_graph = np.concatenate([[rank], shape, _graph_aggregates(graph)])
+    memory = tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat)
     x = np.concatenate([
         cfg, ratio, _log2_size(ker_b), _log2_size(out_b), log_tiles[:, None],
         pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None],
-        tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat),
-        tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat),
+        memory,
+        tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat, memory),
         np.broadcast_to(per_graph, (c, per_graph.size)),
     ], axis=1)
     return x.astype(np.float32)
