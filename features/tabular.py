@@ -177,8 +177,9 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     * the input's footprint per step: the input operand's bytes times the share of the output's other dims a tile
       covers, times the share of the contracting dim the kernel tile holds (a tile of output rows needs those rows
       of the input, one contracting chunk at a time);
-    * twice the sum of the padded output tile's bytes and both footprints: the double-buffered working set of a
-      step.
+    * twice the sum of the padded output tile's bytes, both footprints and the other operands' bytes cut like the
+      output (the kernel's parameters' bytes beyond the input's and the kernel's: what its fused elementwise ops
+      read): the double-buffered working set of a step.
 
     :func:`tile_memory` takes every operand as cut like the output, which a matrix kernel's operands are not: a
     batched dot's kernel tile keeps its batch dims whole whatever the output tile. Kernels of other roots (or
@@ -212,12 +213,18 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     kernel_tile = kernel_elems * itemsize[ker]
     whole_kernel = max(float(node_feat[ker, COL_SHAPE_PRODUCT]), 1.0)
     contract = np.minimum(kernel_elems / whole_kernel, 1.0)
-    input_fp = float(node_feat[inp, COL_SHAPE_PRODUCT]) * itemsize[inp] * major * contract
+    input_bytes = float(node_feat[inp, COL_SHAPE_PRODUCT]) * itemsize[inp]
+    input_fp = input_bytes * major * contract
     tile_bytes = np.exp2(base[:, 0]) - 1.0
+    # the other operands (what the fused elementwise ops read besides the two matrices) cut like the output
+    params = np.asarray(node_opcode) == PARAMETER
+    param_bytes = float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+    kernel_bytes = float(node_feat[ker, COL_SHAPE_PRODUCT]) * itemsize[ker]
+    other_fp = (np.exp2(base[:, 1]) - 1.0) * max(1.0 - (input_bytes + kernel_bytes) / max(param_bytes, 1.0), 0.0)
     out[:, 0] = _log2_size(kernel_tile)
     out[:, 1] = _log2_size(kernel_tile * minor)
     out[:, 2] = _log2_size(input_fp)
-    out[:, 3] = _log2_size(2.0 * (tile_bytes + kernel_tile * minor + input_fp))
+    out[:, 3] = _log2_size(2.0 * (tile_bytes + kernel_tile * minor + input_fp + other_fp))
     return out
 
 

@@ -331,11 +331,12 @@ def test_tile_features_exact(tmp_path: Path):
 
 
 def test_tile_matrix_memory_of_a_batched_dot(tmp_path: Path):
-    """out[4, 16, 256] = input[4, 16, 32] x kernel[4, 32, 256], all f32; the config's kernel tile keeps the batch
-    and output-feature dims whole and cuts the contracting dim (8 or 32)."""
-    feat = np.zeros((3, 140), dtype=np.float32)
+    """out[4, 16, 256] = input[4, 16, 32] x kernel[4, 32, 256], all f32, and a third parameter of 256 elements that
+    the kernel's other ops read; the config's kernel tile keeps the batch and output-feature dims whole and cuts the
+    contracting dim (8 or 32)."""
+    feat = np.zeros((4, 140), dtype=np.float32)
     feat[:, 2 + ELEMENT_TYPES.index("f32")] = 1
-    for node, dims in enumerate(([4, 16, 32], [4, 32, 256], [4, 16, 256])):
+    for node, dims in enumerate(([4, 16, 32], [4, 32, 256], [4, 16, 256], [256])):
         feat[node, 21:24] = dims
         feat[node, COL_SHAPE_PRODUCT] = np.prod(dims)
     feat[2, 0] = 1  # the root
@@ -344,7 +345,8 @@ def test_tile_matrix_memory_of_a_batched_dot(tmp_path: Path):
     cfg[:, 8:11] = [[1, 16, 128], [4, 8, 256]]  # output tiles
     arrays = {
         "node_feat": feat,
-        "node_opcode": np.array([opcode_id("parameter"), opcode_id("parameter"), DOT], dtype=np.uint8),
+        "node_opcode": np.array([opcode_id("parameter"), opcode_id("parameter"), DOT, opcode_id("parameter")],
+                                dtype=np.uint8),
         "edge_index": np.array([[2, 0], [2, 1]], dtype=np.int64),
         "config_feat": cfg,
         "config_runtime": np.array([2, 1], dtype=np.int64),
@@ -354,19 +356,22 @@ def test_tile_matrix_memory_of_a_batched_dot(tmp_path: Path):
     col = _columns(tile_features(graph).astype(np.float64), tile_feature_names())
     # kernel tiles 4 x 8 x 256 and 4 x 32 x 256 elements of 4 bytes; the output tile covers 128 / 256 and 256 / 256
     # of the output's columns; the input (8,192 bytes) is cut to the output tile's rows (1/4 x 16/16, 4/4 x 8/16)
-    # and the contracting chunk (8 / 32, 32 / 32); the output tiles hold 1 x 16 x 128 and 4 x 8 x 256 elements.
+    # and the contracting chunk (8 / 32, 32 / 32); the output tiles hold 1 x 16 x 128 and 4 x 8 x 256 elements;
+    # the third parameter's 1,024 bytes are cut like the output (1/8, 1/2).
     kernel_tile = np.array([8192, 32768]) * 4.0
     kernel_fp = kernel_tile * [0.5, 1.0]
     input_fp = 8192 * np.array([0.25 * 0.25, 0.5 * 1.0])
     out_tile = np.array([2048, 8192]) * 4.0
+    other = 1024 * np.array([1 / 8, 1 / 2])
     np.testing.assert_allclose(col["log2_kernel_tile_bytes"], np.log2(1 + kernel_tile), rtol=1e-6)
     np.testing.assert_allclose(col["log2_kernel_footprint"], np.log2(1 + kernel_fp), rtol=1e-6)
     np.testing.assert_allclose(col["log2_input_footprint"], np.log2(1 + input_fp), rtol=1e-6)
     np.testing.assert_allclose(col["log2_matrix_working_set"],
-                               np.log2(1 + 2 * (out_tile + kernel_fp + input_fp)), rtol=1e-6)
+                               np.log2(1 + 2 * (out_tile + kernel_fp + input_fp + other)), rtol=1e-6)
     # both operands are cut like the output by tile_memory: it counts the kernel's 131,072 bytes at a 1/8 share in
     # the first config, which the matrix tiler holds at 16,384 bytes (half the kernel tile)
-    np.testing.assert_allclose(col["log2_tile_operand_bytes"][0], np.log2(1 + (8192 + 131072) / 8), rtol=1e-6)
+    np.testing.assert_allclose(col["log2_tile_operand_bytes"][0], np.log2(1 + (8192 + 131072 + 1024) / 8),
+                               rtol=1e-6)
 
 
 def test_element_itemsize_from_the_one_hot_columns():
