@@ -103,6 +103,13 @@ TILE_MEMORY_NAMES: tuple[str, ...] = ("log2_tile_bytes", "log2_tile_operand_byte
 """The columns of :func:`tile_memory`, in order."""
 
 
+def _parameter_bytes(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                     itemsize: npt.NDArray[np.float64]) -> float:
+    """Bytes of a kernel's parameters: what it reads from outside."""
+    params = np.asarray(node_opcode) == PARAMETER
+    return float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+
+
 def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
                 config_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
     """What one tile of each config holds in on-chip memory, whose overflow (a spill) costs a kernel several times
@@ -133,8 +140,7 @@ def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np
     share = np.where(valid, np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=valid), 1.0),
                      1.0).prod(axis=1)
     itemsize = element_itemsize(node_feat)
-    params = np.asarray(node_opcode) == PARAMETER
-    param_bytes = float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+    param_bytes = _parameter_bytes(node_feat, node_opcode, itemsize)
     tile_bytes = tile_elems * itemsize[root]
     operand_bytes = share * param_bytes
     return np.stack([_log2_size(tile_bytes), _log2_size(operand_bytes),
@@ -217,8 +223,7 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     input_fp = input_bytes * major * contract
     tile_bytes = np.exp2(base[:, 0]) - 1.0
     # the other operands (what the fused elementwise ops read besides the two matrices) cut like the output
-    params = np.asarray(node_opcode) == PARAMETER
-    param_bytes = float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+    param_bytes = _parameter_bytes(node_feat, node_opcode, itemsize)
     kernel_bytes = float(node_feat[ker, COL_SHAPE_PRODUCT]) * itemsize[ker]
     other_fp = (np.exp2(base[:, 1]) - 1.0) * max(1.0 - (input_bytes + kernel_bytes) / max(param_bytes, 1.0), 0.0)
     out[:, 0] = _log2_size(kernel_tile)

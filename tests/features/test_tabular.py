@@ -330,13 +330,16 @@ def test_tile_features_exact(tmp_path: Path):
     np.testing.assert_allclose(col["log2_matrix_working_set"], col["log2_working_set"])
 
 
-def test_tile_matrix_memory_of_a_batched_dot(tmp_path: Path):
+@pytest.mark.parametrize("kernel_first", [False, True])
+def test_tile_matrix_memory_of_a_batched_dot(tmp_path: Path, kernel_first: bool):
     """out[4, 16, 256] = input[4, 16, 32] x kernel[4, 32, 256], all f32, and a third parameter of 256 elements that
     the kernel's other ops read; the config's kernel tile keeps the batch and output-feature dims whole and cuts the
     contracting dim (8 or 32)."""
     feat = np.zeros((4, 140), dtype=np.float32)
     feat[:, 2 + ELEMENT_TYPES.index("f32")] = 1
-    for node, dims in enumerate(([4, 16, 32], [4, 32, 256], [4, 16, 256], [256])):
+    # edges are stored sorted, so the operand order is not in the file: the kernel is told by its shape
+    shapes = ([4, 32, 256], [4, 16, 32]) if kernel_first else ([4, 16, 32], [4, 32, 256])
+    for node, dims in enumerate((*shapes, [4, 16, 256], [256])):
         feat[node, 21:24] = dims
         feat[node, COL_SHAPE_PRODUCT] = np.prod(dims)
     feat[2, 0] = 1  # the root
