@@ -22,7 +22,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -137,22 +137,13 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"seeds": 3}),
     Variant("seeds-5", "a seed ensemble of 5 networks (seeds 0 to 4)", params={"seeds": 5}),
     Variant("seeds-1", "one network (no seed ensemble)", params={"seeds": 1}),
-    Variant("steps-8-one-net", "8 steps per graph and epoch (the layout kind's default; xla:random's is 32), one "
-            "network", params={"steps_per_graph": 8, "seeds": 1}),
-    # screening at one network's cost (against seeds-1): what helps there is then measured as an ensemble
+    # screening at one network's cost (against seeds-1): what helps there is then measured as an ensemble; more
+    # one-network variants are derived from the variants above (ONE_NET_OF, below)
     *(Variant(f"dropout-{p}-one-net", f"dropout {p} in every layer and the head (the default's 0.0), one network",
               params={"dropout": p, "seeds": 1}) for p in (0.1, 0.2)),
     Variant("hidden-16-one-net", "16 channels (layout's default 32), one network", params={"hidden": 16, "seeds": 1}),
-    *(Variant(f"configs-{n}-one-net", f"{n} configs per graph and step (layout's default 64), one network",
-              params={"configs_per_graph": n, "seeds": 1}) for n in (16, 32, 128)),
-    Variant("layers-4-one-net", "4 message-passing layers (the default's 3), one network",
-            params={"layers": 4, "seeds": 1}),
     Variant("layers-2-one-net", "2 message-passing layers (the default's 3), one network",
             params={"layers": 2, "seeds": 1}),
-    Variant("epochs-20-one-net", "20 epochs at most (layout's default 10; early stopping as by default), one network",
-            params={"epochs": 20, "seeds": 1}),
-    Variant("hops2-layers4-one-net", "deeper pruning (2 hops) with 4 layers, one network",
-            params={"hops": 2, "layers": 4, "seeds": 1}),
     Variant("node-head-one-net", "the score is the sum of a scalar per node (an MLP of its final state) instead of an "
             "MLP of the pooled states, one network", params={"node_head": True, "seeds": 1}),
     Variant("kin-one-net", "layout: also train on the other family's collection of the same search (xla:default "
@@ -166,8 +157,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             params={"pair_tolerance": 1e-3, "seeds": 1}),
     Variant("layout-match", "layout: config slots also say whether they keep the layout the graph file gives their "
             "tensor (per value and per tensor)", params={"layout_match": True}),
-    Variant("layout-match-one-net", "layout: config slots also say whether they keep the layout the graph file gives "
-            "their tensor (per value and per tensor), one network", params={"layout_match": True, "seeds": 1}),
     Variant("layout-match-flow-one-net", "layout: layout-match with flow's columns (how far elementwise chains carry "
             "a decision's layout and what they end at: together, what a layout other than the file's costs), one "
             "network", params={"layout_match": True, "flow": True, "seeds": 1}),
@@ -177,29 +166,30 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("runtime-sum-one-net", "the score is the nodes' predicted runtime sum_n exp(t_n) alone, standardised "
             "over the batch's configs in training (no head over the pooled states), one network",
             params={"runtime_sum": True, "seeds": 1}),
-    Variant("no-attention-one-net", "the plain GNN (no cross-configuration attention), one network", model="gnn",
-            params={"seeds": 1}),
-    # the issue's named ideas at one network's cost, re-measured when the bench xla collections got the real train
-    # counts (the table against ``seeds-1``: ``--from-logs ... --baseline seeds-1``)
-    Variant("no-dim-tokens-one-net", "config slots without the sizes of the dimensions they name, one network",
-            params={"dim_tokens": False, "seeds": 1}),
-    Variant("listmle-one-net", "ListMLE loss instead of the pairwise hinge, one network",
-            params={"loss": "listmle", "seeds": 1}),
-    Variant("gst-one-net", "Graph Segment Training, segments of 1,000 nodes, one network",
-            params={"segment_size": 1000, "seeds": 1}),
-    Variant("swa-3-one-net", "stochastic weight averaging of the last 3 epochs, one network",
-            params={"swa_epochs": 3, "seeds": 1}),
-    Variant("refit-one-net", "refit on train + valid for the best epoch count, one network; the refit scores test",
-            params={"refit": True, "seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise)",
             params={"seed": 1}),
     Variant("seed-2", "the default with training seed 2 (a control, as seed-1)", params={"seed": 2}),
-    Variant("seed-1-one-net", "one network with training seed 1 (the control of the one-network screens)",
-            params={"seed": 1, "seeds": 1}),
 
     Variant("ensemble-gbdt", "the pipeline's ensemble of gnn-attn and gbdt (weights fitted on valid)",
             with_gbdt=True),
 )}
+
+
+def one_net(base: Variant) -> Variant:
+    """``base`` screened at one network's cost: its settings plus ``seeds=1`` (the xla collections' default is a seed
+    ensemble of 3), named ``<base>-one-net``; such screens are compared with ``seeds-1`` (``--baseline seeds-1``)."""
+    return replace(base, name=f"{base.name}-one-net", help=f"{base.help}, one network",
+                   params={**base.params, "seeds": 1})
+
+
+ONE_NET_OF: tuple[str, ...] = (
+    "steps-8", "configs-16", "configs-32", "configs-128", "layers-4", "epochs-20", "hops2-layers4", "layout-match",
+    "no-attention", "seed-1",
+    # the issue's named ideas, screened again when the bench xla collections got the real train counts
+    "no-dim-tokens", "listmle", "gst", "swa-3", "refit",
+)
+"""The variants that also run as ``<name>-one-net`` (:func:`one_net`)."""
+VARIANTS.update((v.name, v) for v in (one_net(VARIANTS[name]) for name in ONE_NET_OF))
 
 
 _FITS: dict[tuple[str, str, str, str], dict[str, dict[str, np.ndarray]]] = {}

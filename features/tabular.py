@@ -103,28 +103,27 @@ TILE_MEMORY_NAMES: tuple[str, ...] = ("log2_tile_bytes", "log2_tile_operand_byte
 """The columns of :func:`tile_memory`, in order."""
 
 
-def _parameter_bytes(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
-                     itemsize: npt.NDArray[np.float64]) -> float:
-    """Bytes of a kernel's parameters: what it reads from outside."""
-    params = np.asarray(node_opcode) == PARAMETER
-    return float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+@dataclass(frozen=True)
+class _TileBytes:
+    """What :func:`tile_memory` and :func:`tile_matrix_memory` share, before the log: per config the padded output
+    tile's bytes, the share of the output each output dim's tile covers (``[C, rank]``, 1 where a bound is
+    missing), all tiles' padded elements; and the kernel's bytes per element per node and its parameters' bytes."""
+
+    root: int
+    tile_bytes: npt.NDArray[np.float64]
+    dim_share: npt.NDArray[np.float64]
+    padded_elements: npt.NDArray[np.float64]
+    itemsize: npt.NDArray[np.float64]
+    param_bytes: float
+
+    @property
+    def operand_bytes(self) -> npt.NDArray[np.float64]:
+        """The parameters' bytes cut like the output: every operand taken as tiled like the output."""
+        return self.dim_share.prod(axis=1) * self.param_bytes
 
 
-def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
-                config_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
-    """What one tile of each config holds in on-chip memory, whose overflow (a spill) costs a kernel several times
-    its runtime: float64 ``[C, 4]``, columns :data:`TILE_MEMORY_NAMES`, each ``log2(1 + x)`` of
-
-    * the output tile's bytes: its elements, the minor-most output dim (``rank - 1``) padded up to 128 and the next
-      (``rank - 2``) to 8 as the TPU pads registers, times the output's bytes per element (the kernel's output is
-      :func:`tile_root`; ``rank`` its number of positive shape dims);
-    * the kernel's parameters' bytes times the share of the output one tile covers (``prod_d min(1, output_bounds_d
-      / shape_d)``): each operand taken as cut like the output;
-    * twice their sum: the double-buffered working set;
-    * the padded elements of all tiles (the padded tile times the number of tiles): the work the units do.
-
-    Raw ``node_feat`` and tile ``config_feat`` (zeros, not -1, where a bound is missing), as stored.
-    """
+def _tile_bytes(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                config_feat: npt.NDArray[np.floating]) -> _TileBytes:
     root = tile_root(node_feat)
     shape = node_feat[root, COLS_SHAPE].astype(np.float64)
     rank = int((shape > 0).sum())
@@ -137,14 +136,33 @@ def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np
             padded[:, dim] = _pad_up(padded[:, dim], multiple)
     tile_elems = padded.prod(axis=1)
     tiles = np.ceil(np.divide(shape, out_b, out=np.ones_like(out_b), where=valid)).prod(axis=1)
-    share = np.where(valid, np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=valid), 1.0),
-                     1.0).prod(axis=1)
+    dim_share = np.where(valid, np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=valid), 1.0), 1.0)
     itemsize = element_itemsize(node_feat)
-    param_bytes = _parameter_bytes(node_feat, node_opcode, itemsize)
-    tile_bytes = tile_elems * itemsize[root]
-    operand_bytes = share * param_bytes
-    return np.stack([_log2_size(tile_bytes), _log2_size(operand_bytes),
-                     _log2_size(2.0 * (tile_bytes + operand_bytes)), _log2_size(tile_elems * tiles)], axis=1)
+    params = np.asarray(node_opcode) == PARAMETER
+    param_bytes = float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
+    return _TileBytes(root, tile_elems * itemsize[root], dim_share, tile_elems * tiles, itemsize, param_bytes)
+
+
+def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                config_feat: npt.NDArray[np.floating], *, raw: _TileBytes | None = None) -> npt.NDArray[np.float64]:
+    """What one tile of each config holds in on-chip memory, whose overflow (a spill) costs a kernel several times
+    its runtime: float64 ``[C, 4]``, columns :data:`TILE_MEMORY_NAMES`, each ``log2(1 + x)`` of
+
+    * the output tile's bytes: its elements, the minor-most output dim (``rank - 1``) padded up to 128 and the next
+      (``rank - 2``) to 8 as the TPU pads registers, times the output's bytes per element (the kernel's output is
+      :func:`tile_root`; ``rank`` its number of positive shape dims);
+    * the kernel's parameters' bytes times the share of the output one tile covers (``prod_d min(1, output_bounds_d
+      / shape_d)``): each operand taken as cut like the output;
+    * twice their sum: the double-buffered working set;
+    * the padded elements of all tiles (the padded tile times the number of tiles): the work the units do.
+
+    Raw ``node_feat`` and tile ``config_feat`` (zeros, not -1, where a bound is missing), as stored. ``raw``: the
+    same arrays' :func:`_tile_bytes`, if the caller has it.
+    """
+    b = _tile_bytes(node_feat, node_opcode, config_feat) if raw is None else raw
+    operand_bytes = b.operand_bytes
+    return np.stack([_log2_size(b.tile_bytes), _log2_size(operand_bytes),
+                     _log2_size(2.0 * (b.tile_bytes + operand_bytes)), _log2_size(b.padded_elements)], axis=1)
 
 
 TILE_MATRIX_NAMES: tuple[str, ...] = ("log2_kernel_tile_bytes", "log2_kernel_footprint", "log2_input_footprint",
@@ -157,7 +175,8 @@ def _root_operands(root: int, node_feat: npt.NDArray[np.floating], edge_index: n
     """``(input, kernel)`` operands of a convolution or dot root: the kernel is the operand whose shape agrees with
     the config's kernel tile in the most dims (the tile cuts only the contracting dim), the input the largest other
     operand; ``None`` with fewer than two operands. Edges are stored sorted, so operand order is not known."""
-    ops = np.unique(np.asarray(edge_index)[np.asarray(edge_index)[:, 0] == root, 1]) if len(edge_index) else []
+    edges = np.asarray(edge_index).reshape(-1, 2)
+    ops = np.unique(edges[edges[:, 0] == root, 1])
     if len(ops) < 2:
         return None
     shapes = node_feat[ops][:, COLS_SHAPE].astype(np.float64)
@@ -171,8 +190,8 @@ def _root_operands(root: int, node_feat: npt.NDArray[np.floating], edge_index: n
 
 
 def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
-                       edge_index: npt.NDArray[np.integer], config_feat: npt.NDArray[np.floating],
-                       memory: npt.NDArray[np.float64] | None = None) -> npt.NDArray[np.float64]:
+                       edge_index: npt.NDArray[np.integer], config_feat: npt.NDArray[np.floating], *,
+                       raw: _TileBytes | None = None) -> npt.NDArray[np.float64]:
     """What one step of a matrix kernel (a convolution or dot root) holds on chip, as a matrix-unit tiler cuts it:
     float64 ``[C, 4]``, columns :data:`TILE_MATRIX_NAMES`, each ``log2(1 + x)`` of
 
@@ -190,46 +209,37 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     :func:`tile_memory` takes every operand as cut like the output, which a matrix kernel's operands are not: a
     batched dot's kernel tile keeps its batch dims whole whatever the output tile. Kernels of other roots (or
     without kernel bounds) get 0 kernel bytes, :func:`tile_memory`'s operand bytes as the input footprint and its
-    working set. The input and kernel operands are told apart by shape (:func:`_root_operands`). ``memory``:
-    :func:`tile_memory` of the same arrays, if the caller has it.
+    working set. The input and kernel operands are told apart by shape (:func:`_root_operands`). ``raw``: the same
+    arrays' :func:`_tile_bytes`, if the caller has it.
     """
-    base = tile_memory(node_feat, node_opcode, config_feat) if memory is None else memory
-    c = base.shape[0]
+    b = _tile_bytes(node_feat, node_opcode, config_feat) if raw is None else raw
+    operand_bytes = b.operand_bytes
+    c = operand_bytes.shape[0]
     out = np.zeros((c, len(TILE_MATRIX_NAMES)))
-    out[:, 2], out[:, 3] = base[:, 1], base[:, 2]
-    root = tile_root(node_feat)
-    cfg = np.asarray(config_feat, dtype=np.float64)
-    ker_b = cfg[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
-    if c == 0 or int(node_opcode[root]) not in (CONVOLUTION, DOT) or not (ker_b > 0).any():
+    out[:, 2] = _log2_size(operand_bytes)
+    out[:, 3] = _log2_size(2.0 * (b.tile_bytes + operand_bytes))
+    ker_b = np.asarray(config_feat, dtype=np.float64)[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
+    if c == 0 or int(node_opcode[b.root]) not in (CONVOLUTION, DOT) or not (ker_b > 0).any():
         return out
-    operands = _root_operands(root, node_feat, edge_index, ker_b[0])
+    operands = _root_operands(b.root, node_feat, edge_index, ker_b[0])
     if operands is None:
         return out
     inp, ker = operands
-    shape = node_feat[root, COLS_SHAPE].astype(np.float64)
-    rank = int((shape > 0).sum())
-    out_b = cfg[:, COLS_OUTPUT_BOUNDS][:, :rank]
-    shape = shape[:rank]
-    share = np.where((out_b > 0) & (shape > 0),
-                     np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=shape > 0), 1.0), 1.0)
-    minor = share[:, -1] if rank else np.ones(c)
-    major = share[:, :-1].prod(axis=1) if rank > 1 else np.ones(c)
-    itemsize = element_itemsize(node_feat)
+    rank = b.dim_share.shape[1]
+    minor = b.dim_share[:, -1] if rank else np.ones(c)
+    major = b.dim_share[:, :-1].prod(axis=1) if rank > 1 else np.ones(c)
     kernel_elems = np.where(ker_b > 0, ker_b, 1.0).prod(axis=1) * (ker_b > 0).any(axis=1)
-    kernel_tile = kernel_elems * itemsize[ker]
-    whole_kernel = max(float(node_feat[ker, COL_SHAPE_PRODUCT]), 1.0)
-    contract = np.minimum(kernel_elems / whole_kernel, 1.0)
-    input_bytes = float(node_feat[inp, COL_SHAPE_PRODUCT]) * itemsize[inp]
+    kernel_tile = kernel_elems * b.itemsize[ker]
+    kernel_bytes = float(node_feat[ker, COL_SHAPE_PRODUCT]) * b.itemsize[ker]
+    contract = np.minimum(kernel_elems / max(float(node_feat[ker, COL_SHAPE_PRODUCT]), 1.0), 1.0)
+    input_bytes = float(node_feat[inp, COL_SHAPE_PRODUCT]) * b.itemsize[inp]
     input_fp = input_bytes * major * contract
-    tile_bytes = np.exp2(base[:, 0]) - 1.0
     # the other operands (what the fused elementwise ops read besides the two matrices) cut like the output
-    param_bytes = _parameter_bytes(node_feat, node_opcode, itemsize)
-    kernel_bytes = float(node_feat[ker, COL_SHAPE_PRODUCT]) * itemsize[ker]
-    other_fp = (np.exp2(base[:, 1]) - 1.0) * max(1.0 - (input_bytes + kernel_bytes) / max(param_bytes, 1.0), 0.0)
+    other_fp = operand_bytes * max(1.0 - (input_bytes + kernel_bytes) / max(b.param_bytes, 1.0), 0.0)
     out[:, 0] = _log2_size(kernel_tile)
     out[:, 1] = _log2_size(kernel_tile * minor)
     out[:, 2] = _log2_size(input_fp)
-    out[:, 3] = _log2_size(2.0 * (tile_bytes + kernel_tile * minor + input_fp + other_fp))
+    out[:, 3] = _log2_size(2.0 * (b.tile_bytes + kernel_tile * minor + input_fp + other_fp))
     return out
 
 
@@ -295,12 +305,12 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
         return np.divide(_pad_up(b, multiple), b, out=np.ones(c), where=b > 0)
 
     per_graph = np.concatenate([[rank], shape, _graph_aggregates(graph)])
-    memory = tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat)
+    raw = _tile_bytes(graph.node_feat, graph.node_opcode, graph.config_feat)
     x = np.concatenate([
         cfg, ratio, _log2_size(ker_b), _log2_size(out_b), log_tiles[:, None],
         pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None],
-        memory,
-        tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat, memory),
+        tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat, raw=raw),
+        tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat, raw=raw),
         np.broadcast_to(per_graph, (c, per_graph.size)),
     ], axis=1)
     return x.astype(np.float32)
