@@ -10,6 +10,7 @@ report it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import errno
 import logging
@@ -327,7 +328,10 @@ def _submit_parser(sub: argparse._SubParsersAction) -> None:
         "submit", help="run the whole pipeline: data, models, submission, validation, offline score",
         description="What `make submit` runs: use real data if found (else generate the synthetic demo world), fit "
                     "every model on train, pick the best on valid, write submissions/submission.csv, validate it "
-                    "and print the offline score tables.",
+                    "and print the offline score tables. submission.csv (with submission.json: its valid scores and "
+                    "settings) is only replaced by a submission at least as good on the same valid protocol and "
+                    "data; a worse one is written as submission.new.csv, and one whose score is unknown is kept as "
+                    "submission.prev.csv.",
     )
     _add_data_arg(submit)
     submit.add_argument("--models", nargs="+", metavar="NAME", default=None,
@@ -342,8 +346,7 @@ def _submit_parser(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--time-budget", metavar="DURATION", default=None,
                         help="wall-clock budget for the whole run, e.g. 8h, 90m, 1h30m or seconds: models run "
                              "cheapest first, each gets a share by its cost, stops at it keeping its best weights, "
-                             "and submission.csv is rewritten after every model with the best so far "
-                             "(default: no limit)")
+                             "and the run's best so far is written after every model (default: no limit)")
     _add_param_args(submit)
     _add_jobs_arg(submit)
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -414,6 +417,7 @@ def _cmd_validate_submission(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
+    from competition.display import printable
     from competition.labels import load_labels
     from competition.leaderboard import append_row
     from competition.reader import find_data_root, list_graphs
@@ -438,7 +442,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if args.per_graph:
         for c, res in report.collections.items():
             for g in sorted(res.graphs, key=lambda g: g.score):
-                print(f"  {c.value:20s} {g.stem:40s} {g.score:8.4f}")
+                print(f"  {c.value:20s} {printable(g.stem):40s} {g.score:8.4f}")
     if synthetic:
         print("(synthetic data: this score says nothing about the Kaggle leaderboard)")
     if problems:
@@ -661,6 +665,7 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
 def _cmd_train(args: argparse.Namespace) -> int:
     from competition.labels import load_labels
     from competition.reader import find_data_root, list_graphs, load_graph, validate_root
+    from competition.runlock import hold_run_folder
     from competition.submission import score_predictions, submission_id
     from models.gnn import distributed
     from models.gnn.train import resolve_device
@@ -752,11 +757,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
             model = make_model(args.model, **params.for_collection(c))
             say(f"{args.model} {c.value} settings: {format_params(model.resolved_params(c))}", flush=True)
             paths = list_graphs(root, c, Split.VALID)
-            with distributed.collectives(f"{args.model} on {c.value}"):
+            folder = Path(args.runs_dir) / args.model / c.slug
+            with distributed.collectives(f"{args.model} on {c.value}"), \
+                    (hold_run_folder(folder) if main else contextlib.nullcontext()):
                 model.fit(root, c, eval_split=Split.VALID, progress=not args.no_progress, valid=protocol)
                 seconds = time.perf_counter() - t0
-                where = Path(args.runs_dir) / args.model / c.slug / "model.json"
-                saved = model.save(where) if main else None
+                saved = model.save(folder / "model.json") if main else None
                 # Each process scores its share of the valid graphs; the first gathers them.
                 mine = {submission_id(c, p.stem): model.predict(protocol.select(load_graph(p, c), c))
                         for p in distributed.shard(paths)}
@@ -917,6 +923,9 @@ def _check_output(flag: str, value: str | os.PathLike[str], kind: str) -> None:
     error boundary says so then.
     """
     path = Path(value)
+    special = _special_file(path)
+    if special is not None:  # an atomic write would put a regular file in place of the device or pipe
+        raise UsageError(f"{flag} {value}: expected a {kind}; found {special}")
     if path.exists() and path.is_dir() != (kind == "folder"):
         raise UsageError(f"{flag} {value}: expected a {kind}; found a {'folder' if path.is_dir() else 'file'}")
     into = path if kind == "folder" else path.parent
@@ -933,6 +942,56 @@ def _check_outputs(args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if value:
             _check_output(f"--{dest.replace('_', '-')}", value, kind)
+
+
+_PATH_METAVARS = {"FILE": "file", "CSV": "file", "TOML": "file", "PNG": "file", "DIR": "folder"}
+"""The metavars of the arguments that name a file or folder, and which."""
+
+
+def _special_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (a FIFO, a device, a socket), found without
+    opening it (opening a FIFO waits for a writer; reading ``/dev/zero`` never ends); ``None`` for anything else,
+    a path that cannot be looked at included (the command says why when it uses it)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
+
+
+def _path_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace
+                    ) -> list[tuple[str, str, str]]:
+    """``(name, value, kind)`` of every argument of the chosen command that names a file or a folder (by its
+    metavar): ``name`` is how an error names it (``--config x.toml``, or the value of a positional argument)."""
+    out: list[tuple[str, str, str]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                out += _path_arguments(chosen, args)
+            continue
+        kind = _PATH_METAVARS.get(action.metavar) if isinstance(action.metavar, str) else None
+        value = getattr(args, action.dest, None) if kind else None
+        for v in (value if isinstance(value, list) else [value]):
+            if isinstance(v, str | os.PathLike) and os.fspath(v):
+                name = f"{action.option_strings[-1]} {v}" if action.option_strings else os.fspath(v)
+                out.append((name, os.fspath(v), typing.cast(str, kind)))
+    return out
+
+
+def _check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a file or folder argument that is a FIFO, a device or a socket, before anything opens it: a FIFO
+    would wait for a writer for ever, ``/dev/zero`` would be read until memory runs out."""
+    for name, value, kind in _path_arguments(parser, args):
+        special = _special_file(value)
+        if special is not None:
+            raise UsageError(f"{name}: expected a {kind}; found {special}")
 
 
 def _close_stdout() -> None:

@@ -4,9 +4,9 @@ Two commands, added to the ``fastslow`` command line by :func:`add_parser`:
 
 * ``fastslow kaggle download [--data DIR] [--force] [--keep-zip]`` fetches the competition zip through the
   ``kaggle`` package and unpacks it atomically into the data root (default ``data/kaggle``): the archive is
-  extracted into a temporary sibling folder which is renamed into place only once complete, so an interrupted run
-  leaves nothing half-written behind and a re-run starts the unpacking over cleanly. A complete download is kept
-  unless ``--force``.
+  checked (member names, count, size) before anything is written, then extracted into a temporary sibling
+  folder which is renamed into place only once complete, so an interrupted run leaves nothing half-written
+  behind and a re-run starts the unpacking over cleanly. A complete download is kept unless ``--force``.
 * ``fastslow kaggle submit FILE -m MSG [--data DIR] [--dry-run]`` validates FILE against the test split first and
   sends it only if it has no problem; ``--dry-run`` prints what would be sent and needs no credentials.
 
@@ -25,9 +25,11 @@ import io
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
@@ -41,6 +43,16 @@ COMPETITION_URL = f"https://www.kaggle.com/competitions/{COMPETITION}"
 RULES_URL = f"{COMPETITION_URL}/rules"
 DEFAULT_DATA_DIR = Path("data") / "kaggle"
 MARKER = ".fastslow-download.json"  # written last into a complete unpacked download
+
+MAX_MEMBERS = 32_000
+"""The most members an archive may hold to be unpacked: four times the real competition archive's 7,869 files
+(the graph counts of ``shared/spec/real-sizes.md`` and ``sample_submission.csv``), rounded up for its folder
+entries."""
+MAX_UNPACKED_BYTES = 40 * 10**9
+"""The most bytes an archive may unpack to: four times the real competition data unpacked, rounded up to 10 GB
+(about 9 GB on disk by one report, 6 GB on the Kaggle data page by another:
+``shared/spec/tpugraphs-format.md``, "Sizes")."""
+_COPY_BLOCK = 1 << 20
 
 EXIT_PROBLEMS = 1  # the submission has problems: nothing was sent
 EXIT_ERROR = 2  # Kaggle, the data or the arguments failed
@@ -273,31 +285,90 @@ def _is_complete(target: Path) -> bool:
     return True
 
 
-def _remove_old(target: Path) -> None:
-    """Delete the previous downloads that interrupted earlier runs had set aside (``.<name>.<pid>.old``); their
-    unpacking folders (``.<name>.*.part``) are removed by :func:`~competition.npzio.temp_sibling`."""
-    for p in target.parent.glob(f".{target.name}.*.old"):
-        shutil.rmtree(p, ignore_errors=True)
+def _damaged(zip_path: Path, exc: BaseException) -> KaggleError:
+    return KaggleError(f"{zip_path}: cannot unpack ({type(exc).__name__}: {exc}); the download is probably "
+                       "incomplete or damaged: run again with --force to download it anew")
 
 
-def _safe_members(zf: zipfile.ZipFile, zip_path: Path) -> list[zipfile.ZipInfo]:
-    """The archive's members, refusing any that would land outside the extraction folder."""
-    members = zf.infolist()
-    for m in members:
+def _refused(zip_path: Path, problem: str) -> KaggleError:
+    return KaggleError(f"{zip_path}: {problem}; refusing to unpack this archive (it is not the "
+                       "competition's, or it is damaged): run again with --force to download it anew")
+
+
+def _checked_members(zf: zipfile.ZipFile, zip_path: Path) -> list[tuple[zipfile.ZipInfo, PurePosixPath]]:
+    """The archive's members with their paths inside the extraction folder, read from its central directory
+    alone; nothing is written.
+
+    Refused: more than :data:`MAX_MEMBERS` members, more than :data:`MAX_UNPACKED_BYTES` declared in all, a
+    member that would land outside the extraction folder (absolute, ``..``, a drive) or has no name, a
+    symbolic link, an encrypted member.
+
+    Raises:
+        KaggleError: the first problem found, naming the archive, the member or the bound.
+    """
+    infos = zf.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise _refused(zip_path, f"holds {len(infos):,} members, more than the limit of {MAX_MEMBERS:,} "
+                                 "(four times the real competition archive's)")
+    total = sum(m.file_size for m in infos)
+    if total > MAX_UNPACKED_BYTES:
+        raise _refused(zip_path, f"unpacks to {total:,} bytes, more than the limit of "
+                                 f"{MAX_UNPACKED_BYTES:,} bytes (four times the real competition data)")
+    members = []
+    for m in infos:
         p = PurePosixPath(m.filename.replace("\\", "/"))
         if p.is_absolute() or ".." in p.parts or (p.parts and ":" in p.parts[0]):
             raise KaggleError(f"{zip_path}: member {m.filename!r} would be written outside the data folder; "
                               "refusing to unpack this archive")
+        if not p.parts and not m.is_dir():
+            raise _refused(zip_path, f"member {m.filename!r} has no file name")
+        if stat.S_ISLNK(m.external_attr >> 16):
+            raise _refused(zip_path, f"member {m.filename!r} is a symbolic link")
+        if m.flag_bits & 0x1:
+            raise _refused(zip_path, f"member {m.filename!r} is encrypted")
+        members.append((m, p))
     return members
+
+
+def _write_members(zf: zipfile.ZipFile, members: list[tuple[zipfile.ZipInfo, PurePosixPath]], dest: Path,
+                   zip_path: Path, *, limit: int) -> None:
+    """Write the checked members into the folder ``dest``, counting the bytes written.
+
+    The count stops the unpack once it passes ``limit``, whatever the members' headers declared: the declared
+    sizes were checked already, this bounds what is actually written.
+
+    Raises:
+        KaggleError: more than ``limit`` bytes.
+        zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError: the archive is damaged, uses
+            an unsupported compression, or a file cannot be written.
+    """
+    written = 0
+    for m, rel in members:
+        out = dest.joinpath(*rel.parts)
+        if m.is_dir():
+            out.mkdir(parents=True, exist_ok=True)
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with zf.open(m) as src, open(out, "wb") as dst:
+            while block := src.read(_COPY_BLOCK):
+                written += len(block)
+                if written > limit:
+                    raise _refused(zip_path, f"unpacks to more than the limit of {limit:,} bytes (at member "
+                                             f"{m.filename!r}, whose header declares {m.file_size:,})")
+                dst.write(block)
 
 
 def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Unpack a competition zip into ``target`` atomically.
 
-    The archive goes into a temporary sibling folder (``.<name>.<random>.part``, see
-    :func:`~competition.npzio.temp_sibling`), is checked to hold the TpuGraphs tree, gets a marker file, and only
-    then is renamed to ``target``. A killed run leaves only the temporary folder, which the next run deletes before
-    starting over (a concurrent run's, still being written, is left alone).
+    The archive is checked first, from its central directory, before anything is written: member names, no
+    symbolic links, at most :data:`MAX_MEMBERS` members and :data:`MAX_UNPACKED_BYTES` in all (see
+    :func:`_checked_members`). It then goes into a temporary sibling folder (``.<name>.<random>.part``, see
+    :func:`~competition.npzio.temp_sibling`), counting the bytes written against the same bound, is checked to
+    hold the TpuGraphs tree, gets a marker file, and only then is renamed to ``target``. The previous
+    ``target`` is set aside into another such temporary, removed once the new one is in place. A killed run
+    leaves only temporaries, which the next run removes before starting over; those of a concurrent run, still
+    locked, are left alone, and nothing else beside ``target`` is ever removed.
 
     Args:
         zip_path: the downloaded archive.
@@ -308,37 +379,45 @@ def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str],
         ``target``.
 
     Raises:
-        KaggleError: the archive is corrupt, unsafe or does not hold the TpuGraphs tree, or ``target`` exists.
+        KaggleError: the archive is corrupt, unsafe, too large or does not hold the TpuGraphs tree, or
+            ``target`` exists.
     """
     from competition.reader import find_data_root
 
     zip_path, target = Path(zip_path), Path(target).absolute()
     if target.exists() and not force and (not target.is_dir() or any(target.iterdir())):
         raise KaggleError(f"{target} already exists and is not empty; use --force to replace it")
-    _remove_old(target)
-    with temp_sibling(target, directory=True) as tmp:
-        try:
-            with zipfile.ZipFile(zip_path) as zf:
-                zf.extractall(tmp, members=_safe_members(zf, zip_path))
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as exc:
-            raise KaggleError(f"{zip_path}: cannot unpack ({type(exc).__name__}: {exc}); the download is probably "
-                              "incomplete or damaged: run again with --force to download it anew") from None
-        try:
-            find_data_root(tmp)
-        except DataRootNotFound:
-            found = ", ".join(sorted(p.name for p in tmp.iterdir())) or "nothing"
-            raise KaggleError(f"{zip_path}: the archive does not hold the TpuGraphs tree (npz_all/npz/ or npz/ "
-                              f"with tile/ or layout/); it holds {found}") from None
-        marker = {"competition": COMPETITION, "zip": zip_path.name, "zip_bytes": zip_path.stat().st_size,
-                  "unpacked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        atomic_write_text(tmp / MARKER, json.dumps(marker, indent=2) + "\n")
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.{os.getpid()}.old")
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+    try:
+        zf = zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as exc:
+        raise _damaged(zip_path, exc) from None
+    with zf:
+        members = _checked_members(zf, zip_path)
+        with temp_sibling(target, directory=True) as tmp:
+            try:
+                _write_members(zf, members, tmp, zip_path, limit=MAX_UNPACKED_BYTES)
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
+                    NotImplementedError) as exc:
+                raise _damaged(zip_path, exc) from None
+            try:
+                find_data_root(tmp)
+            except DataRootNotFound:
+                found = ", ".join(sorted(p.name for p in tmp.iterdir())) or "nothing"
+                raise KaggleError(f"{zip_path}: the archive does not hold the TpuGraphs tree (npz_all/npz/ "
+                                  f"or npz/ with tile/ or layout/); it holds {found}") from None
+            marker = {"competition": COMPETITION, "zip": zip_path.name, "zip_bytes": zip_path.stat().st_size,
+                      "unpacked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            atomic_write_text(tmp / MARKER, json.dumps(marker, indent=2) + "\n")
+            with temp_sibling(target, directory=True) as aside:  # removed, with the previous target, on exit
+                previous = aside / target.name
+                if os.path.lexists(target):
+                    os.replace(target, previous)
+                try:
+                    os.replace(tmp, target)
+                except OSError:
+                    if os.path.lexists(previous):
+                        os.replace(previous, target)
+                    raise
     return target
 
 

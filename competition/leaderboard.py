@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from competition.collections import Collection
+from competition.display import csv_cell, plot_label, plots_plain_text, printable
 from competition.npzio import atomic_path, atomic_write_text, exclusive_lock
 
 log = logging.getLogger(__name__)
@@ -50,13 +51,37 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def git_commit(cwd: str | os.PathLike[str] | None = None) -> str:
-    """The current commit (with ``+dirty`` when the tree has changes), or ``unknown`` outside a checkout."""
+INSTALL_ROOT = Path(__file__).resolve().parent.parent
+"""The folder fastslow's code runs from: a checkout's root when installed editable (``pip install -e .``)."""
+
+_GIT_SAFE = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}", "-c", "core.untrackedCache=false")
+"""Options that keep git from running anything a repository configures (the fsmonitor hook, hooks) while it is only
+asked for the commit: ``-c`` overrides every configuration file."""
+
+
+def git_commit(checkout: str | os.PathLike[str] | None = None) -> str:
+    """The commit of fastslow's own code (with ``+dirty`` when its tree has changes), or ``unknown`` when it was not
+    installed from a git checkout.
+
+    Only the installation's repository is asked (``checkout``, default :data:`INSTALL_ROOT`), never the folder the
+    user stands in: a ``.git`` there (an unpacked archive, a shared project folder) may configure commands that git
+    would run, and its commit is not the code's. Git is named the repository explicitly (no discovery upwards), with
+    hooks and the fsmonitor disabled (:data:`_GIT_SAFE`) and no optional locks taken.
+    """
+    root = Path(checkout) if checkout is not None else INSTALL_ROOT
+    if not (root / ".git").exists():
+        return "unknown"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=str(root / ".git"), GIT_WORK_TREE=str(root), GIT_OPTIONAL_LOCKS="0",
+               GIT_CEILING_DIRECTORIES=str(root.parent), GIT_TERMINAL_PROMPT="0")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *_GIT_SAFE, *args], cwd=root, env=env, capture_output=True, text=True,
+                              check=True, timeout=10, stdin=subprocess.DEVNULL).stdout.strip()
+
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        rev = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return rev + ("+dirty" if dirty else "")
@@ -102,17 +127,17 @@ def append_row(
     present = [c for c in Collection if c in scores]
     row = {
         "time": (now or datetime.now(UTC)).isoformat(timespec="seconds"),
-        "file": str(file),
-        "sha256": file_sha256(file),
+        "file": csv_cell(str(file)),
+        "sha256": file_sha256(file),  # before the cell below may mark it for spreadsheets
         "commit": git_commit(),
-        "producer": producer,
+        "producer": csv_cell(producer),
         "split": split,
-        "data": str(data),
+        "data": csv_cell(str(data)),
         "synthetic": str(bool(synthetic)).lower(),
         **{c.value: (f"{scores[c]:.6f}" if c in scores else "") for c in Collection},
         "combined": f"{float(np.mean([scores[c] for c in present])):.6f}" if present else "",
         "complete": str(len(present) == len(Collection) and not partial).lower(),
-        "components": components,
+        "components": csv_cell(components),
         "protocol": protocol,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,12 +209,13 @@ def format_leaderboard(rows: list[dict[str, str]], top: int | None = None) -> st
         star = "" if r["complete"] == "true" else " (partial)"
         data = " synthetic" if r["synthetic"] == "true" else ""
         # Valid scorings of different protocols are not comparable: the split column says which one.
-        split = r["split"] + (f"[{r['protocol']}]" if r.get("protocol") else "")
-        lines.append(f"{i:>3} {comb} {cells} {split:12} {r['producer'][:24]:24} {r['time']:25} "
-                     f"{Path(r['file']).name}{star}{data}")
+        split = printable(r["split"] + (f"[{r['protocol']}]" if r.get("protocol") else ""))
+        lines.append(f"{i:>3} {comb} {cells} {split:12} {printable(r['producer'])[:24]:24} "
+                     f"{printable(r['time']):25} {printable(Path(r['file']).name)}{star}{data}")
     return "\n".join(lines)
 
 
+@plots_plain_text
 def plot_leaderboard(rows: list[dict[str, str]], ax=None, *, split: str | None = None):
     """Scores per collection (and combined) of one split's scorings, oldest to newest. Returns the ``Axes``.
 
@@ -211,15 +237,16 @@ def plot_leaderboard(rows: list[dict[str, str]], ax=None, *, split: str | None =
             ax.plot(x, y, marker="o", lw=2.5 if name == "combined" else 1.0, label=name)
     ax.set_xlabel("scoring (oldest to newest): time and producer")
     ax.set_ylabel("score (tile: 2 - slowdown; layout: tau)")
-    ax.set_title(f"offline leaderboard: {split or 'all'} split")
+    ax.set_title(f"offline leaderboard: {plot_label(split or 'all')} split")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     if rows:
-        labels = [f"{r['time'][5:16].replace('T', ' ')}\n{r['producer'][:18]}" for r in rows]
+        labels = [f"{plot_label(r['time'][5:16].replace('T', ' '))}\n{plot_label(r['producer'], 18)}" for r in rows]
         ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=7)
     return ax
 
 
+@plots_plain_text
 def save_plot(rows: list[dict[str, str]], out: str | os.PathLike[str]) -> Path:
     """Plot the leaderboard to a PNG, one panel per split (written atomically)."""
     import matplotlib

@@ -39,6 +39,7 @@ from competition.labels import SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, append_row
 from competition.npzio import NpzReader, atomic_write_text
 from competition.progress import LOG_INTERVAL_SECONDS, line_progress
+from competition.promotion import Promotion, SubmissionRecord, new_run_id, promote, save_ensemble
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
 from competition.stats import oracle_scores
@@ -413,18 +414,80 @@ def _problems(problems: Sequence[SubmissionProblem], split: Split, root: DataRoo
     return f"{len(problems)} problem(s) against the {split.value} split of {root.root}, the first: {problems[0]}"
 
 
-def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray]) -> Path:
-    """Write ``submission.csv`` from ``predictions`` once it passes validation against the test split.
+def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray], record: SubmissionRecord,
+                ensemble: dict[str, Any] | None = None) -> Promotion:
+    """Write a run's best submission from ``predictions`` once it passes validation against the test split: as
+    ``submission.csv`` when it scores at least as well on valid as the one there, beside it otherwise
+    (:func:`competition.promotion.promote`). Prints what happened to earlier files.
 
-    The new file is checked under its temporary name: one with problems never replaces the previous
-    ``submission.csv``; it is kept as ``submission.csv.rejected`` and :class:`~competition.npzio.RejectedOutput`
-    (a ``ValueError``: one ``error:`` line on the command line) says so.
+    A file with problems is written nowhere: it is kept as ``<name>.rejected`` and
+    :class:`~competition.npzio.RejectedOutput` (a ``ValueError``: one ``error:`` line on the command line) says so.
     """
     def validate(tmp: Path) -> str | None:
         problems = validate_submission(tmp, root, Split.TEST)
         return _problems(problems, Split.TEST, root) if problems else None
 
-    return atomic_write_text(out_dir / "submission.csv", submission_text(predictions), check=validate)
+    done = promote(out_dir, submission_text(predictions), record, validate=validate, ensemble=ensemble)
+    for line in done.said:
+        print(line)
+    return done
+
+
+def _record(run: str, producer: str, report: SubmissionScores, protocol: ValidProtocol, root: DataRoot,
+            out_dir: Path, names: Sequence[str]) -> SubmissionRecord:
+    """What ``submission.json`` says of a submission of ``producer``: its valid scores and the run's settings (the
+    ``settings-<model>.json`` of each model run so far)."""
+    settings: dict[str, Any] = {}
+    for name in names:
+        try:
+            settings[name] = json.loads((out_dir / f"settings-{name}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    return SubmissionRecord(run=run, producer=producer, combined=float(report.combined),
+                            scores={c.value: float(v) for c, v in report.scores().items()}, protocol=protocol.tag,
+                            data=str(Path(root.root).absolute()), settings=settings)
+
+
+def check_writable(paths: Mapping[str, str | os.PathLike[str] | None]) -> None:
+    """Refuse, before any fitting, an output folder that cannot be written: each must be a folder, or not exist
+    yet under a writable folder.
+
+    Args:
+        paths: what each folder is for (named in the error), and the folder.
+
+    Raises:
+        ValueError: naming the first folder that cannot be written and why.
+    """
+    for what, value in paths.items():
+        if value is None:
+            continue
+        folder = Path(value).absolute()
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{what} {value}: expected a folder; found a file")
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            raise ValueError(f"{what} {value}: {existing} is a file, not a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {value}: cannot write into {existing} (permission denied): change its "
+                             "permissions, or choose another folder")
+
+
+def _output_folders(out_dir: Path, board: Path, names: Sequence[str], params: Mapping[str, ModelParams],
+                    collections: Sequence[Collection]) -> dict[str, Path | None]:
+    """Every folder a run writes into: the output folder, the leaderboard's, and the runs and cache folders of each
+    model that has them."""
+    from models.registry import make_model
+
+    folders: dict[str, Path | None] = {"the output folder": out_dir, "the leaderboard's folder": board.parent}
+    for name in names:
+        given = params.get(name)
+        for c in collections:
+            model = make_model(name, **(given.for_collection(c) if given is not None else {}))
+            for attr in ("runs_dir", "cache_dir"):
+                value = getattr(model, attr, None)
+                if value is not None:
+                    folders[f"{name}'s {attr}"] = Path(value)
+    return folders
 
 
 def preflight(root: DataRoot, synthetic: bool) -> None:
@@ -505,8 +568,9 @@ def run_pipeline(
         protocol: which configs of the valid graphs are predicted and scored, by every model, the ensemble and
             the leaderboard (default: at most 1,000 fixed configs per valid layout graph).
         time_budget: seconds for the whole run (``None``: no limit). Shared out across models and collections
-            (:mod:`competition.budget`); ``submission.csv`` is rewritten after every model with the best so far, so
-            a valid one exists from the first model on.
+            (:mod:`competition.budget`); after every model that beats the run's best so far, its submission
+            replaces ``submission.csv`` when at least as good on valid as the one there
+            (:mod:`competition.promotion`), so a valid one exists from the first model on.
         params: hyper-parameters per model name (default: each model's defaults); the ones used are printed and
             written to ``<out_dir>/settings-<model>.json``.
         jobs: collections fitted at once, where a model allows it (:func:`predict_split`; default
@@ -537,6 +601,8 @@ def run_pipeline(
     if synthetic and root.world_scale in QUICK_SCALES:
         params = {name: with_quick_params(name, params.get(name), collections, str(root.world_scale))
                   for name in names}
+    check_writable(_output_folders(out_dir, board, names, params, collections))
+    run = new_run_id()
     scoring = _Scoring(root, load_labels(root, collections, Split.VALID, protocol), out_dir, board, synthetic)
     weights = collection_weights(root, collections) if budget.limited else None
     valid_reports: dict[str, SubmissionScores] = {}
@@ -562,8 +628,11 @@ def run_pipeline(
               f"{report.format_table(scoring.oracles)}")
         if best is None or report.combined > valid_reports[best].combined:
             best = name
-            submission = _write_best(out_dir, root, test_predictions[best])
-            print(f"submission.csv: now from {best} (the best on valid so far)")
+            done = _write_best(out_dir, root, test_predictions[best],
+                               _record(run, best, report, protocol, root, out_dir, names[:k + 1]))
+            submission = done.path
+            if done.in_place:
+                print(f"submission.csv: now from {best} (this run's best on valid so far)")
     if best is None:
         raise RuntimeError("no model ran")
     fitted: Ensemble | None = None
@@ -571,7 +640,7 @@ def run_pipeline(
     components: dict[str, str] = {}
     members = ensemble_members(list(valid_predictions))
     if ensemble and len(members) >= 2:
-        fitted, ensemble_path, valid_reports[ENSEMBLE], test_predictions[ENSEMBLE] = _run_ensemble(
+        fitted, valid_reports[ENSEMBLE], test_predictions[ENSEMBLE] = _run_ensemble(
             scoring, {m: valid_predictions[m] for m in members}, {m: test_predictions[m] for m in members},
             params=ensemble_params)
         components[ENSEMBLE] = fitted.describe()
@@ -580,12 +649,21 @@ def run_pipeline(
             print(f"\nthe ensemble (valid combined {ens_combined:.4f}, cross-validated) is at least as good as the "
                   f"best model {best} ({valid_reports[best].combined:.4f}): it makes the submission")
             best = ENSEMBLE
-            submission = _write_best(out_dir, root, test_predictions[best])
+            done = _write_best(out_dir, root, test_predictions[best],
+                               _record(run, best, valid_reports[best], protocol, root, out_dir, names),
+                               ensemble=fitted.document())
+            submission = done.path
+            ensemble_path = out_dir / ("ensemble.json" if done.in_place else "ensemble.new.json")
         else:
             print(f"\nthe ensemble (valid combined {ens_combined:.4f}, cross-validated) is below the best model "
                   f"{best} ({valid_reports[best].combined:.4f}): {best} makes the submission")
+            ensemble_path = save_ensemble(out_dir, run, fitted.document())
+        print(f"ensemble settings saved: {ensemble_path}")
     print(f"\nbest on valid: {best} (combined {valid_reports[best].combined:.4f}); wrote {submission}, valid "
           f"against {root.sample_submission or 'the test files'}")
+    if submission.name != "submission.csv":
+        print(f"{out_dir / 'submission.csv'} is kept: a better submission of an earlier run (its valid scores and "
+              f"settings are in {out_dir / 'submission.json'})")
     test_report = None
     if synthetic:
         # The rows written to submission.csv, scored in memory (the file was validated before it replaced the last).
@@ -593,7 +671,7 @@ def run_pipeline(
         test_report = score_predictions(test_predictions[best], test_labels)
         append_row(test_report.scores(), file=submission, producer=best, split=Split.TEST.value, data=root.root,
                    synthetic=True, path=board, components=components.get(best, ""))
-        print(f"\nsubmission.csv on the synthetic test split (hidden runtimes in secret/):\n"
+        print(f"\n{submission.name} on the synthetic test split (hidden runtimes in secret/):\n"
               f"{test_report.format_table(oracle_scores(test_labels))}")
         print("Synthetic scores say whether the machinery works; they say nothing about the Kaggle leaderboard.")
     else:
@@ -613,14 +691,15 @@ def _run_ensemble(
     test_predictions: dict[str, dict[str, np.ndarray]],
     *,
     params: dict[str, object] | None,
-) -> tuple[Ensemble, Path, SubmissionScores, dict[str, np.ndarray]]:
+) -> tuple[Ensemble, SubmissionScores, dict[str, np.ndarray]]:
     """Fit the ensemble on the valid split, score its cross-validated valid predictions, predict the test split.
 
     Weights are never fitted on the graphs they score: the valid report comes from
     :meth:`~models.ensemble.Ensemble.cross_val_predict`; the test predictions use weights fitted on every valid graph.
+    The ensemble is saved with the run's submission (:mod:`competition.promotion`), not here.
 
     Returns:
-        ``(ensemble, its JSON file, valid report, test predictions)``.
+        ``(ensemble, valid report, test predictions)``.
     """
     from models.ensemble import PIPELINE_PARAMS, Ensemble
 
@@ -628,10 +707,9 @@ def _run_ensemble(
     ens = Ensemble(**{**PIPELINE_PARAMS, **(params or {})})
     ens.fit(valid_predictions, labels)
     report = scoring.valid(ENSEMBLE, ens.cross_val_predict(valid_predictions, labels), components=ens.describe())
-    path = ens.save(scoring.out_dir / "ensemble.json")
     print(f"\n{ENSEMBLE}: valid split (cross-validated: each graph scored with weights fitted without it)\n"
-          f"{report.format_table(scoring.oracles)}\ncomponents: {ens.describe()}\nsaved: {path}")
-    return ens, path, report, ens.predict(test_predictions)
+          f"{report.format_table(scoring.oracles)}\ncomponents: {ens.describe()}")
+    return ens, report, ens.predict(test_predictions)
 
 
 def format_comparison(reports: dict[str, SubmissionScores], oracle: dict[Collection, float] | None = None) -> str:

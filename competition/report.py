@@ -9,7 +9,8 @@ The page has five sections, each with a heading, a sentence for a newcomer, a pl
 5. the learning curves of every training run found under ``runs/`` (``curves.csv``).
 
 A section whose inputs are missing says why instead of failing. The folder is written atomically: everything goes
-into a temporary folder beside it, which then replaces the old report.
+into a temporary folder beside it, which then replaces the old report; only what a report wrote (listed in its
+``.fastslow-report``) is ever replaced or removed.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.display import plot_label, plots_plain_text
 from competition.labels import HiddenLabelsError, SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, read_rows
-from competition.npzio import temp_sibling
+from competition.npzio import atomic_write_text, temp_sibling
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
 from competition.reader import DATA_ROOT_HELP, DataRoot, find_data_root, list_graphs
 
@@ -322,7 +324,7 @@ def _scores_section(out: Path, rows: list[dict[str, str]], matched: bool, root: 
     x = np.arange(len(names))
     for i, r in enumerate(best):
         y = np.array([_float(r[n]) for n in names])
-        ax.bar(x - 0.4 + width * (i + 0.5), np.nan_to_num(y), width, label=r["producer"][:30])
+        ax.bar(x - 0.4 + width * (i + 0.5), np.nan_to_num(y), width, label=plot_label(r["producer"], 30))
     if oracle:
         present = [oracle[c] for c in cols if c in oracle]
         ys = [oracle.get(c, math.nan) for c in cols]
@@ -432,7 +434,7 @@ def _rank_section(out: Path, report: Any | None, orders: dict[str, np.ndarray] |
         ax.set_xlabel("predicted rank (0 = predicted fastest)")
         ax.set_ylabel("true rank (0 = fastest)")
         stem = g.stem if len(g.stem) <= 28 else g.stem[:25] + "..."
-        ax.set_title(f"{SHORT_NAMES[g.collection.value]}: {stem}\ntau = {g.score:.4f}, {g.num_configs} configs",
+        ax.set_title(f"{SHORT_NAMES[g.collection.value]}: {plot_label(stem)}\ntau = {g.score:.4f}, {g.num_configs} configs",
                      fontsize=9)
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
@@ -558,7 +560,8 @@ def _curves_section(out: Path, runs_dir: Path) -> Section:
             lines += ax2.plot(ep[ok], vm[ok], color="C1", marker="s", ms=3, label="valid_metric")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax2.set_ylabel("valid_metric", color="C1")
-            ax.set_title(name if len(name) <= 45 else "..." + name[-42:], fontsize=9)
+            shown = plot_label(name)
+            ax.set_title(shown if len(shown) <= 45 else "..." + shown[-42:], fontsize=9)
             ax.grid(alpha=0.3)
             for a in (ax, ax2):  # headroom for the legend above the curves
                 lo, hi = a.get_ylim()
@@ -598,28 +601,99 @@ def _curves_section(out: Path, runs_dir: Path) -> Section:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _check_out_dir(out_dir: Path) -> None:
+REPORT_MARKER = ".fastslow-report"
+"""The file in a report folder that lists the files the report wrote, one name a line: only those are ever replaced
+or removed by the next report."""
+
+
+def _report_files(out_dir: Path) -> set[str] | None:
+    """The names of the files a report wrote in ``out_dir`` (the marker's list), or ``None`` for a folder that is not
+    a report. A report written before the marker existed is recognised by its page's title, with only PNG files
+    beside it."""
+    marker = out_dir / REPORT_MARKER
+    if marker.is_file():
+        try:
+            names = marker.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return {n for n in names if n and "/" not in n and n not in (".", "..")} | {REPORT_MARKER}
+    index = out_dir / "index.html"
+    try:
+        with open(index, encoding="utf-8") as f:
+            head = f.read(400)
+    except (OSError, UnicodeDecodeError):
+        return None
+    entries = {e.name for e in out_dir.iterdir()}
+    if "<title>fastslow report</title>" in head and all(n == "index.html" or n.endswith(".png") for n in entries):
+        return entries
+    return None
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"{out_dir} exists and is not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "index.html").is_file():
-        raise ValueError(f"{out_dir} is a non-empty folder without index.html: refusing to replace it with a report "
-                         "(choose another --out)")
+    if not force and out_dir.is_dir() and any(out_dir.iterdir()) and _report_files(out_dir) is None:
+        raise ValueError(f"{out_dir} is a non-empty folder that is not a fastslow report (no {REPORT_MARKER}): "
+                         "refusing to write into it; choose another --out, or pass --force to write the report "
+                         "beside its files (nothing of yours is replaced or deleted)")
 
 
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Put the finished folder ``tmp`` in place of ``out_dir`` (two renames). The old report waits in a locked
-    temporary folder and is removed after; one a killed run left behind is removed by the next build
-    (:func:`competition.npzio.temp_sibling`)."""
+def _free_name(path: Path) -> Path:
+    """``path`` with ``.orig`` (then ``.orig-1``, ...) added: a name nothing holds yet."""
+    for i in range(10_000):
+        other = path.with_name(path.name + (".orig" if i == 0 else f".orig-{i}"))
+        if not os.path.lexists(other):
+            return other
+    raise OSError(f"{path}: no free name to keep it under")
+
+
+def _replace_dir(tmp: Path, out_dir: Path) -> list[str]:
+    """Put the finished report ``tmp`` in place of ``out_dir``, replacing or removing only what an earlier report
+    wrote there (:data:`REPORT_MARKER`). Returns one line per file of the user's that was moved aside.
+
+    A folder that holds nothing else is swapped whole (two renames; the old report waits in a locked temporary
+    folder and is removed after; one a killed run left behind is removed by the next build, see
+    :func:`competition.npzio.temp_sibling`). Otherwise the report's files are moved in one by one (index last), a
+    file of the user's under a report file's name is first kept as ``<name>.orig``, and the earlier report's files
+    that this one no longer has are removed.
+    """
+    new = sorted(p.name for p in tmp.iterdir())
+    (tmp / REPORT_MARKER).write_text("".join(f"{n}\n" for n in new), encoding="utf-8")
+    if out_dir.is_dir() and not any(out_dir.iterdir()):
+        out_dir.rmdir()
     if not out_dir.exists():
         os.replace(tmp, out_dir)
-        return
-    with temp_sibling(out_dir, directory=True) as old:
-        os.replace(out_dir, old / "report")
-        try:
-            os.replace(tmp, out_dir)
-        except BaseException:
-            os.replace(old / "report", out_dir)
-            raise
+        return []
+    owned = _report_files(out_dir) or set()
+    if {e.name for e in out_dir.iterdir()} <= owned:
+        with temp_sibling(out_dir, directory=True) as old:
+            os.replace(out_dir, old / "report")
+            try:
+                os.replace(tmp, out_dir)
+            except BaseException:
+                os.replace(old / "report", out_dir)
+                raise
+        return []
+    said = []
+    marker = out_dir / REPORT_MARKER
+    # The marker first lists the old report's files and the new one's: a run killed half-way leaves nothing of the
+    # user's unlisted, and nothing of ours that the next run would take for the user's.
+    atomic_write_text(marker, "".join(f"{n}\n" for n in sorted((owned | set(new)) - {REPORT_MARKER})))
+    for name in sorted(new, key=lambda n: (n == "index.html", n)):
+        if name == REPORT_MARKER:
+            continue
+        target = out_dir / name
+        if os.path.lexists(target) and name not in owned:
+            kept = _free_name(target)
+            os.replace(target, kept)
+            said.append(f"kept your {target} as {kept.name}")
+        os.replace(tmp / name, target)
+    for name in sorted(owned - set(new) - {REPORT_MARKER}):
+        stale = out_dir / name
+        if stale.is_file() and not stale.is_symlink():
+            stale.unlink()
+    atomic_write_text(marker, "".join(f"{n}\n" for n in new))
+    return said
 
 
 def _page(sections: Sequence[Section], meta: Sequence[tuple[str, str]]) -> str:
@@ -630,6 +704,7 @@ def _page(sections: Sequence[Section], meta: Sequence[tuple[str, str]]) -> str:
             f"<ul>{toc}</ul>\n" + "\n".join(s.to_html() for s in sections) + "\n</body>\n</html>\n")
 
 
+@plots_plain_text
 def build_report(
     out_dir: str | os.PathLike[str] = DEFAULT_OUT_DIR,
     *,
@@ -642,11 +717,13 @@ def build_report(
     progress: bool = True,
     pruning_max_graphs: int = PRUNING_MAX_GRAPHS,
     protocol: ValidProtocol = DEFAULT_PROTOCOL,
+    force: bool = False,
 ) -> Path:
-    """Write the report: ``out_dir/index.html`` and its PNG plots, replacing any previous report atomically.
+    """Write the report: ``out_dir/index.html`` and its PNG plots, replacing a previous report atomically.
 
     Args:
-        out_dir: the report folder (replaced as a whole; an unrelated non-empty folder is refused).
+        out_dir: the report folder. Only what an earlier report wrote there is replaced or removed; a non-empty
+            folder that is not a report is refused unless ``force`` (see :func:`_replace_dir`).
         root: the data root (a :class:`DataRoot`, or a path given to :func:`find_data_root`; ``None`` discovers it).
         submission: the submission to study in sections 2 and 3; default the best one of ``split`` on the
             leaderboard whose file exists.
@@ -659,12 +736,14 @@ def build_report(
         protocol: which configs of each valid layout graph are scored (:mod:`competition.protocol`).
         pruning_max_graphs: per collection, the most graphs the pruning statistics read (an evenly spread sample
             beyond).
+        force: write into a non-empty folder that is not a report, beside its files (a file of the user's under a
+            report file's name is kept as ``<name>.orig``; nothing is deleted).
 
     Returns:
         The path of ``index.html``.
 
     Raises:
-        ValueError: ``out_dir`` is a file, or a non-empty folder that is not a report.
+        ValueError: ``out_dir`` is a file, or a non-empty folder that is not a report and ``force`` is false.
     """
     from competition.stats import oracle_scores
     from competition.submission import SubmissionError, read_submission, score_submission
@@ -675,7 +754,7 @@ def build_report(
     leaderboard = Path(leaderboard)
     runs_dir = Path(runs_dir)
     root = root if isinstance(root, DataRoot) else find_data_root(root)
-    _check_out_dir(out_dir)
+    _check_out_dir(out_dir, force)
     synthetic = root.is_synthetic
     collections = [c for c in Collection if list_graphs(root, c, split)]
     labels: SplitLabels | None
@@ -732,7 +811,8 @@ def build_report(
         if synthetic:
             meta.append(("note", "synthetic data: these scores say nothing about the Kaggle leaderboard"))
         (tmp / "index.html").write_text(_page(sections, meta), encoding="utf-8")
-        _replace_dir(tmp, out_dir)
+        for line in _replace_dir(tmp, out_dir):
+            print(line)
     return out_dir / "index.html"
 
 
@@ -745,7 +825,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     """Run ``fastslow report`` from parsed arguments; prints the path of ``index.html``."""
     index = build_report(args.out, root=args.data, submission=args.submission, split=Split(args.split),
                          leaderboard=args.leaderboard, runs_dir=args.runs, graphs=args.graphs,
-                         progress=not args.no_progress, protocol=protocol_from_args(args))
+                         progress=not args.no_progress, protocol=protocol_from_args(args), force=args.force)
     print(index)
     return 0
 
@@ -780,7 +860,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", metavar="DIR", default=str(DEFAULT_RUNS_DIR),
                    help="folder searched for training runs' curves.csv (default: %(default)s)")
     p.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUT_DIR),
-                   help="report folder, replaced as a whole (default: %(default)s)")
+                   help="report folder; only what an earlier report wrote there is replaced, and a non-empty folder "
+                        "that is not a report is refused (default: %(default)s)")
+    p.add_argument("--force", action="store_true",
+                   help="write the report into a non-empty folder that is not a report, beside its files: a file "
+                        "of yours under a report file's name is kept as <name>.orig, nothing is deleted")
     p.add_argument("--graphs", metavar="N", type=_non_negative, default=4,
                    help="layout graphs plotted as predicted versus true rank, spread over the collections "
                         "(default: %(default)s)")

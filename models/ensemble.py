@@ -408,6 +408,18 @@ class Ensemble:
                 parts.append(f"{c.value} weighted {spec['normalization']} {listed}")
         return "; ".join(parts)
 
+    def document(self) -> dict[str, Any]:
+        """The fitted ensemble as the JSON document :meth:`save` writes.
+
+        Raises:
+            ValueError: not fitted.
+        """
+        if not hasattr(self, "collections_"):
+            raise ValueError("this Ensemble is not fitted: nothing to save")
+        state = {k: getattr(self, k) for k in _STATE_KEYS}
+        return {"name": "ensemble", "version": FORMAT_VERSION, "params": self.get_params(),
+                "describe": self.describe(), "state": state}
+
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the fitted ensemble to a JSON file, atomically.
 
@@ -417,12 +429,7 @@ class Ensemble:
         Raises:
             ValueError: not fitted.
         """
-        if not hasattr(self, "collections_"):
-            raise ValueError("this Ensemble is not fitted: nothing to save")
-        state = {k: getattr(self, k) for k in _STATE_KEYS}
-        doc = {"name": "ensemble", "version": FORMAT_VERSION, "params": self.get_params(),
-               "describe": self.describe(), "state": state}
-        return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        return atomic_write_text(path, json.dumps(self.document(), indent=1, allow_nan=False) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Ensemble:

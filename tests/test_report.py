@@ -149,9 +149,12 @@ def test_a_report_replaces_the_old_one_and_refuses_other_folders(built: tuple[Pa
                                                                   tmp_path: Path):
     _, board, work = built
     out = tmp_path / "rep"
-    out.mkdir()
-    (out / "index.html").write_text("old", encoding="utf-8")
+    build_report(out, root=tiny_world, leaderboard=board, runs_dir=tmp_path / "none", graphs=0, progress=False)
+    listed = (out / ".fastslow-report").read_text(encoding="utf-8").split()
+    assert sorted(listed) == sorted(p.name for p in out.iterdir() if p.name != ".fastslow-report")
+    # A file the old report wrote and the new one does not is removed; the report folder is swapped whole.
     (out / "stale.png").write_bytes(b"x")
+    (out / ".fastslow-report").write_text("\n".join([*listed, "stale.png"]) + "\n", encoding="utf-8")
     sub = next((work / "subs").glob("valid-random.csv"))
     index = build_report(out, root=tiny_world, submission=sub, leaderboard=board, runs_dir=tmp_path / "none",
                          graphs=0, progress=False)
@@ -159,6 +162,11 @@ def test_a_report_replaces_the_old_one_and_refuses_other_folders(built: tuple[Pa
     assert "--graphs 0" in _parse(index).sections["ranks"]
     # The old report waited in a temporary sibling, removed after: only the report is left beside it.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+    # A file of the user's put into the report folder survives the next report.
+    (out / "notes.txt").write_text("keep", encoding="utf-8")
+    build_report(out, root=tiny_world, leaderboard=board, runs_dir=tmp_path / "none", graphs=0, progress=False)
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "keep" and "notes.txt" not in (
+        out / ".fastslow-report").read_text(encoding="utf-8")
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep", encoding="utf-8")
@@ -188,7 +196,7 @@ def test_every_option_has_help(capsys: pytest.CaptureFixture[str]):
     parser, report = _parser()
     options = {o for a in report._actions for o in a.option_strings}
     assert options == {"-h", "--help", "--data", "--submission", "--split", "--leaderboard", "--runs", "--out",
-                       "--graphs", "--no-progress", "--valid-configs"}
+                       "--graphs", "--no-progress", "--valid-configs", "--force"}
     assert all(a.help for a in report._actions)
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["report", "--help"])

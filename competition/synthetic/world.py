@@ -548,10 +548,15 @@ def _write_tile_program(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -
 
 
 def _remove_stale_temps(out: Path) -> None:
-    """Remove the temporary files (``.<name>.<random>.part``) that killed runs left anywhere in the world; those of
-    a concurrent run, still being written, are kept (see :func:`competition.npzio.remove_stale_temps`)."""
-    for folder, _, _ in os.walk(out):
-        remove_stale_temps(folder)
+    """Remove the temporary files (``.<name>.<random>.part``) that killed runs left in the world's own folders (the
+    graphs', the secret runtimes', and those of ``sample_submission.csv`` and ``world.json``); those of a concurrent
+    run, still being written, are kept (see :func:`competition.npzio.remove_stale_temps`). Other folders of the data
+    root are not looked into."""
+    for name in ("sample_submission.csv", MANIFEST):
+        remove_stale_temps(out, name)
+    for sub in (KAGGLE_SUBDIR, SECRET_SUBDIR):
+        for folder, _, _ in os.walk(out / sub):
+            remove_stale_temps(folder)
 
 
 def _run_job(args: tuple[Path, WorldConfig, GraphJob]) -> list[Path]:
@@ -615,7 +620,55 @@ def _sample_submission(out: Path, cfg: WorldConfig) -> Path:
 
 
 class WorldMismatch(RuntimeError):
-    """The output folder holds a world made with other settings."""
+    """The output folder holds a world made with other settings, or data that is not a generated world."""
+
+
+def _world_paths(out: Path) -> list[Path]:
+    """What a world writes at the top of its data root: the folders of every collection's graphs and secret
+    runtimes, and the sample submission."""
+    return [out / "sample_submission.csv",
+            *(out / sub / c.relpath for sub in (KAGGLE_SUBDIR, SECRET_SUBDIR) for c in Collection)]
+
+
+def _check_foreign(out: Path, force: bool) -> None:
+    """Refuse a non-empty ``out`` without ``world.json`` (real or hand-made data): a world would add graphs to it and
+    replace its files. With ``force`` a world is written beside what is there, when nothing of it would be replaced.
+
+    Raises:
+        WorldMismatch: naming the folder, and with ``force`` the first path a world would replace.
+    """
+    try:
+        entries = [e.name for e in os.scandir(out)]
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise WorldMismatch(f"{out} is a file, not a folder: choose another --out") from None
+    if not entries:
+        return
+    if not force:
+        raise WorldMismatch(f"{out} is not empty and holds no {MANIFEST}: it is not a synthetic world, and a world "
+                            "would add its graphs to what is there and replace its sample_submission.csv. Choose a "
+                            "new or empty --out, or pass --force to write a world beside its files (nothing of "
+                            "yours is replaced or deleted)")
+    taken = [p for p in _world_paths(out) if os.path.lexists(p)]
+    if taken:
+        raise WorldMismatch(f"{out} holds no {MANIFEST}, and a world would replace {taken[0]}"
+                            f"{f' (and {len(taken) - 1} more of its paths)' if len(taken) > 1 else ''}, which "
+                            "fastslow did not write: --force never replaces or deletes your files. Choose a new or "
+                            "empty --out")
+
+
+def _read_manifest(manifest: Path) -> dict:
+    """``world.json``'s content, or :class:`WorldMismatch` naming it when it cannot be read."""
+    try:
+        old = json.loads(manifest.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WorldMismatch(f"{manifest}: not a world manifest ({type(exc).__name__}: {exc}); move it aside or "
+                            "choose another --out") from None
+    if not isinstance(old, dict):
+        raise WorldMismatch(f"{manifest}: not a world manifest (expected a JSON object); move it aside or choose "
+                            "another --out")
+    return old
 
 
 def generate_world(
@@ -642,7 +695,9 @@ def generate_world(
         tile_limit: at most this many tile kernels per split (default: ``limit``); a full-scale world part can then
             hold, say, 12 graphs per layout split and 600 tile kernels.
         workers: worker processes (default: the machine's cores).
-        force: regenerate over a world made with other settings (otherwise that is an error).
+        force: regenerate over a world made with other settings (otherwise that is an error): only the files a world
+            writes are removed. Into a non-empty folder that is not a world, write a world beside its files when
+            none of them would be replaced (otherwise that is an error, ``force`` or not).
         progress: show a progress bar.
         on_written: called with each file written.
 
@@ -650,7 +705,8 @@ def generate_world(
         The data root ``out``.
 
     Raises:
-        WorldMismatch: ``out`` holds a world made with other settings and ``force`` is false.
+        WorldMismatch: ``out`` holds a world made with other settings and ``force`` is false, or it is a non-empty
+            folder without ``world.json`` (see :func:`_check_foreign`).
     """
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; expected one of {', '.join(SCALES)}")
@@ -658,8 +714,10 @@ def generate_world(
     cfg = WorldConfig(scale, int(seed), tuple(sorted(c.value for c in cols)), limit, tile_limit)
     out = Path(out)
     manifest = out / MANIFEST
-    if manifest.exists():
-        old = json.loads(manifest.read_text())
+    if not manifest.exists():
+        _check_foreign(out, force)
+    else:
+        old = _read_manifest(manifest)
         # Worlds written before tile_limit existed hold no such key: it was None for them.
         same = {"tile_limit": None, **(old.get("config") or {})} == json.loads(json.dumps(asdict(cfg)))
         if same and old.get("complete") and _all_present(out, cfg):
@@ -716,9 +774,46 @@ def _report(bar: tqdm, job: GraphJob, paths: list[Path], on_written: Callable[[P
 
 
 def _clear_world(out: Path) -> None:
-    import shutil
-
-    for sub in (KAGGLE_SUBDIR.parts[0], SECRET_SUBDIR.name):
-        shutil.rmtree(out / sub, ignore_errors=True)
+    """Remove the files of the world in ``out``: the graphs with their secret runtimes (each graph's ``.npz`` has a
+    twin under ``secret/``; a file without one is not the world's and stays), the sample submission and the
+    manifest, then the world's folders left empty. Nothing else of the data root is touched."""
+    for c in Collection:
+        graphs, secrets = out / KAGGLE_SUBDIR / c.relpath, out / SECRET_SUBDIR / c.relpath
+        for split in _SPLITS:
+            for path in _npz_files(graphs / split.value):
+                twin = secrets / split.value / path.name
+                if twin.is_file() and not twin.is_symlink():
+                    path.unlink()
+                    twin.unlink()
+        for top in (graphs, secrets):
+            _remove_empty(top, out)
     for name in ("sample_submission.csv", MANIFEST):
-        (out / name).unlink(missing_ok=True)
+        path = out / name
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+
+
+def _npz_files(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as it:
+            return [folder / e.name for e in it if e.name.endswith(".npz") and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _remove_empty(folder: Path, stop: Path) -> None:
+    """Remove ``folder``'s empty sub-folders, then ``folder`` and its parents up to ``stop`` while they are empty."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for sub, _, _ in sorted(os.walk(folder), key=lambda t: -len(t[0])):
+        try:
+            os.rmdir(sub)
+        except OSError:
+            pass
+    for parent in folder.parents:
+        if parent == stop or stop not in parent.parents:
+            break
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break

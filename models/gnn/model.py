@@ -39,6 +39,7 @@ from competition.collections import Collection, Split
 from competition.npzio import NpzReader
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs
+from competition.runlock import hold_run_folder
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from features.transforms import (
@@ -398,7 +399,21 @@ class GNNModel(RankingModel):
         """See :meth:`RankingModel.fit`. With ``predict_by``, each network's training also ends early enough for
         the predictions of the valid and test graphs by then, forecast from its last validation pass
         (:func:`prediction_factor`: the configs predicted over those scored in a pass, times the networks
-        trained so far and the overhead of reading and preparing graphs)."""
+        trained so far and the overhead of reading and preparing graphs).
+
+        The run folder (``runs_dir/<name>/<collection>``) is held for the whole fit
+        (:func:`competition.runlock.hold_run_folder`): a second live fit into it is refused before any work.
+        """
+        collection = Collection(collection)
+        if self.runs_dir is None or not distributed.is_main():
+            return self._fit(root, collection, split=split, eval_split=eval_split, progress=progress, valid=valid,
+                             deadline=deadline, predict_by=predict_by)
+        with hold_run_folder(Path(self.runs_dir) / self.name / collection.slug):
+            return self._fit(root, collection, split=split, eval_split=eval_split, progress=progress, valid=valid,
+                             deadline=deadline, predict_by=predict_by)
+
+    def _fit(self, root: DataRoot, collection: Collection, *, split: Split, eval_split: Split | None,
+             progress: bool, valid: ValidProtocol, deadline: float | None, predict_by: float | None) -> Self:
         collection = Collection(collection)
         kind = collection.kind
         settings = self.train_config(collection)
