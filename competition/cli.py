@@ -664,6 +664,7 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from competition.labels import load_labels
+    from competition.pipeline import check_writable, model_folders
     from competition.reader import find_data_root, list_graphs, load_graph, validate_root
     from competition.runlock import hold_run_folder
     from competition.submission import score_predictions, submission_id
@@ -716,6 +717,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     absent = [c.value for c in asked if c not in collections]
     if args.collections and absent:  # named on the command line, but the data has none of them
         raise UsageError(f"--collections: {root.root} holds no graphs of {', '.join(absent)}")
+    check_writable(model_folders([args.model], {args.model: params}, collections))
     device = resolve_device(params.common.get("device", "auto")) if gnn else resolve_device("cpu")
     if world > 1:  # what would stop every process, found before any starts
         if not gnn:

@@ -472,13 +472,13 @@ def check_writable(paths: Mapping[str, str | os.PathLike[str] | None]) -> None:
                              "permissions, or choose another folder")
 
 
-def _output_folders(out_dir: Path, board: Path, names: Sequence[str], params: Mapping[str, ModelParams],
-                    collections: Sequence[Collection]) -> dict[str, Path | None]:
-    """Every folder a run writes into: the output folder, the leaderboard's, and the runs and cache folders of each
-    model that has them."""
+def model_folders(names: Sequence[str], params: Mapping[str, ModelParams],
+                  collections: Sequence[Collection]) -> dict[str, Path | None]:
+    """The folders the models ``names`` write into with these settings: the runs and cache folders of each model
+    that has them, for :func:`check_writable`."""
     from models.registry import make_model
 
-    folders: dict[str, Path | None] = {"the output folder": out_dir, "the leaderboard's folder": board.parent}
+    folders: dict[str, Path | None] = {}
     for name in names:
         given = params.get(name)
         for c in collections:
@@ -601,7 +601,8 @@ def run_pipeline(
     if synthetic and root.world_scale in QUICK_SCALES:
         params = {name: with_quick_params(name, params.get(name), collections, str(root.world_scale))
                   for name in names}
-    check_writable(_output_folders(out_dir, board, names, params, collections))
+    check_writable({"the output folder": out_dir, "the leaderboard's folder": board.parent,
+                    **model_folders(names, params, collections)})
     run = new_run_id()
     scoring = _Scoring(root, load_labels(root, collections, Split.VALID, protocol), out_dir, board, synthetic)
     weights = collection_weights(root, collections) if budget.limited else None

@@ -160,3 +160,13 @@ def test_unwritable_folders_are_named(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(ValueError, match=f"the output folder {ro / 'x'}: cannot write into {ro}"):
         pipeline.check_writable({"the output folder": ro / "x"})
     pipeline.check_writable({"the output folder": tmp_path / "new" / "deeper", "none": None})
+
+
+def test_train_refuses_an_unwritable_cache_folder_before_any_fit(tiny_world: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    code, _, err = run(["train", "--data", tiny_world, "--model", "gnn", "--runs-dir", tmp_path / "runs",
+                        "--param", f"gnn.cache_dir={blocked / 'cache'}", "--no-progress"], capsys)
+    assert code == EXIT_ERROR and "gnn's cache_dir" in err and str(blocked) in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() and blocked.read_text() == "not a folder"
