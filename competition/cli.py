@@ -406,13 +406,13 @@ def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_validate_submission(args: argparse.Namespace) -> int:
     from competition.reader import find_data_root
-    from competition.submission import validate_submission
+    from competition.submission import problem_count, validate_submission
 
     root = find_data_root(args.data)
     problems = validate_submission(args.file, root, Split(args.split), protocol=_protocol(args))
     for p in problems:
         print(f"{args.file}: {p}")
-    print(f"{args.file}: {'valid' if not problems else f'{len(problems)} problem(s)'}")
+    print(f"{args.file}: {'valid' if not problems else f'{problem_count(problems)} problem(s)'}")
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
@@ -422,7 +422,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from competition.leaderboard import append_row
     from competition.reader import find_data_root, list_graphs
     from competition.stats import oracle_scores
-    from competition.submission import SubmissionError, score_submission, validate_submission
+    from competition.submission import SubmissionError, problem_count, score_submission, validate_submission
 
     root = find_data_root(args.data)
     split = Split(args.split)
@@ -446,7 +446,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if synthetic:
         print("(synthetic data: this score says nothing about the Kaggle leaderboard)")
     if problems:
-        print(f"partial: {', '.join(c.value for c in report.collections)} scored; {len(problems)} problem(s) "
+        print(f"partial: {', '.join(c.value for c in report.collections)} scored; {problem_count(problems)} problem(s) "
               "elsewhere (see `fastslow validate`); the leaderboard row says complete=false")
     append_row(report.scores(), file=args.file, producer=args.producer, split=split.value, data=root.root,
                synthetic=synthetic, path=args.leaderboard, protocol=protocol.tag if split == Split.VALID else "",

@@ -527,7 +527,7 @@ def submit(file: str | os.PathLike[str], message: str, data: str | os.PathLike[s
         The exit code: 0 sent (or dry run), 1 the file has problems (nothing sent), 2 Kaggle or the data failed.
     """
     from competition.reader import find_data_root
-    from competition.submission import validate_submission
+    from competition.submission import problem_count, validate_submission
 
     path = Path(file)
     if not path.is_file():
@@ -545,8 +545,8 @@ def submit(file: str | os.PathLike[str], message: str, data: str | os.PathLike[s
     if problems:
         for p in problems:
             print(f"{path}: {p}")
-        print(f"{path}: {len(problems)} problem(s) against the test split of {root.root}; nothing was sent to "
-              "Kaggle")
+        print(f"{path}: {problem_count(problems)} problem(s) against the test split of {root.root}; nothing was "
+              "sent to Kaggle")
         return EXIT_PROBLEMS
     size, rows, digest = path.stat().st_size, _count_rows(path), _sha256(path)
     summary = (f"  file:        {path.absolute()}\n  size:        {size:,} bytes\n  rows:        {rows}\n"

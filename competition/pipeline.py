@@ -48,6 +48,7 @@ from competition.submission import (
     SubmissionProblem,
     SubmissionScores,
     orders_text,
+    problem_count,
     score_orders,
     score_predictions,
     submission_id,
@@ -411,7 +412,7 @@ class _Scoring:
 
 def _problems(problems: Sequence[SubmissionProblem], split: Split, root: DataRoot) -> str:
     """One line on a rejected file's problems: how many, and the first."""
-    return f"{len(problems)} problem(s) against the {split.value} split of {root.root}, the first: {problems[0]}"
+    return f"{problem_count(problems)} problem(s) against the {split.value} split of {root.root}, the first: {problems[0]}"
 
 
 def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray], record: SubmissionRecord,

@@ -9,10 +9,16 @@ gives the rows a file writes for per-graph scores, :func:`score_orders` and :fun
 against a split's labels (:mod:`competition.labels`), and :func:`score_submission` parses a file into the same rows.
 
 Row numbers in problems count data rows from 1; row 0 is the header (so row N is line N + 1 of the file).
+
+IDs and the header are matched exactly, as Kaggle matches them: a space or tab around an ID is a problem, not
+stripped. The reader streams the file and holds at most one row of it, of bounded length
+(:data:`MAX_ROW_CHARS`); problems are kept up to :data:`MAX_PROBLEMS_PER_KIND` of each kind, the rest counted
+in one summary per kind.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import os
@@ -42,9 +48,52 @@ from competition.reader import DataRoot, list_graphs
 HEADER = ("ID", "TopConfigs")
 MAX_LISTED = 5  # indices named per problem message
 MAX_PROBLEMS_IN_MESSAGE = 20
+MAX_PROBLEMS_PER_KIND = 20
+"""Problems kept of each kind (a row's bad token, an unknown ID, ...); the rest are counted in one summary."""
 CSV_FIELD_LIMIT = 2**31 - 1  # the largest the csv module takes on every platform
 MAX_INDEX = np.iinfo(np.int64).max
+MAX_INDEX_CHARS = 20
+"""The longest index token read as a number (a sign and the 19 digits of int64); longer: out of range."""
+MAX_CONFIGS = 1_000_000
+"""The most configs a row may list: ten times the largest real graph (about 100,000 configs)."""
+MAX_ID_CHARS = 300
+"""The longest ID of a legal row: a collection prefix and a file stem (at most 255 characters)."""
+MAX_ROWS = 100_000
+"""The most rows read: a submission holds one row per graph, and the largest real split has 6,244 graphs."""
+_SHOWN_CHARS = 80  # a token or header longer than this is shown shortened in a problem (an ID: MAX_ID_CHARS)
+
+
+def _permutation_chars(n: int) -> int:
+    """The length of ``0;1;...;n-1`` as :func:`format_order` writes it."""
+    digits, width, start = 0, 1, 0
+    while start < n:
+        end = min(n, 10**width)
+        digits += (end - start) * width
+        start, width = end, width + 1
+    return digits + max(n - 1, 0)
+
+
+MAX_ROW_CHARS = MAX_ID_CHARS + 3 + _permutation_chars(MAX_CONFIGS)
+"""The longest legal row, without its line end: an ID, a comma and a permutation of :data:`MAX_CONFIGS`
+configs (and the quotes the csv module may add). A longer line is refused without being held whole."""
 _INTEGER = re.compile(r"\s*-?[0-9]+\s*")  # ASCII digits only: int() would take other scripts' digits
+
+
+def _quoted(text: str, limit: int = _SHOWN_CHARS) -> str:
+    """``repr(text)``, shortened to about ``limit`` characters and its length when longer: a problem stays one
+    line of bounded length whatever the file holds."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit - 20]!r}...{text[-12:]!r} ({len(text):,} characters)"
+
+
+def _shown_id(sid: str) -> str:
+    """An ID as a problem shows it: as is when plain, quoted when it holds spaces at its ends, control
+    characters (a tab, a newline of a quoted field) or is long, so that what Kaggle would compare is
+    visible."""
+    if sid.isprintable() and sid == sid.strip() and len(sid) <= MAX_ID_CHARS:
+        return sid
+    return _quoted(sid, MAX_ID_CHARS)
 
 
 @dataclass(frozen=True)
@@ -56,22 +105,38 @@ class SubmissionProblem:
         id: the submission ID concerned, if known.
         message: what was expected and what was found.
         where: for a problem of the whole file, where it was found (``file``, ``line 7``).
+        more: for the summary of a kind of problem found more than :data:`MAX_PROBLEMS_PER_KIND` times, how
+            many more there are (``message`` names the kind); 0 for a problem itself.
     """
 
     row: int | None
     id: str | None
     message: str
     where: str | None = None
+    more: int = 0
 
     @property
     def whole_file(self) -> bool:
         """The file as a whole is unusable (unreadable, not CSV, bad header): no row can be checked."""
-        return self.row == 0 or self.where is not None
+        return not self.more and (self.row == 0 or self.where is not None)
+
+    @property
+    def count(self) -> int:
+        """The problems this one stands for: ``more`` for a summary, else 1."""
+        return self.more or 1
 
     def __str__(self) -> str:
+        if self.more:
+            return f"... and {self.more:,} more of this kind ({self.message})"
         where = self.where or ("header" if self.row == 0 else
                                (f"row {self.row}" if self.row is not None else "missing row"))
-        return f"{where}" + (f" [{self.id}]" if self.id else "") + f": {self.message}"
+        return f"{where}" + (f" [{_shown_id(self.id)}]" if self.id else "") + f": {self.message}"
+
+
+def problem_count(problems: Iterable[SubmissionProblem]) -> int:
+    """How many problems a list stands for, counting the ones its summaries leave out (the number to print as
+    "N problem(s)" after the list)."""
+    return sum(p.count for p in problems)
 
 
 class SubmissionError(ValueError):
@@ -85,11 +150,13 @@ class SubmissionError(ValueError):
     def __init__(self, path: str | os.PathLike[str], problems: list[SubmissionProblem]) -> None:
         self.path = Path(path)
         self.problems = list(problems)
-        shown = [f"  {p}" for p in self.problems[:MAX_PROBLEMS_IN_MESSAGE]]
-        more = len(self.problems) - len(shown)
+        self.count = problem_count(self.problems)  # with those the per-kind summaries only count
+        listed = self.problems[:MAX_PROBLEMS_IN_MESSAGE]
+        shown = [f"  {p}" for p in listed]
+        more = self.count - problem_count(listed)
         if more > 0:
             shown.append(f"  ... and {more} more")
-        super().__init__(f"{self.path}: {len(self.problems)} problem(s)\n" + "\n".join(shown))
+        super().__init__(f"{self.path}: {self.count} problem(s)\n" + "\n".join(shown))
 
     def __reduce__(self):  # keeps the error picklable across process pools
         return (type(self), (self.path, self.problems))
@@ -111,7 +178,7 @@ def parse_submission_id(text: str) -> tuple[Collection, str]:
         if text.startswith(prefix) and len(text) > len(prefix) and ":" not in text[len(prefix):]:
             return c, text[len(prefix):]
     known = ", ".join(f"{c.value}:<stem>" for c in Collection)
-    raise ValueError(f"ID {text!r} is not one of {known}")
+    raise ValueError(f"ID {_quoted(text, MAX_ID_CHARS)} is not one of {known}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -217,113 +284,346 @@ class _Row:
     order: npt.NDArray[np.int64]
 
 
-def _parse_indices(text: str) -> tuple[npt.NDArray[np.int64] | None, str | None]:
+class _Problems:
+    """The problems of a file as found: at most :data:`MAX_PROBLEMS_PER_KIND` of each kind are kept and the
+    rest only counted, so that the memory they take and the lines they print are bounded whatever the file
+    holds."""
+
+    def __init__(self) -> None:
+        self.kept: list[SubmissionProblem] = []
+        self.counts: dict[str, int] = {}
+
+    def add(self, kind: str, problem: SubmissionProblem) -> None:
+        """Record a problem of a kind (a short description, which the summary of the kind names)."""
+        n = self.counts.get(kind, 0)
+        self.counts[kind] = n + 1
+        if n < MAX_PROBLEMS_PER_KIND:
+            self.kept.append(problem)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    @property
+    def whole_file(self) -> bool:
+        """A problem of the file as a whole was found: its rows cannot be checked against the data."""
+        return any(p.whole_file for p in self.kept)
+
+    def result(self) -> list[SubmissionProblem]:
+        """The problems kept in row order (those of no row last, in the order found), then one summary of each
+        kind with more."""
+        ordered = sorted(self.kept, key=lambda p: (p.row is None, p.row or 0))
+        shown = MAX_PROBLEMS_PER_KIND
+        return ordered + [SubmissionProblem(None, None, f"{kind}: {n:,} in all, the first {shown} listed",
+                                            more=n - shown)
+                          for kind, n in self.counts.items() if n > shown]
+
+
+class _RecordTooLong(Exception):
+    """A record of several lines (line ends inside a quoted field) longer than any legal row."""
+
+    def __init__(self, first: int, last: int, chars: int) -> None:
+        super().__init__(first, last, chars)
+        self.first, self.last, self.chars = first, last, chars
+
+
+class _Lines:
+    """A text file's lines for :func:`csv.reader`, read in chunks so that a line longer than ``limit``
+    characters (its line end not counted) is never held whole.
+
+    Such a line is read on to its end, recorded in :attr:`too_long` as ``(line number, characters, its first
+    characters)`` and passed on as an empty line. A record of several lines (line ends inside a quoted field)
+    longer than ``limit`` in all raises :class:`_RecordTooLong`; :meth:`record_done` starts the next record.
+    """
+
+    CHUNK = 1 << 16
+
+    def __init__(self, f: io.TextIOBase, limit: int) -> None:
+        self._f = f
+        self._limit = limit
+        self._ahead = ""  # the start of the next line, read to see whether a "\r" ended the previous one
+        self._record_chars = 0
+        self._record_first = 1
+        self.line_num = 0
+        self.records = 0  # records returned: the header is record 0, row N record N
+        self.too_long: list[tuple[int, int, str]] = []
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def record_done(self) -> None:
+        """The csv reader has returned a record: the next line starts the next one."""
+        self._record_chars = 0
+        self._record_first = self.line_num + 1
+        self.records += 1
+
+    def _chunk(self) -> str:
+        """The next piece of a line: the rest of it (with its line end), or :attr:`CHUNK` characters of it."""
+        chunk, self._ahead = self._ahead, ""
+        if not chunk:
+            chunk = self._f.readline(self.CHUNK)
+            if len(chunk) < self.CHUNK:
+                return chunk
+        if chunk.endswith("\r"):  # the read stopped at its size: a "\n" may follow, the rest of one line end
+            after = self._f.readline(1)
+            if after == "\n":
+                return chunk + after
+            self._ahead = after
+        return chunk
+
+    def __next__(self) -> str:
+        parts: list[str] = []
+        size = 0
+        while chunk := self._chunk():
+            parts.append(chunk)
+            size += len(chunk)
+            if chunk.endswith(("\n", "\r")):
+                break
+            if size > self._limit:
+                start = parts[0][:MAX_ID_CHARS + 2]
+                parts.clear()
+                return self._skip(start, size)
+        if not parts:
+            raise StopIteration
+        self.line_num += 1
+        line = "".join(parts)
+        chars = len(line.rstrip("\r\n"))
+        if chars > self._limit:
+            self.too_long.append((self.line_num, chars, line[:MAX_ID_CHARS + 2]))
+            return "\n"
+        self._record_chars += chars
+        if self._record_chars > self._limit:
+            raise _RecordTooLong(self._record_first, self.line_num, self._record_chars)
+        return line
+
+    def _skip(self, start: str, size: int) -> str:
+        """Read a line too long to hold on to its end, record it, and pass on an empty line."""
+        while chunk := self._chunk():
+            if chunk.endswith(("\n", "\r")):
+                size += len(chunk.rstrip("\r\n"))
+                break
+            size += len(chunk)
+        self.line_num += 1
+        self.too_long.append((self.line_num, size, start))
+        return "\n"
+
+
+def _leading_id(start: str) -> str | None:
+    """The ID a line starts with (the text before its first comma), if it is plain (unquoted)."""
+    comma = start.find(",")
+    return start[:comma] if comma > 0 and '"' not in start[:comma] else None
+
+
+def _parse_indices(text: str) -> tuple[npt.NDArray[np.int64] | None, str, str | None]:
+    """The config indices of a ``TopConfigs`` field, or the kind of its problem and the problem."""
     if not text.strip():
-        return None, "empty TopConfigs"
+        return None, "empty TopConfigs", "empty TopConfigs"
     tokens = text.split(";")
     bad = [t for t in tokens if _INTEGER.fullmatch(t) is None]
     if bad:
-        return None, f"non-integer token(s) {', '.join(repr(t) for t in bad[:MAX_LISTED])} in TopConfigs"
+        shown = ", ".join(_quoted(t) for t in bad[:MAX_LISTED])
+        return None, "non-integer tokens in TopConfigs", f"non-integer token(s) {shown} in TopConfigs"
+    long = [t.strip() for t in tokens if len(t.strip()) > MAX_INDEX_CHARS]
+    if long:  # not converted: int() of thousands of digits is slow, and refused above 4,300 digits
+        return None, "indices out of range of any graph", (
+            f"index(es) out of range of any graph (longer than {MAX_INDEX_CHARS} characters): "
+            f"{', '.join(_quoted(t) for t in long[:MAX_LISTED])} in TopConfigs")
     ints = [int(t) for t in tokens]
     negative = [v for v in ints if v < 0]
     if negative:
-        return None, f"negative index(es) {', '.join(map(str, negative[:MAX_LISTED]))} in TopConfigs"
+        shown = ", ".join(map(str, negative[:MAX_LISTED]))
+        return None, "negative indices", f"negative index(es) {shown} in TopConfigs"
     huge = [v for v in ints if v > MAX_INDEX]
     if huge:  # no graph has that many configs, and int64 cannot hold it
-        return None, f"index(es) too large for any graph: {', '.join(map(str, huge[:MAX_LISTED]))} in TopConfigs"
-    return np.array(ints, dtype=np.int64), None
+        shown = ", ".join(map(str, huge[:MAX_LISTED]))
+        return None, "indices out of range of any graph", (f"index(es) too large for any graph: {shown} in "
+                                                           "TopConfigs")
+    return np.array(ints, dtype=np.int64), "", None
 
 
-def _parse(path: str | os.PathLike[str]) -> tuple[list[_Row], list[SubmissionProblem], set[str]]:
-    """Rows that parse, every problem, and every ID seen (even on a bad row)."""
+def _parse(path: str | os.PathLike[str]) -> tuple[list[_Row], _Problems, set[str]]:
+    """Rows that parse, the problems, and every ID seen (even on a bad row)."""
     rows: list[_Row] = []
-    problems: list[SubmissionProblem] = []
+    problems = _Problems()
     seen: dict[str, int] = {}
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = _csv_reader(f)
+            lines = _Lines(f, MAX_ROW_CHARS)
+            reader = _csv_reader(lines)
             try:
-                _parse_rows(reader, rows, problems, seen)
+                _parse_rows(reader, lines, rows, problems, seen)
             except csv.Error as exc:
-                problems.append(SubmissionProblem(None, None, f"malformed CSV: {exc}", f"line {reader.line_num}"))
+                problems.add("malformed CSV", SubmissionProblem(None, None, f"malformed CSV: {exc}",
+                                                                f"line {lines.line_num}"))
     except UnicodeDecodeError:
         found = _not_utf8(Path(path))
-        problems.append(SubmissionProblem(None, None, f"expected UTF-8 text; found {found}", "file"))
+        problems.add("not UTF-8", SubmissionProblem(None, None, f"expected UTF-8 text; found {found}",
+                                                    "file"))
     except IsADirectoryError:
-        problems.append(SubmissionProblem(None, None, "expected a CSV file; found a folder", "file"))
+        problems.add("not a file", SubmissionProblem(None, None, "expected a CSV file; found a folder",
+                                                     "file"))
     except OSError as exc:
-        problems.append(SubmissionProblem(None, None, f"cannot be read ({exc.strerror or exc})", "file"))
+        problems.add("unreadable", SubmissionProblem(None, None, f"cannot be read ({exc.strerror or exc})",
+                                                     "file"))
     return rows, problems, set(seen)
 
 
 def _not_utf8(path: Path) -> str:
-    """What a file that does not decode as UTF-8 holds instead, and what to do."""
+    """What a file that does not decode as UTF-8 holds instead, and what to do (read in bounded chunks)."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+                mark = head[:2].hex(" ").upper()
+                return f"UTF-16 text (byte-order mark {mark} at the start): save it as UTF-8"
+            nul = head.find(b"\0")
+            if nul >= 0:
+                return (f"NUL bytes (the first at byte {nul}): binary data, or UTF-16/32 text without a "
+                        "byte-order mark; save it as UTF-8 CSV")
+            bom = 3 if head.startswith(b"\xef\xbb\xbf") else 0
+            return _first_non_utf8(f, head[bom:], bom)
     except OSError:
         return "text that is not UTF-8"
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return f"UTF-16 text (byte-order mark {data[:2].hex(' ').upper()} at the start): save it as UTF-8"
-    nul = data.find(b"\0", 0, 1 << 16)
-    if nul >= 0:
-        return (f"NUL bytes (the first at byte {nul}): binary data, or UTF-16/32 text without a byte-order mark; "
-                "save it as UTF-8 CSV")
-    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
-    try:
-        data[bom:].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        at = bom + exc.start
-        line = data.count(b"\n", 0, at) + 1
-        return (f"byte 0x{data[at]:02X} at line {line} (byte {at}) that is not UTF-8 ({exc.reason}; latin-1 or "
-                "another 8-bit encoding?): save it as UTF-8")
-    return "text that is not UTF-8"  # changed since it was read
+
+
+def _first_non_utf8(f: io.BufferedIOBase, data: bytes, offset: int) -> str:
+    """The first byte that is not UTF-8 in ``data`` (the bytes from ``offset``) or the rest of ``f``."""
+    line = 1
+    while True:
+        more = f.read(1 << 20)
+        try:
+            _, used = codecs.utf_8_decode(data, "strict", not more)
+        except UnicodeDecodeError as exc:
+            at = offset + exc.start
+            line += data.count(b"\n", 0, exc.start)
+            return (f"byte 0x{data[exc.start]:02X} at line {line} (byte {at}) that is not UTF-8 "
+                    f"({exc.reason}; latin-1 or another 8-bit encoding?): save it as UTF-8")
+        if not more:
+            return "text that is not UTF-8"  # changed since it was read
+        line += data.count(b"\n", 0, used)
+        data, offset = data[used:] + more, offset + used
 
 
 def _csv_reader(f: Iterable[str]) -> Iterator[list[str]]:
     """A strict CSV reader (a stray or unclosed quote is an error, not a guess) for fields of any length: a layout
-    row of 100,000 configs is about 600 kB, above the ``csv`` module's default field limit of 128 kB."""
+    row of 100,000 configs is about 600 kB, above the ``csv`` module's default field limit of 128 kB (the
+    lines given, :class:`_Lines`, bound the length)."""
     csv.field_size_limit(CSV_FIELD_LIMIT)
     return csv.reader(f, strict=True)
 
 
-def _parse_rows(reader: Iterator[list[str]], rows: list[_Row], problems: list[SubmissionProblem],
+def _header_problem(header: list[str]) -> str | None:
+    """What is wrong with a submission's header, if anything: its names must be ``ID,TopConfigs`` exactly."""
+    if tuple(header) == HEADER:
+        return None
+    found = _clipped(",".join(header))
+    if tuple(h.strip() for h in header) == HEADER:
+        names = ", ".join(map(_quoted, header))
+        return (f"expected the header {','.join(HEADER)}; found {names}: Kaggle matches column names "
+                "exactly, spaces around them included")
+    missing = [h for h in HEADER if h not in header]
+    extra = [h for h in header if h not in HEADER]
+    shown = [_clipped(h) for h in extra[:MAX_LISTED]] + (["..."] if len(extra) > MAX_LISTED else [])
+    detail = "; ".join(x for x in (f"missing column(s) {missing}" if missing else "",
+                                   f"extra column(s) {shown}" if extra else "") if x)
+    return f"expected the header {','.join(HEADER)}; found {found}" + (f" ({detail})" if detail else "")
+
+
+def _clipped(text: str) -> str:
+    """Text shown in a problem as is, shortened with its length when longer than :data:`_SHOWN_CHARS`."""
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS - 20]}...{text[-12:]} ({len(text):,} characters)"
+
+
+def _parse_rows(reader: Iterator[list[str]], lines: _Lines, rows: list[_Row], problems: _Problems,
                 seen: dict[str, int]) -> None:
+    """Check the header and every row (the first :data:`MAX_ROWS`) of a file."""
+    try:
+        _parse_lines(reader, lines, rows, problems, seen)
+    except _RecordTooLong as exc:
+        row = "header" if lines.records == 0 else f"row {lines.records}"
+        problems.add("rows longer than any legal row", SubmissionProblem(
+            None, None, f"one record of {exc.chars:,} characters or more on lines {exc.first}-{exc.last}, "
+                        f"longer than any legal row ({MAX_ROW_CHARS:,}): a quote left open?; the rest of the "
+                        "file is not read", row))
+
+
+def _parse_lines(reader: Iterator[list[str]], lines: _Lines, rows: list[_Row], problems: _Problems,
+                 seen: dict[str, int]) -> None:
     header = next(reader, None)
-    if header is None:
-        problems.append(SubmissionProblem(0, None, f"empty file; expected the header {','.join(HEADER)}"))
+    lines.record_done()
+    expected = ",".join(HEADER)
+    if lines.too_long:
+        chars = lines.too_long[0][1]
+        problems.add("bad header", SubmissionProblem(
+            0, None, f"expected the header {expected}; found a line of {chars:,} characters"))
         return
-    if tuple(h.strip() for h in header) != HEADER:
-        missing = [h for h in HEADER if h not in header]
-        extra = [h for h in header if h not in HEADER]
-        detail = "; ".join(x for x in (f"missing column(s) {missing}" if missing else "",
-                                       f"extra column(s) {extra}" if extra else "") if x)
-        problems.append(SubmissionProblem(0, None, f"expected the header {','.join(HEADER)}; found "
-                                                   f"{','.join(header)}" + (f" ({detail})" if detail else "")))
+    if header is None:
+        problems.add("bad header", SubmissionProblem(0, None, f"empty file; expected the header {expected}"))
+        return
+    message = _header_problem(header)
+    if message is not None:
+        problems.add("bad header", SubmissionProblem(0, None, message))
         return
     for n, fields in enumerate(reader, start=1):
-        if not fields:
-            continue
-        sid = fields[0].strip() or None
-        if len(fields) != len(HEADER):
-            problems.append(SubmissionProblem(n, sid, f"expected {len(HEADER)} fields; found {len(fields)}"))
-            continue
-        if sid is None:
-            problems.append(SubmissionProblem(n, None, "empty ID"))
-            continue
-        if sid in seen:
-            problems.append(SubmissionProblem(n, sid, f"duplicated ID (first on row {seen[sid]})"))
-            continue
-        seen[sid] = n
-        try:
-            parse_submission_id(sid)
-        except ValueError as exc:
-            problems.append(SubmissionProblem(n, sid, str(exc)))
-            continue
-        order, message = _parse_indices(fields[1])
-        if message is not None:
-            problems.append(SubmissionProblem(n, sid, message))
-            continue
-        rows.append(_Row(n, sid, order))
+        lines.record_done()
+        if n > MAX_ROWS:
+            problems.add("too many rows", SubmissionProblem(
+                None, None, f"more than {MAX_ROWS:,} rows (a submission holds one row per graph, and a split "
+                            "has at most a few thousand graphs); the rest of the file is not read",
+                f"row {n:,}"))
+            return
+        for line, chars, start in lines.too_long:
+            sid = _leading_id(start)
+            if sid is not None:
+                seen.setdefault(sid, n)
+            problems.add("rows longer than any legal row", SubmissionProblem(
+                n, sid, f"line {line} holds {chars:,} characters, more than any legal row "
+                        f"({MAX_ROW_CHARS:,}: an ID and a permutation of {MAX_CONFIGS:,} configs); not read"))
+        lines.too_long.clear()
+        if fields:
+            _parse_row(n, fields, rows, problems, seen)
+
+
+def _ends(sid: str) -> str:
+    """Where an ID has whitespace: ``leading``, ``trailing`` or both."""
+    ends = [name for name, bare in (("leading", sid.lstrip()), ("trailing", sid.rstrip())) if bare != sid]
+    return " and ".join(ends)
+
+
+def _parse_row(n: int, fields: list[str], rows: list[_Row], problems: _Problems,
+               seen: dict[str, int]) -> None:
+    """Check row ``n``'s fields; a row without problems joins ``rows``. IDs are compared exactly, as Kaggle
+    compares them."""
+    sid = fields[0]
+    if len(fields) != len(HEADER):
+        problems.add("rows of another number of fields", SubmissionProblem(
+            n, sid or None, f"expected {len(HEADER)} fields; found {len(fields)}"))
+        return
+    if not sid.strip():
+        blank = f" (only whitespace: {_quoted(sid)})" if sid else ""
+        problems.add("empty IDs", SubmissionProblem(n, None, f"empty ID{blank}"))
+        return
+    if sid in seen:
+        problems.add("duplicated IDs", SubmissionProblem(n, sid, f"duplicated ID (first on row {seen[sid]})"))
+        return
+    seen[sid] = n
+    if sid != sid.strip():
+        problems.add("IDs with whitespace around them", SubmissionProblem(
+            n, sid, f"ID with {_ends(sid)} whitespace: Kaggle matches IDs exactly and would not find it "
+                    f"(write {_quoted(sid.strip(), MAX_ID_CHARS)})"))
+        return
+    try:
+        parse_submission_id(sid)
+    except ValueError as exc:
+        problems.add("IDs of no known collection", SubmissionProblem(n, sid, str(exc)))
+        return
+    order, kind, message = _parse_indices(fields[1])
+    if message is not None:
+        problems.add(kind, SubmissionProblem(n, sid, message))
+        return
+    assert order is not None
+    rows.append(_Row(n, sid, order))
 
 
 def read_submission(path: str | os.PathLike[str]) -> dict[str, npt.NDArray[np.int64]]:
@@ -336,11 +636,12 @@ def read_submission(path: str | os.PathLike[str]) -> dict[str, npt.NDArray[np.in
         Submission ID -> int64 ``[m]`` config indices, fastest first, in file order.
 
     Raises:
-        SubmissionError: any malformed header, row, ID or index, with every problem found.
+        SubmissionError: any malformed header, row, ID or index, with the problems found (at most
+            :data:`MAX_PROBLEMS_PER_KIND` of each kind, then a summary of the kind).
     """
     rows, problems, _ = _parse(path)
     if problems:
-        raise SubmissionError(path, problems)
+        raise SubmissionError(path, problems.result())
     return {r.id: r.order for r in rows}
 
 
@@ -390,14 +691,18 @@ def read_sample_ids(path: str | os.PathLike[str]) -> list[str]:
     path = Path(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = _csv_reader(f)
+            lines = _Lines(f, MAX_ROW_CHARS)
+            reader = _csv_reader(lines)
             header = [h.strip() for h in next(reader, [])]
+            _refuse_long_lines(path, lines)
             if "ID" not in header:
                 raise DataFileError(path, None, f"a header with the column 'ID' ({','.join(HEADER)})",
                                     f"the header {','.join(header) or '(empty file)'}: no column 'ID'")
             col = header.index("ID")
             seen: dict[str, int] = {}
             for fields in reader:
+                _refuse_long_lines(path, lines)
+                lines.record_done()
                 if not fields:
                     continue
                 sid = fields[col].strip() if col < len(fields) else ""
@@ -414,11 +719,27 @@ def read_sample_ids(path: str | os.PathLike[str]) -> list[str]:
         raise DataFileError(path, None, "UTF-8 text", _not_utf8(path)) from None
     except csv.Error as exc:
         raise DataFileError(path, None, "a well-formed CSV file", f"malformed CSV ({exc})") from None
+    except _RecordTooLong as exc:
+        raise DataFileError(path, None, f"rows of at most {MAX_ROW_CHARS:,} characters",
+                            f"lines {exc.first}-{exc.last}: one record of {exc.chars:,} characters or more "
+                            "(a quote left open?)") from None
     except IsADirectoryError:
         raise DataFileError(path, None, "a CSV file", "a folder") from None
     except OSError as exc:
         raise DataFileError(path, None, "a readable file", f"it cannot be read ({exc.strerror or exc})") from None
     return list(seen)
+
+
+def _refuse_long_lines(path: Path, lines: _Lines) -> None:
+    """Raise if the lines read hold one longer than any legal row.
+
+    Raises:
+        DataFileError: naming the file and the line.
+    """
+    if lines.too_long:
+        line, chars, _ = lines.too_long[0]
+        raise DataFileError(path, None, f"rows of at most {MAX_ROW_CHARS:,} characters",
+                            f"line {line}: {chars:,} characters")
 
 
 def sample_problems(root: DataRoot, collections: Iterable[Collection] | None = None) -> list[DataFileError]:
@@ -461,35 +782,41 @@ def _num_configs(path: Path) -> int:
         return int(r.info("config_runtime").shape[0])
 
 
-def _order_problems(row: _Row, collection: Collection, c: int, subset: npt.NDArray[np.int64] | None) -> list[str]:
-    """What is wrong with a row's order for a graph of ``c`` configs; ``subset``: the valid protocol's configs
-    (``None``: every config), of which a layout row may list exactly these or all ``c``."""
+def _order_problems(row: _Row, collection: Collection, c: int, subset: npt.NDArray[np.int64] | None
+                    ) -> list[tuple[str, str]]:
+    """What is wrong with a row's order for a graph of ``c`` configs, as ``(kind, problem)`` pairs;
+    ``subset``: the valid protocol's configs (``None``: every config), of which a layout row may list exactly
+    these or all ``c``."""
     order = row.order
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     bad = order[order >= c]
     if bad.size:
-        out.append(f"index(es) out of range [0, {c}): {_listed(bad)}")
+        out.append(("indices out of range", f"index(es) out of range [0, {c}): {_listed(bad)}"))
     values, counts = np.unique(order, return_counts=True)
     dup = values[counts > 1]
     if dup.size:
-        out.append(f"duplicated index(es): {_listed(dup)}")
+        out.append(("duplicated indices", f"duplicated index(es): {_listed(dup)}"))
     if collection.is_layout:
         if subset is not None and order.size != c:
             missing = np.setdiff1d(subset, order)
             extra = np.setdiff1d(order, subset)
             if missing.size or extra.size:
-                out.append(f"not a permutation of the valid protocol's {subset.size} configs (nor of "
-                           f"range({c})): missing {missing.size}" + (f" ({_listed(missing)})" if missing.size else "")
-                           + (f", {extra.size} not in it ({_listed(extra)})" if extra.size else ""))
+                out.append(("layout rows not a permutation",
+                            f"not a permutation of the valid protocol's {subset.size} configs (nor of "
+                            f"range({c})): missing {missing.size}"
+                            + (f" ({_listed(missing)})" if missing.size else "")
+                            + (f", {extra.size} not in it ({_listed(extra)})" if extra.size else "")))
             return out
         missing = np.setdiff1d(np.arange(c), order)
         if missing.size or order.size != c:
-            out.append(f"not a permutation of range({c}): {order.size} indices given, missing {missing.size}"
-                       + (f" ({_listed(missing)})" if missing.size else ""))
+            out.append(("layout rows not a permutation",
+                        f"not a permutation of range({c}): {order.size} indices given, missing {missing.size}"
+                        + (f" ({_listed(missing)})" if missing.size else "")))
     else:
         need = min(TILE_TOP_K, c)
         if order.size < need:
-            out.append(f"too few indices: {order.size} given, {need} expected (min(5, C) with C = {c})")
+            out.append(("tile rows of too few indices",
+                        f"too few indices: {order.size} given, {need} expected (min(5, C) with C = {c})"))
     return out
 
 
@@ -497,13 +824,13 @@ def _check(path: str | os.PathLike[str], root: DataRoot, split: Split, sample_su
            collections: Iterable[Collection] | None, protocol: ValidProtocol = DEFAULT_PROTOCOL,
            labels: SplitLabels | None = None) -> tuple[list[SubmissionProblem], list[_Row]]:
     rows, problems, seen = _parse(path)
-    if any(p.whole_file for p in problems):
-        return problems, []
+    if problems.whole_file:
+        return problems.result(), []
     expected = _expected_ids(root, Split(split), sample_submission, collections)
     return _check_rows(rows, problems, seen, expected, split, collections, protocol, labels)
 
 
-def _check_rows(rows: list[_Row], problems: list[SubmissionProblem], seen: set[str],
+def _check_rows(rows: list[_Row], problems: _Problems, seen: set[str],
                 expected: Mapping[str, Path | None], split: Split, collections: Iterable[Collection] | None,
                 protocol: ValidProtocol, labels: SplitLabels | None) -> tuple[list[SubmissionProblem], list[_Row]]:
     """The problems of parsed rows against the graphs ``expected`` (ID -> npz file), and the rows that passed.
@@ -515,8 +842,8 @@ def _check_rows(rows: list[_Row], problems: list[SubmissionProblem], seen: set[s
     for row in rows:
         if row.id not in expected:
             if chosen is None or parse_submission_id(row.id)[0] in chosen:
-                problems.append(SubmissionProblem(row.row, row.id, f"unknown ID: no such graph in the "
-                                                                   f"{Split(split).value} split"))
+                problems.add("unknown IDs", SubmissionProblem(
+                    row.row, row.id, f"unknown ID: no such graph in the {Split(split).value} split"))
             continue
         collection, stem = parse_submission_id(row.id)
         known = labels.get(row.id) if labels is not None else None
@@ -526,18 +853,20 @@ def _check_rows(rows: list[_Row], problems: list[SubmissionProblem], seen: set[s
             npz = expected[row.id]
             if npz is None or not npz.is_file():
                 found = "is not a file" if npz is not None and os.path.lexists(npz) else "not found"
-                problems.append(SubmissionProblem(row.row, row.id, f"data file {npz} {found}"))
+                problems.add("graphs without their data file",
+                             SubmissionProblem(row.row, row.id, f"data file {npz} {found}"))
                 continue
             c = _num_configs(npz)
             subset = protocol.configs(collection, stem, c, split)
         found = _order_problems(row, collection, c, subset)
-        problems.extend(SubmissionProblem(row.row, row.id, m) for m in found)
+        for kind, message in found:
+            problems.add(kind, SubmissionProblem(row.row, row.id, message))
         if not found:
             good.append(row)
-    problems.sort(key=lambda p: p.row if p.row is not None else 0)
-    problems.extend(SubmissionProblem(None, sid, "expected ID missing from the submission")
-                    for sid in sorted(set(expected) - seen))
-    return problems, good
+    for sid in sorted(set(expected) - seen):
+        problems.add("expected IDs missing",
+                     SubmissionProblem(None, sid, "expected ID missing from the submission"))
+    return problems.result(), good
 
 
 def validate_submission(
@@ -566,7 +895,9 @@ def validate_submission(
         protocol: the valid split's protocol (:mod:`competition.protocol`): which layout rows are accepted.
 
     Returns:
-        The problems, in row order, missing IDs last.
+        The problems, in row order, missing IDs last: at most :data:`MAX_PROBLEMS_PER_KIND` of each kind, then
+        a summary of each kind with more (:attr:`SubmissionProblem.more`; :func:`problem_count` counts them
+        all).
     """
     collections = None if collections is None else list(collections)
     return _check(path, root, split, sample_submission, collections, protocol)[0]
@@ -620,8 +951,8 @@ def score_orders(
     scored = labels.of(chosen)
     rows = [_Row(n, sid, np.asarray(o, dtype=np.int64)) for n, (sid, o) in enumerate(_items(orders), start=1)]
     seen = {r.id for r in rows}
-    problems, good = _check_rows(rows, [], seen, dict.fromkeys(scored), labels.split, chosen, labels.protocol,
-                                 scored)
+    problems, good = _check_rows(rows, _Problems(), seen, dict.fromkeys(scored), labels.split, chosen,
+                                 labels.protocol, scored)
     if problems:
         raise SubmissionError(IN_MEMORY, problems)
     return _submission_scores(good, scored, chosen, raw)
@@ -674,15 +1005,15 @@ def score_submission(
         HiddenLabelsError: a test graph without hidden runtimes in ``secret/``.
     """
     split = Split(split)
-    rows, problems, seen = _parse(path)
-    if problems:
-        raise SubmissionError(path, problems)
+    rows, parsed, seen = _parse(path)
+    if parsed:
+        raise SubmissionError(path, parsed.result())
     chosen = _chosen(seen, collections)
     if labels is None:
         labels = load_labels(root, chosen, split, protocol)
     labels = labels.of(chosen)
     expected = _expected_ids(root, split, None, chosen)
-    problems, good = _check_rows(rows, problems, seen, expected, split, chosen, labels.protocol, labels)
+    problems, good = _check_rows(rows, parsed, seen, expected, split, chosen, labels.protocol, labels)
     if problems:
         raise SubmissionError(path, problems)
     return _submission_scores(good, labels, chosen, raw)

@@ -119,7 +119,8 @@ def test_error_message_truncates_many_problems(tmp_path: Path):
     path.write_text("ID,TopConfigs\n" + "".join(f"tile:xla:g{i},x\n" for i in range(50)))
     with pytest.raises(SubmissionError) as info:
         read_submission(path)
-    assert len(info.value.problems) == 50
+    assert info.value.count == 50 and len(info.value.problems) == 21  # 20 of the kind, then its summary
+    assert info.value.problems[-1].more == 30
     message = str(info.value)
     assert "50 problem(s)" in message and "... and 30 more" in message and "row 20 [tile:xla:g19]" in message
     assert "row 21 " not in message
