@@ -805,7 +805,7 @@ def main() -> None:
                     help="run only part 4: model.predict on a layout graph the size of the largest real ones")
     ap.add_argument("--predict-configs", type=int, default=4096, help="configs scored in part 4 (default 4096)")
     ap.add_argument("--before", default=None,
-                    help="part 4: also time the models package of this folder (e.g. HEAD's: see docs/gnn.md) on "
+                    help="part 4: also time the models package of this folder (e.g. HEAD's: see docs/benchmarks.md) on "
                          "--before-configs configs, and compare its scores with this tree's")
     ap.add_argument("--before-configs", type=int, default=256, help="configs for --before (default 256)")
     ap.add_argument("--profile", action="store_true", help="part 4: print cProfile's top functions")

@@ -137,8 +137,7 @@ def collection_weights(root: DataRoot, collections: Sequence[Collection]) -> dic
 
 MAX_AUTO_JOBS = 4
 """The most collections :func:`default_jobs` fits at once (a Kaggle CPU notebook's 4 cores): each concurrent fit holds
-its own train graphs, 5.0 GiB for the xla:random seed ensemble on a 12-graph full-scale part (README, "Real size"),
-5.2-5.6 GiB projected for the real counts."""
+its own train graphs, several GiB for the xla:random seed ensemble at the real counts (RESULTS.md, "Real size")."""
 
 
 def default_jobs() -> int:

@@ -222,11 +222,10 @@ SCALES: dict[str, Scale] = {
         tile_configs=CountDist.loguniform(8, 400),
     ),
     # Between demo and full: the world the GNN quality table is measured on (more and larger graphs than demo,
-    # still trainable on a 2-core CPU). The xla collections hold the real data's train counts (61, 69): with 24,
-    # as before 2026-11-27, the default scored lower on the same test graphs, xla:default by 0.091 and xla:random
-    # by 0.049 on average over two worlds (docs/gnn.md, "Bench xla: as many train graphs as the real data"); the
-    # nlp ones hold 28 of the real 198-207 (nlp graphs vary one family, and at real counts their fits would take 7
-    # times as long).
+    # still trainable on a 2-core CPU). The xla collections hold the real data's train counts (61, 69): with fewer,
+    # the default scored clearly lower on the same test graphs (lab/journal.md, "Bench xla: as many train graphs as
+    # the real data"); the nlp ones hold 28 of the real 198-207 (nlp graphs vary one family, and at real counts
+    # their fits would take several times as long).
     "bench": Scale(
         "bench",
         _layout_counts((61, 6, 6), (69, 6, 6), (28, 6, 6), (28, 6, 6)),

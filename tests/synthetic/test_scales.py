@@ -226,8 +226,8 @@ def test_full_tile_part_generates_and_validates(tmp_path: Path):
 
 
 def test_bench_xla_collections_hold_the_real_train_counts():
-    """The bench world's xla collections train on as many graphs as the real data's (the full scale's); with 24 the
-    defaults scored 0.091 (xla:default) and 0.049 (xla:random) lower on the same test graphs (docs/gnn.md)."""
+    """The bench world's xla collections train on as many graphs as the real data's (the full scale's); with fewer the
+    defaults scored clearly lower on the same test graphs (lab/journal.md)."""
     for value in ("layout:xla:default", "layout:xla:random"):
         assert SCALES["bench"].layout_counts[value][0] == FULL.layout_counts[value][0]
     assert SCALES["bench"].layout_counts["layout:nlp:default"][0] < FULL.layout_counts["layout:nlp:default"][0]
