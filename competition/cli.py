@@ -45,6 +45,7 @@ EXIT_CODES = f"""exit codes:
        data, permission denied, disk full, ...); one line names it and says what to do
   {EXIT_BUG}    internal error, a bug in fastslow: its traceback is printed, please report it
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C): re-run the same command to resume
+  129, 143  ended by SIGHUP or SIGTERM (128 + the signal's number), as by Ctrl-C: re-run the same command to resume
   {EXIT_PIPE_CLOSED}  the output was closed early (e.g. piped into `head`): nothing more is printed
 -v/--verbose also prints the traceback of an error."""
 
@@ -951,27 +952,16 @@ _PATH_METAVARS = {"FILE": "file", "CSV": "file", "TOML": "file", "PNG": "file", 
 
 
 def _special_file(path: str | os.PathLike[str]) -> str | None:
-    """What ``path`` is when it is neither a regular file nor a folder (a FIFO, a device, a socket), found without
-    opening it (opening a FIFO waits for a writer; reading ``/dev/zero`` never ends); ``None`` for anything else,
-    a path that cannot be looked at included (the command says why when it uses it)."""
-    import stat
+    from competition.npzio import special_file
 
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return None
-    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return what
-    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "not a regular file"
+    return special_file(path)
 
 
 def _path_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace
-                    ) -> list[tuple[str, str, str]]:
-    """``(name, value, kind)`` of every argument of the chosen command that names a file or a folder (by its
+                    ) -> list[tuple[str, str, str, str]]:
+    """``(dest, name, value, kind)`` of every argument of the chosen command that names a file or a folder (by its
     metavar): ``name`` is how an error names it (``--config x.toml``, or the value of a positional argument)."""
-    out: list[tuple[str, str, str]] = []
+    out: list[tuple[str, str, str, str]] = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             chosen = action.choices.get(getattr(args, action.dest, None) or "")
@@ -981,19 +971,27 @@ def _path_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace
         kind = _PATH_METAVARS.get(action.metavar) if isinstance(action.metavar, str) else None
         value = getattr(args, action.dest, None) if kind else None
         for v in (value if isinstance(value, list) else [value]):
-            if isinstance(v, str | os.PathLike) and os.fspath(v):
+            if kind and isinstance(v, str | os.PathLike) and os.fspath(v):
                 name = f"{action.option_strings[-1]} {v}" if action.option_strings else os.fspath(v)
-                out.append((name, os.fspath(v), typing.cast(str, kind)))
+                out.append((action.dest, name, os.fspath(v), kind))
     return out
 
 
+_LISTED_AS_PROBLEMS = {("validate", "file"), ("score", "file")}
+"""``(command, dest)`` of the file arguments whose command lists a folder given for them among the file's problems
+(exit 1), with the others."""
+
+
 def _check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse a file or folder argument that is a FIFO, a device or a socket, before anything opens it: a FIFO
-    would wait for a writer for ever, ``/dev/zero`` would be read until memory runs out."""
-    for name, value, kind in _path_arguments(parser, args):
+    """Refuse a file or folder argument that is a FIFO, a device or a socket, before anything opens it (a FIFO
+    would wait for a writer for ever, ``/dev/zero`` would be read until memory runs out), and a folder given for a
+    file (taken for a missing file, or read as an empty one, otherwise)."""
+    for dest, name, value, kind in _path_arguments(parser, args):
         special = _special_file(value)
         if special is not None:
             raise UsageError(f"{name}: expected a {kind}; found {special}")
+        if kind == "file" and (args.command, dest) not in _LISTED_AS_PROBLEMS and os.path.isdir(value):
+            raise UsageError(f"{name}: expected a file; found a folder")
 
 
 def _close_stdout() -> None:
@@ -1013,6 +1011,111 @@ def _expected(exc: BaseException) -> bool:
     return isinstance(exc, (OSError, ValueError, csv.Error, OverflowError, MemoryError, KaggleError))
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``kill``, a supervisor, a closed terminal), raised in the main thread as SIGINT raises
+    :class:`KeyboardInterrupt`: the command ends as on Ctrl-C (temporaries removed, finished files kept, one line),
+    with the exit code 128 + the signal's number, as shells report a process the signal ended.
+
+    Attributes:
+        signum: the signal.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        import signal
+
+        return signal.Signals(self.signum).name
+
+
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+_installed: dict[int, typing.Any] = {}  # signal -> the handler it had before main() installed its own
+_CHILD_GRACE_SECONDS = 2.0
+"""How long a forked child that got SIGTERM or SIGHUP waits for the SIGINT of its parent before it dies of it."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP in the main process: the workers of its process pools get SIGINT, so that they stop as on
+    Ctrl-C (their temporaries removed), not by going on with the queued jobs a pool's shutdown waits for; then
+    :class:`Terminated` is raised here."""
+    import multiprocessing
+    import signal
+
+    for child in multiprocessing.active_children():
+        try:
+            os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
+        except OSError:  # ended meanwhile
+            pass
+    raise Terminated(signum)
+
+
+def _child_stop(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP in a forked child (a pool's worker): it dies of the signal after
+    :data:`_CHILD_GRACE_SECONDS`, going on meanwhile. Sent to the whole process group, the signal reached the
+    parent too, whose SIGINT follows at once: the child then stops as on Ctrl-C (temporaries removed) before the
+    grace ends. Sent by a pool that ends its workers, nothing follows: the child dies, as a worker always did (one
+    that raised instead could go on waiting for jobs, and the pool's shutdown for it)."""
+    import signal
+    import threading
+
+    signal.signal(signum, signal.SIG_DFL)
+    timer = threading.Timer(_CHILD_GRACE_SECONDS, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
+def _in_forked_child() -> None:
+    """After a fork: the signals main() handles get :func:`_child_stop` instead of :func:`_raise_terminated`."""
+    import signal
+
+    for signum in list(_installed):
+        try:
+            signal.signal(signum, _child_stop)
+        except (ValueError, OSError):
+            pass
+    _installed.clear()
+
+
+def _stop_on_signals() -> None:
+    """Make SIGTERM and SIGHUP raise :class:`Terminated` until :func:`_restore_signals`.
+
+    Only signals left at their default action are taken: one that is ignored (``nohup``) or handled by the caller
+    stays so. Nothing is installed outside the main thread, nor in a process that torchrun started (torchrun stops
+    its ranks with SIGTERM, and reports how they ended).
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or "TORCHELASTIC_RUN_ID" in os.environ:
+        return
+    if not getattr(_stop_on_signals, "at_fork", False) and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_in_forked_child)
+        _stop_on_signals.at_fork = True  # type: ignore[attr-defined]
+    for name in _STOP_SIGNALS:
+        signum = getattr(signal, name, None)  # no SIGHUP on Windows
+        if signum is None or signum in _installed:
+            continue
+        try:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                _installed[signum] = signal.signal(signum, _raise_terminated)
+        except (ValueError, OSError):
+            pass
+
+
+def _restore_signals() -> None:
+    """Give the signals :func:`_stop_on_signals` took their earlier handlers back."""
+    import signal
+
+    for signum, previous in list(_installed.items()):
+        try:
+            signal.signal(signum, previous)
+        except (ValueError, OSError):
+            pass
+    _installed.clear()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``fastslow`` command; returns its exit code (see :data:`EXIT_CODES`).
 
@@ -1021,24 +1124,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
+        _stop_on_signals()
+        parser = build_parser()
+        args = parser.parse_args(argv)
         from competition.progress import line_progress_when_logged
 
         line_progress_when_logged()
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(levelname)s %(message)s")
         _check_outputs(args)
+        _check_inputs(parser, args)
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not in the flush at exit
         return code
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if args is not None and args.verbose:
             traceback.print_exc()
         print(INTERRUPTED, file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + exc.signum if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except BrokenPipeError:
         _close_stdout()
         return EXIT_PIPE_CLOSED
@@ -1054,6 +1160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {_message(exc, args)}", file=sys.stderr)
         return EXIT_PROBLEMS if isinstance(exc, SubmissionError) else EXIT_ERROR
+    finally:
+        _restore_signals()
 
 
 def _message(exc: BaseException, args: argparse.Namespace) -> str:

@@ -19,6 +19,7 @@ the next writer of the same target (:func:`remove_stale_temps`).
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -197,8 +198,11 @@ def exclusive_lock(lock: Path) -> Iterator[bool]:
     where the file system has no ``flock`` (then nothing is held).
 
     The lock file is removed on release, so none is left behind. A waiter may then hold a lock on the removed file:
-    it checks, once it has the lock, that the name still leads to the file it locked, and tries again if not.
+    it checks, once it has the lock, that the name still leads to the file it locked, and tries again if not. A
+    name too long for the file system (``.<a 250-byte name>.lock``) is shortened, the same way by every locker.
     """
+    lock = Path(lock)
+    lock = lock.with_name(_fitting(lock.name[: len(lock.name) - len(lock.suffix)], lock.suffix, lock.parent))
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -258,10 +262,12 @@ def _remove_if_stale(path: Path) -> bool:
 def remove_stale_temps(folder: str | os.PathLike[str], target: str | None = None) -> list[Path]:
     """Remove the temporary files and folders that killed writers left in ``folder``; live ones are kept.
 
-    Only entries named as :func:`temp_sibling` names them, ``.<target>.<random>.part``, are considered, and of those
-    only the ones no process holds: a live writer keeps an exclusive ``flock`` on its temporary for as long as it
-    exists, and the kernel drops a process's locks however it ends (SIGKILL included), so a concurrent run's
-    temporary, being written, is never removed. Where locks are unavailable, a temporary counts as stale after
+    Only entries named as :func:`temp_sibling` names them, ``.<target>.<random>.part`` (``<random>``: the 8
+    characters ``tempfile`` draws; a target's name shortened
+    where it is too long, as :func:`temp_sibling` shortens it), are considered, and of those only the ones no
+    process holds: a live writer keeps an exclusive ``flock`` on its temporary for as long as it exists, and the
+    kernel drops a process's locks however it ends (SIGKILL included), so a concurrent run's temporary, being
+    written, is never removed. Where locks are unavailable, a temporary counts as stale after
     :data:`STALE_UNLOCKED_SECONDS` without modification.
 
     Args:
@@ -272,8 +278,8 @@ def remove_stale_temps(folder: str | os.PathLike[str], target: str | None = None
         The paths removed.
     """
     folder = Path(folder)
-    named = re.compile((re.escape(f".{target}.") if target is not None else r"\..+\.") + r".+" + re.escape(TEMP_SUFFIX),
-                       re.DOTALL)
+    named = re.compile((re.escape(_temp_prefix(target, folder)) if target is not None else r"\..+\.")
+                       + f"[a-z0-9_]{{{_TEMP_RANDOM_CHARS}}}" + re.escape(TEMP_SUFFIX), re.DOTALL)
     try:
         with os.scandir(folder) as it:
             names = [e.name for e in it if named.fullmatch(e.name)]
@@ -282,9 +288,43 @@ def remove_stale_temps(folder: str | os.PathLike[str], target: str | None = None
     return [folder / n for n in sorted(names) if _remove_if_stale(folder / n)]
 
 
+_TEMP_RANDOM_CHARS = 8
+"""Characters ``tempfile`` puts between a temporary's prefix and suffix."""
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that ``folder`` takes (255 where the system does not say)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 255
+
+
+def _fitting(stem: str, end: str, folder: Path, reserve: int = 0) -> str:
+    """``stem + end``, or where that and ``reserve`` more bytes would pass ``folder``'s limit on a name's length,
+    ``<as much of stem as fits>~<8 hex digits of the hash of stem>`` + ``end``: the same name for the same
+    arguments, told apart from the names made for other stems."""
+    limit = _name_max(folder) - reserve
+    if len(os.fsencode(stem + end)) <= limit:
+        return stem + end
+    digest = hashlib.sha256(os.fsencode(stem)).hexdigest()[:8]
+    keep = stem
+    while keep and len(os.fsencode(f"{keep}~{digest}{end}")) > limit:
+        keep = keep[:-1]
+    return f"{keep}~{digest}{end}"
+
+
+def _temp_prefix(name: str, folder: Path) -> str:
+    """The start of the temporaries' names of ``folder/name``: ``.<name>.``, or where that, the random part and
+    :data:`TEMP_SUFFIX` would pass the folder's limit on a name's length (a 250-byte file name), ``.<as much of
+    the name as fits>~<8 hex digits of its hash>.``."""
+    return _fitting(f".{name}", ".", folder, _TEMP_RANDOM_CHARS + len(TEMP_SUFFIX))
+
+
 @contextmanager
 def temp_sibling(path: str | os.PathLike[str], *, directory: bool = False) -> Iterator[Path]:
-    """A new temporary file (or folder) ``.<name>.<random>.part`` beside ``path``, held for the ``with`` block.
+    """A new temporary file (or folder) ``.<name>.<random>.part`` beside ``path``, held for the ``with`` block (with
+    the name shortened where it would be too long for the file system: :func:`_temp_prefix`).
 
     The temporaries that killed writers of ``path`` left are removed first (:func:`remove_stale_temps`). The new one
     gets the mode the umask gives an ordinary file (folder), and an exclusive lock that marks it as live until the
@@ -299,32 +339,40 @@ def temp_sibling(path: str | os.PathLike[str], *, directory: bool = False) -> It
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path.parent, path.name)
     mode = (0o777 if directory else 0o666) & ~umask()
-    for _ in range(8):
-        if directory:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent))
-            try:
-                os.chmod(tmp, mode)
-                fd = os.open(tmp, os.O_RDONLY)
-            except FileNotFoundError:  # removed as stale before we could lock it
-                continue
+    prefix = _temp_prefix(path.name, path.parent)
+    made: str | None = None  # assigned as soon as it exists (one assignment: no interrupt can come in between)
+    fd: int | None = None
+    try:  # from the creation on: an interrupt (Ctrl-C, SIGTERM) anywhere removes what was made
+        for _ in range(8):
+            if directory:
+                made = tempfile.mkdtemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
+                try:
+                    os.chmod(made, mode)
+                    fd = os.open(made, os.O_RDONLY)
+                except FileNotFoundError:  # removed as stale before we could lock it
+                    made = None
+                    continue
+            else:
+                fd, made = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
+                os.fchmod(fd, mode)
+            # A sweeper that locked the new file before us has removed it: start over with another.
+            if _try_lock(fd, wait=True) is not False and _names_file(Path(made), fd):
+                break
+            os.close(fd)
+            fd = made = None
         else:
-            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
-            tmp = Path(name)
-            os.fchmod(fd, mode)
-        # A sweeper that locked the new file before us has removed it: start over with another.
-        if _try_lock(fd, wait=True) is not False and _names_file(tmp, fd):
-            break
-        os.close(fd)
-    else:
-        raise OSError(f"{path.parent}: could not create a temporary file for {path.name}")
-    try:
-        yield tmp
+            raise OSError(f"{path.parent}: could not create a temporary file for {path.name}")
+        yield Path(made)
     finally:
         try:
-            if _names_file(tmp, fd):
-                _remove(tmp)
+            if made is not None and (fd is None or _names_file(Path(made), fd)):
+                _remove(Path(made))
         finally:
-            os.close(fd)
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:  # closed already, by an interrupted retry
+                    pass
 
 
 class RejectedOutput(ValueError):
@@ -389,6 +437,108 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *,
     return Path(path)
 
 
+def special_file(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (``"a named pipe (FIFO)"``, ``"a character
+    device"``, ...), found without opening it: opening a FIFO waits for a writer, reading ``/dev/zero`` never
+    ends. ``None`` for a regular file or a folder (or a link to one), and for a path that cannot be looked at (its
+    user says why when it opens it)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+@contextmanager
+def failures_named(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Name ``path`` in an :class:`OSError` of the ``with`` block that names no file.
+
+    A failed ``write``, ``flush``, ``fsync`` or ``close`` (a full disk, a quota, an I/O error) raises an error with
+    an errno but no file name; this one says which file could not be written. Errors that name a file already, and
+    those without an errno, pass unchanged.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), os.fspath(path)) from exc
+
+
+class _Recorder:
+    """A binary file's ``write`` and ``flush`` that keep the first exception they raise.
+
+    A serializer that reports a failed write as an error of its own loses the cause: ``torch.save`` into a file
+    object turns the ``OSError`` of a full disk into ``RuntimeError: ... unexpected pos``, and goes on writing
+    after an interrupt raised inside ``write``.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self.error: BaseException | None = None
+
+    def _recorded(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except BaseException as exc:
+            if self.error is None:
+                self.error = exc
+            raise
+
+    def write(self, data: Any) -> int:
+        return self._recorded(lambda: self._raw.write(data))
+
+    def flush(self) -> None:
+        self._recorded(self._raw.flush)
+
+    def writable(self) -> bool:
+        return True
+
+
+def atomic_write_stream(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object], *, fsync: bool = True,
+                        check: Callable[[Path], str | None] | None = None) -> Path:
+    """Write a file atomically through ``write``, a function that writes into the binary file object it is given
+    (``lambda f: torch.save(obj, f)``); see :func:`atomic_path` for ``check``.
+
+    The bytes go through this module's own file object, so a failure of the file itself (a full disk, a quota, an
+    I/O error) raises an :class:`OSError` with its errno that names ``path``, even where ``write`` reported it as an
+    error of its own (``torch.save`` to a path raises ``RuntimeError: PytorchStreamWriter failed writing file`` or
+    ``unexpected pos``, which says neither what failed nor where). An interrupt raised while ``write`` wrote is
+    raised as such. Nothing replaces ``path`` unless ``write`` completed.
+
+    Args:
+        path: the destination; its folder is created if missing.
+        write: writes the whole content into the file object it is given (``write`` and ``flush`` only).
+        fsync: flush the file to the disk before the rename (leave it out for files that can be rebuilt).
+        check: see :func:`atomic_path`.
+
+    Returns:
+        The destination path.
+    """
+    path = Path(path)
+    with failures_named(path), atomic_path(path, check=check) as tmp:
+        with open(tmp, "wb") as raw:
+            out = _Recorder(raw)
+            try:
+                write(cast(IO[bytes], out))
+            except BaseException:
+                if out.error is not None:
+                    raise out.error from None
+                raise
+            if out.error is not None:  # swallowed by ``write``, which went on: the file is not complete
+                raise out.error
+            raw.flush()
+            if fsync:
+                os.fsync(raw.fileno())
+    return path
+
+
 @dataclass(frozen=True)
 class MemberInfo:
     """A member's ``.npy`` header: what the array is, read without decompressing its data."""
@@ -434,6 +584,9 @@ class NpzReader:
     def open(self) -> None:
         if self._zip is not None:
             return
+        special = special_file(self.path)
+        if special is not None:  # opening a FIFO would wait for a writer, /dev/zero would be read for ever
+            raise DataFileError(self.path, None, "an npz file", special)
         try:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError:

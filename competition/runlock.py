@@ -1,7 +1,7 @@
 """One live run per run folder: a second run that would write the same checkpoints and model is refused.
 
-A run holds an exclusive, non-blocking ``flock`` on ``<folder>/.fastslow-run.lock`` for as long as it writes
-there, and writes into that file who it is (process id, host, command line, start time), so that a refused run can
+A run holds an exclusive, non-blocking ``flock`` on ``.<folder name>.run.lock`` beside the folder (not in it: a
+run folder's files are moved aside as a whole when its settings change) for as long as it writes there, and writes into that file who it is (process id, host, command line, start time), so that a refused run can
 name the one in its way. The kernel drops the lock however the holder ends (SIGKILL included): a folder whose run
 was killed is free at once, with nothing to clean. The lock file itself stays (removing it would let two runs lock
 two different files of one name). A process may take the same folder again while it holds it (the command line
@@ -23,7 +23,10 @@ try:
 except ImportError:  # pragma: no cover - not on Linux
     fcntl = None  # type: ignore[assignment]
 
-LOCK_NAME = ".fastslow-run.lock"
+def lock_path(folder: Path) -> Path:
+    """The lock file of run folder ``folder``: ``.<name>.run.lock`` beside it."""
+    return folder.parent / f".{folder.name}.run.lock"
+
 
 _held: dict[Path, int] = {}
 """The folders this process holds, with how many times it took each."""
@@ -60,7 +63,7 @@ def hold_run_folder(folder: str | os.PathLike[str], *, hint: str = "choose anoth
         finally:
             _held[key] -= 1
         return
-    lock = folder / LOCK_NAME
+    lock = lock_path(folder)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     try:
         if fcntl is not None:

@@ -15,9 +15,10 @@ share a folder, where each build would remove the other's files as leftovers. Th
 file's path relative to the data root, its size, its ``mtime_ns`` and its stem, so a rewritten data file is rebuilt
 and the others are reused.
 
-Every cached file is written through :func:`competition.npzio.atomic_path`: a build that is interrupted leaves only
-complete files (reused by the next build) and ``.part`` temporary files, which never match a cached name and are
-removed by the next build.
+Every cached file is written through :func:`competition.npzio.atomic_write_stream`: a build that is interrupted leaves
+only complete files (reused by the next build) and ``.part`` temporary files, which never match a cached name and
+are removed by the next build; one that finds the disk full stops with an ``OSError`` naming the file (not torch's
+``RuntimeError``), and the files it completed are reused by the next build.
 
 A cached file holds only tensors and plain values (the graph as ``Data.to_dict()``) and is read with
 ``torch.load(weights_only=True)``, so a planted file cannot run code. One that cannot be read that way (truncated,
@@ -47,7 +48,7 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
-from competition.npzio import atomic_path, atomic_write_text, remove_stale_temps
+from competition.npzio import atomic_write_stream, atomic_write_text, failures_named, remove_stale_temps
 from competition.protocol import ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, list_graphs, load_graph
 from competition.workers import end_with_parent, pool_context
@@ -250,8 +251,10 @@ def _process_one(source: str, collection: str, dest: str, pre_transform: Transfo
     if odd:
         raise TypeError(f"{source}: the pre_transform left attributes {', '.join(odd)} that are not tensors or "
                         "plain values; the cache stores only those")
-    with atomic_path(dest) as tmp:
-        torch.save({"format": FORMAT_VERSION, "data": fields, "stats": stats}, tmp)
+    record = {"format": FORMAT_VERSION, "data": fields, "stats": stats}
+    # Through our own file object: a full disk is an OSError naming the file, not torch's RuntimeError. No fsync:
+    # a file cut short by a power loss is set aside and rebuilt when read.
+    atomic_write_stream(dest, lambda f: torch.save(record, f), fsync=False)
     return stats
 
 
@@ -380,8 +383,9 @@ class ProcessedGraphs(Sequence[Data]):
         t0 = time.perf_counter()
         out = self.processed_dir
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / PIPELINE_FILE,
-                          pipeline_description(self.pre_transform, self.max_configs, self.protocol, self.root.root))
+        with failures_named(out / PIPELINE_FILE):  # the cache is no output argument: name the file that failed
+            atomic_write_text(out / PIPELINE_FILE, pipeline_description(self.pre_transform, self.max_configs,
+                                                                        self.protocol, self.root.root))
         removed = self._remove_leftovers()
         todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
         stats: dict[str, dict[str, Any]] = {}
@@ -439,7 +443,8 @@ class ProcessedGraphs(Sequence[Data]):
                     "split": self.split.value, "pre_transform": repr(self.pre_transform),
                     "max_configs": self.max_configs,
                     "valid_protocol": None if self.protocol is None else self.protocol.tag, "graphs": graphs}
-        atomic_write_text(self.processed_dir / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
+        with failures_named(self.processed_dir / MANIFEST_FILE):
+            atomic_write_text(self.processed_dir / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")
 
     def clean_stale(self) -> list[Path]:
         """Delete the folders of other pipelines beside this one, and stale files inside this one.

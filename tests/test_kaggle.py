@@ -290,7 +290,7 @@ def test_hint_says_when_the_default_search_finds_it(tmp_path: Path, fake_api: Fa
 
 def test_interrupted_run_is_redone_cleanly(tmp_path: Path, fake_api: FakeApi):
     target = tmp_path / "kaggle"
-    leftover = tmp_path / ".kaggle.12345.part"  # what a killed unpack leaves behind
+    leftover = tmp_path / ".kaggle.k1ll3d_x.part"  # what a killed unpack leaves behind
     (leftover / "npz_all").mkdir(parents=True)
     assert run("download", "--data", str(target)) == 0
     assert not leftover.exists()

@@ -636,8 +636,12 @@ def _check_foreign(out: Path, force: bool) -> None:
     Raises:
         WorldMismatch: naming the folder, and with ``force`` the first path a world would replace.
     """
+    for name in ("sample_submission.csv", MANIFEST):  # what a run killed while writing them left
+        if out.is_dir():
+            remove_stale_temps(out, name)
     try:
-        entries = [e.name for e in os.scandir(out)]
+        with os.scandir(out) as it:
+            entries = [e.name for e in it]
     except FileNotFoundError:
         return
     except NotADirectoryError:

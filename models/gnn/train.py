@@ -58,7 +58,7 @@ from tqdm.auto import tqdm
 from competition.budget import format_seconds
 from competition.collections import Collection
 from competition.metrics import graph_score
-from competition.npzio import atomic_path, atomic_write_text
+from competition.npzio import atomic_path, atomic_write_stream, atomic_write_text, failures_named
 from features.cache import UnusableFileError, load_plain, set_aside
 from models.gnn import distributed
 from models.gnn.gst import HistoryTable, gst_scores
@@ -222,12 +222,11 @@ COLLECTION_DEFAULTS: dict[str, dict[str, Any]] = {
 """Where a collection's defaults differ from its kind's in :data:`DEFAULTS`. The xla collections hold a third of
 the nlp ones' train graphs (61-69 real ones against 198-207; on a bench world the same 61-69 against 28), and their
 fits under-fit their own train graphs and vary with the training seed. On xla:random, 32 steps per graph and epoch
-instead of 8 scored higher on all four bench world and training seed pairs with 24 train graphs (+0.025 to +0.046),
-and with the real 69 (one network, +0.025 and +0.070); on xla:default the same change was within its noise (-0.020 to
-+0.022), so it keeps the kind's 8 (docs/gnn.md, "Bench xla: decision links and more steps", "as many train graphs as
-the real data"). A seed ensemble of 3 networks scored at least as high as one network on every bench world and xla
-collection it was measured on (+0.002 to +0.022 over 8 pairs, 4 at today's steps; docs/gnn.md, "Bench xla: the seed
-ensemble"), and the xla fits are the cheap ones on the real data. The demo world trains with the kind's values
+instead of 8 scored higher on every bench world and training seed pair it was measured on; on xla:default the same
+change was within its noise, so it keeps the kind's 8 (lab/journal.md, "Bench xla: decision links and more steps",
+"as many train graphs as the real data"). A seed ensemble of 3 networks scored at least as high as one network on
+every bench world and xla collection it was measured on (lab/journal.md, "Bench xla: the seed ensemble"), and the
+xla fits are the cheap ones on the real data. The demo world trains with the kind's values
 instead (:func:`quick_settings`)."""
 
 
@@ -662,7 +661,8 @@ def write_curves(run_dir: Path, history: list[dict[str, float]], title: str = ""
     writer.writeheader()
     for row in history:
         writer.writerow({k: row[k] for k in CURVE_COLUMNS})
-    atomic_write_text(run_dir / CURVES_CSV, buf.getvalue())
+    with failures_named(run_dir / CURVES_CSV):
+        atomic_write_text(run_dir / CURVES_CSV, buf.getvalue())
     if not plot:
         return
     import matplotlib
@@ -681,7 +681,7 @@ def write_curves(run_dir: Path, history: list[dict[str, float]], title: str = ""
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    with atomic_path(run_dir / CURVES_PNG) as tmp:
+    with failures_named(run_dir / CURVES_PNG), atomic_path(run_dir / CURVES_PNG) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
 
@@ -996,7 +996,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
     finetune_used = False
     ckpt = _open_run(run, settings) if run is not None and main else None
     if run is not None and main:  # after _open_run, which moves another run's files (its settings.json too) away
-        atomic_write_text(run / SETTINGS_FILE, json.dumps(settings, indent=1, sort_keys=True) + "\n")
+        with failures_named(run / SETTINGS_FILE):
+            atomic_write_text(run / SETTINGS_FILE, json.dumps(settings, indent=1, sort_keys=True) + "\n")
     if run is not None and ckpt is not None:
         try:
             resume(ckpt)
@@ -1101,8 +1102,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
                     "bad_epochs": bad_epochs, "stopped": stopped, "swa_states": swa_states,
                     "swa_metric": swa_metric, "swa_used": swa_used, "finetune_state": finetune_state,
                     "finetune_metric": finetune_metric, "finetune_used": finetune_used}
-            with atomic_path(run / CHECKPOINT) as tmp:
-                torch.save(ckpt, tmp)
+            # Through our own file object: a full disk is an OSError naming the checkpoint, not torch's RuntimeError.
+            atomic_write_stream(run / CHECKPOINT, lambda f, ckpt=ckpt: torch.save(ckpt, f))
             plot = bool(stopped) or time.perf_counter() - plotted >= PLOT_SECONDS
             write_curves(run, history, title, plot=plot)
             plotted = time.perf_counter() if plot else plotted

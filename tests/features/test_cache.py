@@ -151,7 +151,7 @@ def test_interrupted_build_is_completed(world: DataRoot, tmp_path: Path) -> None
     expected = ds[0]
     ds.paths[0].unlink()
     (ds.processed_dir / MANIFEST_FILE).unlink()
-    leftover = ds.processed_dir / f".{ds.paths[0].name}.abc123.part"
+    leftover = ds.processed_dir / f".{ds.paths[0].name}.abc123xy.part"
     leftover.write_bytes(b"half a file")
     assert not _built(ds)
     with pytest.raises(FileNotFoundError, match="build"):

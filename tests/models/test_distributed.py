@@ -55,7 +55,7 @@ def _worker(rank: int, port: int, tmp: str, world_dir: str, cache: str) -> None:
     torch.set_num_threads(1)
     out = Path(tmp)
     wrote: list[str] = []
-    real_path, real_text = gnn_train.atomic_path, gnn_train.atomic_write_text
+    real_path, real_text, real_stream = gnn_train.atomic_path, gnn_train.atomic_write_text, gnn_train.atomic_write_stream
 
     def spy_path(path, *args, **kwargs):
         wrote.append(Path(path).name)
@@ -65,7 +65,11 @@ def _worker(rank: int, port: int, tmp: str, world_dir: str, cache: str) -> None:
         wrote.append(Path(path).name)
         return real_text(path, *args, **kwargs)
 
-    gnn_train.atomic_path, gnn_train.atomic_write_text = spy_path, spy_text
+    def spy_stream(path, *args, **kwargs):
+        wrote.append(Path(path).name)
+        return real_stream(path, *args, **kwargs)
+
+    gnn_train.atomic_path, gnn_train.atomic_write_text, gnn_train.atomic_write_stream = spy_path, spy_text, spy_stream
     real_build = ProcessedGraphs.build
 
     def spy_build(self):

@@ -12,17 +12,9 @@ from pathlib import Path
 import pytest
 
 import competition.pipeline as pipeline
-from competition.cli import EXIT_ERROR, EXIT_OK, main
+from competition.cli import EXIT_ERROR, EXIT_OK
 from competition.promotion import SubmissionRecord, promote, read_record
-
-
-def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.reliability.helpers import run
 
 
 def sha(path: Path) -> str:

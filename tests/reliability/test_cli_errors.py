@@ -30,22 +30,7 @@ from competition.errors import DataFileError
 from competition.leaderboard import COLUMNS, read_rows
 from competition.reader import find_data_root, list_graphs
 from competition.submission import submission_id
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Exit code, stdout and stderr of one command; a usage error's SystemExit counts as its code."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    assert "Traceback" not in err
-    assert err.endswith("\n") and err.count("\n") == 1, err
-    return err.rstrip("\n")
+from tests.reliability.helpers import one_line, run
 
 
 @pytest.fixture()
@@ -189,7 +174,8 @@ def test_an_index_beyond_int64_is_a_problem_naming_file_and_row(perfect, tiny_wo
     lines[row] = f"{sid},99999999999999999999999;0;1"
     path = tmp_path / "overflow.csv"
     path.write_text("\n".join(lines) + "\n")
-    problem = f"row {row} [{sid}]: index(es) too large for any graph: 99999999999999999999999 in TopConfigs"
+    problem = (f"row {row} [{sid}]: index(es) out of range of any graph (longer than 20 characters): "
+               "'99999999999999999999999' in TopConfigs")
     code, out, err = run(["validate", path, "--data", tiny_world], capsys)
     assert code == EXIT_PROBLEMS and out == f"{path}: {problem}\n{path}: 1 problem(s)\n" and err == ""
     code, out, err = run(["score", path, "--data", tiny_world, "--leaderboard", tmp_path / "lb.csv"], capsys)

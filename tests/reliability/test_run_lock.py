@@ -3,7 +3,6 @@ run, before any work, and the first run's files are left as they were."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -13,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_OK, main
-from competition.runlock import LOCK_NAME, FolderBusy, hold_run_folder
+from competition.cli import EXIT_ERROR, EXIT_OK
+from competition.runlock import FolderBusy, hold_run_folder, lock_path
+from tests.reliability.helpers import run, snapshot
 
 HOLDER = """
 import sys, time
@@ -23,20 +23,6 @@ with hold_run_folder(sys.argv[1]):
     print("held", flush=True)
     time.sleep(600)
 """
-
-
-def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK_NAME}
 
 
 @pytest.fixture()
@@ -98,7 +84,7 @@ def test_two_concurrent_trains_lose_no_model(tiny_world: Path, tmp_path: Path):
 
 def test_the_same_process_may_take_a_folder_again(tmp_path: Path):
     with hold_run_folder(tmp_path / "r") as folder, hold_run_folder(folder):
-        assert (folder / LOCK_NAME).is_file()
+        assert lock_path(folder).is_file() and not list(folder.iterdir())
     # Released: another process may hold it now.
     out = subprocess.run([sys.executable, "-c", HOLDER.replace("time.sleep(600)", "pass"), str(tmp_path / "r")],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
@@ -123,4 +109,4 @@ def test_a_gnn_fit_holds_its_run_folder(tiny_world: Path, tmp_path: Path, holder
     with pytest.raises(FolderBusy, match="in use by another run"):
         model.fit(find_data_root(tiny_world), Collection.TILE_XLA, progress=False)
     assert time.monotonic() - start < 60 and not (tmp_path / "cache").exists()
-    assert os.listdir(tmp_path / "runs" / "gnn" / "tile-xla") == [LOCK_NAME]
+    assert os.listdir(tmp_path / "runs" / "gnn" / "tile-xla") == []

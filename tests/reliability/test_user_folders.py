@@ -4,7 +4,6 @@ world written into a folder of the user's replaces only what fastslow wrote ther
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -12,24 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_OK, main
+from competition.cli import EXIT_ERROR, EXIT_OK
 from competition.leaderboard import INSTALL_ROOT, git_commit, read_rows
 from competition.report import REPORT_MARKER
-
-
-def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (relative path) with its SHA-256: what must be byte-identical afterwards."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+from tests.reliability.helpers import run, snapshot
 
 
 def git(folder: Path, *args: str) -> str:

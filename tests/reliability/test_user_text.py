@@ -13,18 +13,10 @@ import pytest
 from competition.cli import EXIT_OK, main
 from competition.display import csv_cell, plain_text, printable
 from competition.leaderboard import read_rows
+from tests.reliability.helpers import run
 
 PRODUCERS = ["$\\foo$", "a$b$c$", "two\nlines", "bell\x07 and \x1b[2J", "=HYPERLINK(\"http://x\")", "@sum(1)",
              "-1+2", "<b>bold</b> & 'q'"]
-
-
-def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

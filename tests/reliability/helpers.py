@@ -1,0 +1,33 @@
+"""What the reliability tests share: running one command in-process, and the bytes of a folder."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from competition.cli import main
+
+
+def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr of one command; a usage error's SystemExit counts as its code."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(err: str) -> str:
+    """``err`` as its one line, after checking it is one line and no traceback."""
+    assert "Traceback" not in err
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    return err.rstrip("\n")
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (relative path) with its SHA-256: what must be byte-identical afterwards."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
