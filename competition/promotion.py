@@ -6,7 +6,8 @@ and the ensemble's). A run puts its best submission in place only when it scores
 one there, on the same protocol, data root and collections (:func:`promote`). Otherwise:
 
 * a worse submission is written beside it as ``submission.new.csv`` (with ``submission.new.json``), and
-  ``submission.csv`` is kept;
+  ``submission.csv`` is kept (a run whose own submission is put in place later removes the ``.new`` files it
+  wrote);
 * a submission that cannot be compared (no record, a record of another protocol or data root, or a file changed
   since its record was written) is moved aside as ``submission.prev.csv`` (``submission.prev-1.csv``, ...) with its
   record, never deleted.
@@ -180,7 +181,19 @@ def promote(out_dir: Path, text: str, record: SubmissionRecord, *, validate: Cal
                 ens_path.unlink()
             elif old is None:
                 said += _keep_aside(out_dir, ENSEMBLE_FILE)
+        if not better_there:
+            _drop_own_new(out_dir, record.run)
         return Promotion(target, not better_there, said)
+
+
+def _drop_own_new(out_dir: Path, run: str) -> None:
+    """Remove the ``submission.new.*`` files run ``run`` wrote earlier (a model below the submission then in place)
+    once the run's own submission is in place: they are this run's, and worse."""
+    new_record = out_dir / "submission.new.json"
+    old = read_record(new_record)
+    if old is not None and old.run == run:
+        (out_dir / "submission.new.csv").unlink(missing_ok=True)
+        new_record.unlink(missing_ok=True)
 
 
 def save_ensemble(out_dir: Path, run: str, ensemble: Mapping[str, Any]) -> Path:

@@ -121,6 +121,7 @@ def test_the_same_run_replaces_its_own_submission_when_it_improves(tmp_path: Pat
     assert (out / "submission.csv").read_text() == "a\n" and (out / "submission.new.csv").read_text() == "b\n"
     # Equal is at least as good; the same run may replace its own.
     assert promote(out, "c\n", record("r2", 0.5), validate=ok).in_place
+    assert not (out / "submission.new.csv").exists()  # the same run's worse file goes once its own is in place
     assert promote(out, "d\n", record("r2", 0.45), validate=ok).in_place
     assert (out / "submission.csv").read_text() == "d\n"
     # A rejected file replaces nothing.
