@@ -28,6 +28,7 @@ from competition.collections import Collection, Split, submission_id
 from competition.npzio import NpzReader
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, list_graphs, load_runtimes, load_secret_runtime
+from competition.targets import ranking_target
 
 if TYPE_CHECKING:
     from competition.reader import LayoutGraph, TileGraph
@@ -35,27 +36,6 @@ if TYPE_CHECKING:
 
 class HiddenLabelsError(ValueError):
     """A split whose runtimes are hidden (the Kaggle test split) was asked to be scored."""
-
-
-def ranking_target(runtime: npt.ArrayLike, normalizers: npt.ArrayLike | None = None) -> npt.NDArray[np.float64]:
-    """What configs are ranked by, lower = faster: the runtime divided by the normalizers (tile), or the runtime
-    itself (layout, or tile ranked on raw runtimes).
-
-    Args:
-        runtime: int ``[C]`` runtimes in ns.
-        normalizers: int ``[C]`` ``config_runtime_normalizers`` of a tile graph; ``None`` for layout.
-
-    Returns:
-        float64 ``[C]`` (inf or NaN where a normalizer is 0, as in test files).
-    """
-    y = np.asarray(runtime).astype(np.float64)
-    if normalizers is None:
-        return y
-    n = np.asarray(normalizers).astype(np.float64)
-    if n.shape != y.shape:
-        raise ValueError(f"normalizers {n.shape} and runtimes {y.shape} differ in shape")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return y / n
 
 
 def graph_target(graph: TileGraph | LayoutGraph) -> npt.NDArray[np.float64]:

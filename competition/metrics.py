@@ -2,7 +2,7 @@
 
 Conventions: a *score* array gives one value per config where lower means predicted faster; an *order* lists
 config indices fastest first (what a submission row holds); *targets* are what the same configs are ranked by
-(:func:`competition.labels.ranking_target`: normalised runtimes for tile, runtimes in ns for layout), lower is faster.
+(:func:`competition.targets.ranking_target`: normalised runtimes for tile, runtimes in ns for layout), lower is faster.
 
 :func:`graph_score` is the competition metric of one graph, and the only one: scoring a submission, early stopping,
 the ensemble's weights and the oracle all call it. Given scores, it scores the order a written submission row would
@@ -151,7 +151,7 @@ def graph_score(collection: Collection | str, targets: npt.ArrayLike, *, order: 
 
     Args:
         collection: the graph's collection, or its kind (``tile`` or ``layout``): the metric depends on nothing else.
-        targets: ``[C]`` what the configs rank by (:func:`competition.labels.ranking_target`), lower = faster.
+        targets: ``[C]`` what the configs rank by (:func:`competition.targets.ranking_target`), lower = faster.
         order: int ``[m]`` config indices (positions into ``targets``), fastest first: at least one for tile, a
             permutation of ``range(C)`` for layout.
         scores: ``[C]`` predicted scores, lower = faster.
@@ -283,7 +283,7 @@ def score_graph(collection: Collection, order: npt.ArrayLike, targets: npt.Array
         collection: the graph's collection; decides the metric.
         order: int ``[m]`` config indices (positions into ``targets``) fastest first; a full permutation for
             layout, at least ``min(5, C)`` for tile.
-        targets: ``[C]`` what the configs rank by (:func:`competition.labels.ranking_target`).
+        targets: ``[C]`` what the configs rank by (:func:`competition.targets.ranking_target`).
         stem: the graph's file stem, to name it in the result.
 
     Returns:

@@ -42,6 +42,7 @@ from competition.schema import (
     TILE_ARRAYS,
     ArraySpec,
 )
+from competition.targets import ranking_target
 
 log = logging.getLogger(__name__)
 
@@ -490,9 +491,7 @@ class TileGraph(_Graph):
 
     def normalized_runtime(self) -> npt.NDArray[np.float64]:
         """``config_runtime / config_runtime_normalizers``: float64 ``[C]``, the quantity tile configs rank by
-        (:func:`competition.labels.ranking_target`)."""
-        from competition.labels import ranking_target  # labels reads files through this module
-
+        (:func:`competition.targets.ranking_target`)."""
         return ranking_target(self.config_runtime, self.config_runtime_normalizers)
 
 

@@ -15,6 +15,7 @@ import abc
 import inspect
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -165,12 +166,10 @@ class RankingModel(abc.ABC):
         path = Path(path)
         doc = _read_doc(path)
         if cls is RankingModel:
-            from models.registry import MODELS  # the registry imports the models, which import this module
-
-            if doc["name"] not in MODELS:
-                raise ValueError(f"{path}: expected a saved model named one of {sorted(MODELS)}; "
+            if doc["name"] not in _NAMED:
+                raise ValueError(f"{path}: expected a saved model named one of {sorted(_NAMED)}; "
                                  f"found name {doc['name']!r}")
-            cls = MODELS[doc["name"]]
+            cls = _NAMED[doc["name"]]
         elif doc["name"] != cls.name:
             raise ValueError(f"{path}: expected a saved {cls.__name__} (name {cls.name!r}); "
                              f"found name {doc['name']!r}")
@@ -184,6 +183,16 @@ class RankingModel(abc.ABC):
             raise ValueError(f"{path}: expected a saved {cls.__name__}; found parameters or state it cannot take "
                              f"({type(exc).__name__}: {exc})") from exc
         return model
+
+
+_NAMED: dict[str, type[RankingModel]] = {}
+"""The model classes by the name their files are saved under, for :meth:`RankingModel.load`: given by
+:mod:`models.registry` (:func:`register_names`), which the package imports whenever any of its modules is."""
+
+
+def register_names(classes: Mapping[str, type[RankingModel]]) -> None:
+    """Make :meth:`RankingModel.load` read files saved under these names with these classes."""
+    _NAMED.update(classes)
 
 
 def load_model(path: str | os.PathLike[str]) -> RankingModel:

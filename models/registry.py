@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from competition.collections import Collection
-from models.base import RankingModel
+from models.base import RankingModel, register_names
 from models.baselines import DefaultFirstModel, RandomModel
 from models.gbdt import GBDTModel
 from models.gnn.model import GNNAttentionModel, GNNModel
@@ -22,6 +22,7 @@ MODELS: dict[str, type[RankingModel]] = {
     GNNModel.name: GNNModel,
     GNNAttentionModel.name: GNNAttentionModel,
 }
+register_names(MODELS)
 
 
 SUBMIT_MODELS: tuple[str, ...] = ("random", "default-first", "gbdt", "gnn-attn")
