@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _features_parsers(sub)
     _train_parser(sub)
     _submit_parser(sub)
+    _params_parser(sub)
 
     from competition.kaggle import add_parser as add_kaggle_parser
     from competition.report import add_parser as add_report_parser
@@ -255,6 +256,41 @@ def _leaderboard_parser(sub: argparse._SubParsersAction) -> None:
                        help="where to write the plot (default: beside the leaderboard, leaderboard.png)")
     board.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default: %(default)s)")
     board.set_defaults(func=_cmd_leaderboard, outputs={"plot": "file"})
+
+
+def _params_parser(sub: argparse._SubParsersAction) -> None:
+    """``fastslow params``."""
+    params = sub.add_parser("params", help="list every hyper-parameter: type, default, allowed values, meaning",
+                            description="Print the hyper-parameters of the models (all, or those named) and of the "
+                                        "ensemble: type, default (per kind or collection where they differ), the "
+                                        "values allowed and what each does; --markdown prints docs/parameters.md.")
+    params.add_argument("models", nargs="*", metavar="MODEL",
+                        help="models to list (default: every registered model, then the ensemble)")
+    params.add_argument("--markdown", action="store_true",
+                        help="print the Markdown page docs/parameters.md instead of the terminal table")
+    params.set_defaults(func=_cmd_params)
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    from models.ensemble import Ensemble
+    from models.registry import MODELS, parameter_reference, parameter_rows
+
+    unknown = [m for m in args.models if m not in MODELS and m != Ensemble.name]
+    if unknown:
+        raise UsageError(f"unknown model {unknown[0]!r}; expected one of {', '.join([*sorted(MODELS), 'ensemble'])}")
+    if args.markdown:
+        print(parameter_reference(args.models or None), end="")
+        return EXIT_OK
+    rows = parameter_rows(args.models or None)
+    for model in dict.fromkeys(r[0] for r in rows):
+        print(f"{model}:")
+        mine = [r for r in rows if r[0] == model]
+        width = max(len(r[1]) for r in mine)
+        for _, key, kind, defaults, entry in mine:
+            default = "; ".join(v if w == "all" else f"{w}: {v}" for w, v in defaults.items())
+            print(f"  {key:{width}}  {kind}, default {default}; allowed {entry.describe()}\n"
+                  f"  {'':{width}}  {entry.help}")
+    return EXIT_OK
 
 
 def _evaluate_parser(sub: argparse._SubParsersAction) -> None:
@@ -640,7 +676,8 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
         for m in targets:
             problem = param_problem(owners[m], key, value)
             if problem is not None:
-                hint = " (values are Python literals: --param epochs=20, --param device='cpu')" if typed else ""
+                hint = (" (values are Python literals: --param epochs=20, --param device='cpu')"
+                        if typed and " must be " not in problem else "")
                 raise _refused(args, f"{where}: {problem}{hint}")
             if collection is None:
                 common[m][key] = value
@@ -726,9 +763,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
                          "on several")
         for c in collections:
             graphs = len(list_graphs(root, c, Split.TRAIN))
-            settings = make_model(args.model, **params.for_collection(c)).train_config(c)
-            if settings.sibling and c.sibling is not None:  # its sibling's train graphs are trained on too
-                graphs += len(list_graphs(root, c.sibling, Split.TRAIN))
             if graphs < world:
                 raise refuse(f"{c.value}: {graphs} train graphs for {world} processes, each of which trains a graph "
                              f"of its own at every step: launch at most {graphs}, or leave {c.value} out "

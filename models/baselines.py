@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Self
+from typing import ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,7 @@ from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, lo
 from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE, MAX_RANK
 from features.tabular import tile_root
 from models.base import Graph, NotFittedError, RankingModel
+from models.params import Param, check_values
 
 TILE_FEATURES = tuple(f"log2(output_bounds/shape), minor dim {k}" for k in range(MAX_RANK)) + tuple(
     f"log2(kernel_bounds_{d})" for d in range(MAX_RANK)
@@ -50,7 +51,10 @@ class RandomModel(RankingModel):
     name = "random"
     reference = True
 
+    PARAMS: ClassVar[tuple[Param, ...]] = (Param("seed", "seeds the random scores (with each graph's name)", low=0),)
+
     def __init__(self, seed: int = 0) -> None:
+        check_values(type(self), {"seed": seed})
         self.seed = seed
 
     def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,

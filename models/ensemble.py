@@ -39,7 +39,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,7 @@ from competition.metrics import graph_score
 from competition.npzio import atomic_write_text
 from competition.submission import parse_submission_id
 from models.base import NotFittedError, init_params, read_json_doc
+from models.params import Param, check_values
 
 METHODS = ("auto", "weighted", "best", "mean")
 NORMALIZATIONS = ("auto", "rank", "minmax")
@@ -250,8 +251,27 @@ class Ensemble:
         num_graphs_: ``{collection value: graphs fitted on}``.
     """
 
+    name: ClassVar[str] = "ensemble"
+    """The producer name of its submissions and leaderboard rows, and how ``--param`` addresses it."""
+
+    PARAMS: ClassVar[tuple[Param, ...]] = (
+        Param("method", "how each collection combines the models: chosen by cross-validation (auto), fitted "
+                        "weights, the best model, or the mean", choices=METHODS),
+        Param("normalization", "how scores are made comparable before combining: ranks, min-max, or chosen by "
+                               "cross-validation (auto)", choices=NORMALIZATIONS),
+        Param("folds", "cross-validation folds per collection (leave-one-graph-out with fewer graphs)", low=2,
+              high=1000),
+        Param("seed", "seeds the folds and the config subsets of large layout graphs", low=0),
+        Param("max_configs", "configs of a layout graph scored while fitting (a fixed random subset; None: all)",
+              low=1),
+        Param("min_graphs", "fewer fitting graphs than this: the collection takes the model best over its kind",
+              low=1),
+    )
+
     def __init__(self, method: str = "auto", normalization: str = "rank", folds: int = 5, seed: int = 0,
                  max_configs: int | None = 2000, min_graphs: int = 1) -> None:
+        check_values(type(self), {"method": method, "normalization": normalization, "folds": folds, "seed": seed,
+                                  "max_configs": max_configs, "min_graphs": min_graphs})
         self.method = method
         self.normalization = normalization
         self.folds = folds
@@ -417,7 +437,7 @@ class Ensemble:
         if not hasattr(self, "collections_"):
             raise ValueError("this Ensemble is not fitted: nothing to save")
         state = {k: getattr(self, k) for k in _STATE_KEYS}
-        return {"name": "ensemble", "version": FORMAT_VERSION, "params": self.get_params(),
+        return {"name": self.name, "version": FORMAT_VERSION, "params": self.get_params(),
                 "describe": self.describe(), "state": state}
 
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -25,7 +25,7 @@ import inspect
 import os
 import time
 from collections.abc import Callable
-from typing import Self
+from typing import ClassVar, Self
 
 import lightgbm
 import numpy as np
@@ -40,6 +40,7 @@ from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
 from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
+from models.params import Param, check_values
 
 _HAS_EVAL_X = "eval_X" in inspect.signature(lightgbm.LGBMRanker.fit).parameters
 
@@ -124,9 +125,23 @@ class GBDTModel(RankingModel):
 
     name = "gbdt"
 
+    PARAMS: ClassVar[tuple[Param, ...]] = (
+        Param("n_estimators", "boosting rounds at most (early stopping on valid may end sooner)", low=1,
+              high=100_000),
+        Param("learning_rate", "shrinkage of each tree", low=0, high=1, low_open=True),
+        Param("num_leaves", "leaves per tree", low=2, high=131_072),
+        Param("max_configs_per_graph", "configs of each graph sampled into the training queries", low=2),
+        Param("early_stopping_rounds", "rounds without a better valid score before stopping", low=1),
+        Param("seed", "seeds the config sampling and LightGBM", low=0),
+        Param("n_jobs", "LightGBM threads", low=1, high=1024, runtime=True),
+    )
+
     def __init__(self, n_estimators: int = 300, learning_rate: float = 0.05, num_leaves: int = 31,
                  max_configs_per_graph: int = 1000, early_stopping_rounds: int = 30, seed: int = 0,
                  n_jobs: int = 2) -> None:
+        check_values(type(self), {"n_estimators": n_estimators, "learning_rate": learning_rate,
+                                  "num_leaves": num_leaves, "max_configs_per_graph": max_configs_per_graph,
+                                  "early_stopping_rounds": early_stopping_rounds, "seed": seed, "n_jobs": n_jobs})
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.num_leaves = num_leaves

@@ -209,7 +209,7 @@ def test_evaluate_takes_params_for_every_model_that_has_them(tiny_world: Path, t
     (["--param", "gnn-attn.layout:xla:foo.epochs=1"], None, "unknown collection 'layout:xla:foo'"),
     (["--param", "gnn-attn.loss='nope'"], None, "gnn-attn: loss must be one of"),
     (["--param", "gnn-attn.layout:xla:default.hops=9"], None, "gnn-attn on layout:xla:default: hops must be"),
-    (["--param", "ensemble.layout:xla:default.method='rank'"], None, "the ensemble takes one value"),
+    (["--param", "ensemble.layout:xla:default.method='best'"], None, "the ensemble takes one value"),
     (["--param", "epochs"], None, "--param expects [MODEL.[COLLECTION.]]KEY=VALUE"),
     ([], '[gbdt]\nn_estimators = "many"\n', '[gbdt] n_estimators: GBDTModel takes int for n_estimators'),
     ([], '[gnn-attn."layout:xla:default"]\nepochs = 1.5\n', 'epochs: GNNAttentionModel takes int or None'),

@@ -233,7 +233,7 @@ def test_errors_name_missing_models_and_ids():
         Ensemble().fit(partial, labels)
     with pytest.raises(ValueError, match="disagree on the number of configs"):
         Ensemble().fit({"A": preds["A"], "B": {**preds["B"], f"{TILE.value}:t0": np.zeros(3)}}, labels)
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match="method must be .auto. or .weighted. or .best. or .mean.; got .stack."):
         Ensemble(method="stack").fit(preds, labels)
 
 

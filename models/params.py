@@ -1,0 +1,126 @@
+"""What each hyper-parameter may be: its range or choices and one line of help, declared once per model class.
+
+A model (or the ensemble) lists its hyper-parameters as :class:`Param` entries in its ``PARAMS`` class attribute;
+the type and the default come from its ``__init__`` (:func:`models.registry.hyper_parameters`), the rest from here.
+:func:`value_problem` checks a value against its entry before any work starts (the command line's ``--param`` and
+``--config``), :func:`reference` writes the table that ``fastslow params`` prints and ``docs/parameters.md`` holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyper-parameter's allowed values and meaning.
+
+    Attributes:
+        name: the ``__init__`` argument.
+        help: one line: what it does.
+        low: the smallest number allowed (``None``: no bound).
+        high: the largest number allowed (``None``: no bound).
+        low_open: ``low`` itself is not allowed (a learning rate > 0).
+        choices: the allowed values, for a parameter that takes a fixed set (text, or a special value such as
+            ``"all"`` beside a range).
+        runtime: the parameter changes how a model runs, not what it learns (device, folders, threads).
+    """
+
+    name: str
+    help: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple[Any, ...] = ()
+    runtime: bool = False
+
+    def describe(self) -> str:
+        """The allowed values in words, e.g. ``> 0``, ``1 to 64``, ``'hinge' or 'listmle'``, ``>= 1 or 'all'``."""
+        parts = []
+        if self.low is not None or self.high is not None:
+            if self.low is not None and self.high is not None and not self.low_open:
+                parts.append(f"{_num(self.low)} to {_num(self.high)}")
+            elif self.low is not None:
+                parts.append(f"{'>' if self.low_open else '>='} {_num(self.low)}"
+                             + (f" and <= {_num(self.high)}" if self.high is not None else ""))
+            else:
+                parts.append(f"<= {_num(self.high)}")
+        parts += [repr(c) for c in self.choices]
+        return " or ".join(parts) or "any"
+
+    def problem(self, value: object) -> str | None:
+        """Why ``value`` is not allowed (its type already checked), or ``None``."""
+        if any(type(value) is type(c) and value == c for c in self.choices):
+            return None
+        if value is None or isinstance(value, bool):
+            return None
+        if isinstance(value, int | float):
+            if isinstance(value, float) and not math.isfinite(value):
+                return self._expected(value)
+            below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+            above = self.high is not None and value > self.high
+            unbounded = self.low is None and self.high is None
+            return self._expected(value) if below or above or (unbounded and self.choices) else None
+        return self._expected(value) if self.choices else None
+
+    def _expected(self, value: object) -> str:
+        return f"{self.name} must be {self.describe()}; got {value!r}"
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def value_problem(cls: type, key: str, value: object) -> str | None:
+    """Why ``value`` is outside what ``cls``'s hyper-parameter ``key`` allows (its range or choices, a non-finite
+    number), or ``None``; a parameter without an entry in ``cls.PARAMS`` only has its numbers checked finite."""
+    entry = params_of(cls).get(key)
+    if entry is None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{key} must be a finite number; got {value!r}"
+        return None
+    problem = entry.problem(value)
+    return None if problem is None else f"{cls.__name__}: {problem}"
+
+
+def params_of(cls: type) -> dict[str, Param]:
+    """``cls.PARAMS`` by name (empty for a class that declares none)."""
+    return {p.name: p for p in getattr(cls, "PARAMS", ())}
+
+
+def check_values(cls: type, values: Mapping[str, object]) -> None:
+    """Refuse the first value outside its range (a model's ``__init__`` calls this on its arguments).
+
+    Raises:
+        ValueError: naming the parameter, the allowed values and the value given.
+    """
+    for key, value in values.items():
+        problem = value_problem(cls, key, value)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def missing_entries(cls: type, names: Iterable[str]) -> list[str]:
+    """The hyper-parameters among ``names`` that ``cls`` declares no :class:`Param` for (a test keeps it empty)."""
+    known = params_of(cls)
+    return [n for n in names if n not in known]
+
+
+def reference(rows: Sequence[tuple[str, str, str, Mapping[str, str], Param]]) -> str:
+    """A Markdown table of hyper-parameters.
+
+    Args:
+        rows: ``(model, key, type, defaults, entry)``: ``defaults`` maps where a default applies (``all``, a kind,
+            a collection) to the default's text.
+    """
+    out = ["| model | key | type | default | allowed | what it does |", "|---|---|---|---|---|---|"]
+    for model, key, kind, defaults, entry in rows:
+        default = "; ".join(f"{v}" if where == "all" else f"{where}: {v}" for where, v in defaults.items())
+        out.append(f"| `{model}` | `{key}` | {kind} | {default.replace('|', '/')} | {entry.describe()} | "
+                   f"{entry.help}{' (how it runs, not what it learns)' if entry.runtime else ''} |")
+    return "\n".join(out) + "\n"
