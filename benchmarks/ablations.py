@@ -62,9 +62,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("default", "gnn-attn with its defaults"),
     Variant("no-attention", "the plain GNN (no cross-configuration attention)", model="gnn"),
     Variant("configs-16", "16 configs per graph and step", params={"configs_per_graph": 16}),
-    Variant("configs-32", "32 configs per graph and step (the layout default before this table's first run)",
+    Variant("configs-32", "32 configs per graph and step (half the layout default's; tile's default)",
             params={"configs_per_graph": 32}),
-    Variant("configs-64", "64 configs per graph and step (the layout default since)", params={"configs_per_graph": 64}),
+    Variant("configs-64", "64 configs per graph and step (the layout default)", params={"configs_per_graph": 64}),
     Variant("configs-128", "128 configs per graph and step (deduplicated steps cost less than twice 64's)",
             params={"configs_per_graph": 128}),
     Variant("listmle", "ListMLE loss instead of the pairwise hinge", params={"loss": "listmle"}),
@@ -76,57 +76,31 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hidden-64", "64 channels (layout's default 32; tile's default)", params={"hidden": 64}),
     Variant("hidden-128", "128 channels (tile's default 64, layout's 32)", params={"hidden": 128}),
     Variant("late-join", "tile: the config joined after pooling instead of to every node", params={"join": "late"}),
-    Variant("tile-memory", "tile: each config also carries what a tile holds in on-chip memory (the GBDT's 4 "
-            "columns: padded output tile bytes, operand bytes cut like the output, working set, padded elements)",
-            params={"tile_memory": True}),
-    Variant("epochs-6", "6 epochs (at most; the tile default before this variant's first run)",
-            params={"epochs": 6}),
-    Variant("epochs-12", "12 epochs (at most; early stopping as by default; the tile default since)",
+    Variant("epochs-6", "6 epochs (at most; half the tile default's)", params={"epochs": 6}),
+    Variant("epochs-12", "12 epochs (at most; early stopping as by default; the tile default)",
             params={"epochs": 12}),
     Variant("lr-3e-3", "peak learning rate 3e-3 (tile's default 1e-3, layout's 1e-2)", params={"lr": 3e-3}),
     Variant("epochs-20", "20 epochs (at most; early stopping as by default)", params={"epochs": 20}),
-    Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default before "
-            "this variant's first run)", params={"dim_tokens": False}),
-    Variant("bridge", "layout: pruning also links kept nodes that a path through removed elementwise ops joined",
-            params={"bridge": True}),
-    Variant("flow", "layout: configurable nodes carry where elementwise chains take their layouts (6 columns read on "
-            "the whole graph before pruning)", params={"flow": True}),
+    Variant("no-dim-tokens", "config slots without the sizes of the dimensions they name (the layout default has "
+            "them)", params={"dim_tokens": False}),
     Variant("wd-1e-2", "AdamW weight decay 1e-2 (the default's 1e-5 barely regularises; bench xla fits reach tau "
             "0.81 on their train graphs, 0.63-0.68 on valid and test)", params={"weight_decay": 1e-2}),
     Variant("wd-1e-1", "AdamW weight decay 1e-1", params={"weight_decay": 1e-1}),
     Variant("train-configs-4000", "4,000 configs cached per training graph instead of 1,000 (every config of a "
             "bench graph)", params={"train_configs": 4000}),
-    Variant("key-dims", "layout: each config slot also says whether the dimension it names is its tensor's key "
-            "dimension (convolution feature dims, dot contracting dims, a dot output's last dim)",
-            params={"key_dims": True}),
-    Variant("runtime-head", "nodes predict log-times; the score adds a learned multiple of the log of their "
-            "exponentials' sum (the graph's predicted runtime)", params={"runtime_head": True}),
-    Variant("links", "layout: the score adds a learned term per pair of decisions a copy may join (found on the "
-            "whole graph; from the pair's size and kinds and which of their config values agree)",
-            params={"links": True}),
-    Variant("sibling", "layout: sibling training at the default's steps (8 per own graph, spread over own and "
-            "sibling graphs: 4 each; 4 and 2 before 2026-11-25)", params={"sibling": True}),
-    Variant("sibling-double", "sibling training with 8 steps per own graph (the default's compute since 2026-11-25; "
-            "twice the steps of the 4-step default it was named against): every graph, own or sibling, 4 steps per "
-            "epoch", params={"sibling": True, "steps_per_graph": 8}),
-    Variant("sibling-16", "sibling training with 16 steps per own graph: every graph, own or sibling, the default's 8 "
-            "steps per epoch (twice the default's fitting time)", params={"sibling": True, "steps_per_graph": 16}),
     Variant("margin", "pairwise margin ranking whose margin grows with the log-runtime gap, instead of the hinge",
             params={"loss": "margin"}),
-    Variant("steps-4", "4 steps per graph and epoch (the layout default until 2026-11-25)",
+    Variant("steps-4", "4 steps per graph and epoch (half the layout kind's default)",
             params={"steps_per_graph": 4}),
-    Variant("steps-8", "8 steps per graph and epoch (the layout default since 2026-11-25): sibling-double's compute "
-            "without the sibling graphs", params={"steps_per_graph": 8}),
-    Variant("steps-16", "16 steps per graph and epoch (twice the layout default's)", params={"steps_per_graph": 16}),
-    Variant("steps-32", "32 steps per graph and epoch (4 times the layout kind's default; xla:random's "
-            "default since 2026-11-26)", params={"steps_per_graph": 32}),
-    Variant("steps-64", "64 steps per graph and epoch (twice xla:random's default since 2026-11-26)",
-            params={"steps_per_graph": 64}),
+    Variant("steps-8", "8 steps per graph and epoch (the layout kind's default)", params={"steps_per_graph": 8}),
+    Variant("steps-16", "16 steps per graph and epoch (twice the layout kind's default)",
+            params={"steps_per_graph": 16}),
+    Variant("steps-32", "32 steps per graph and epoch (4 times the layout kind's default; xla:random's default)",
+            params={"steps_per_graph": 32}),
+    Variant("steps-64", "64 steps per graph and epoch (twice xla:random's default)", params={"steps_per_graph": 64}),
     # the same with training seed 1: a second pair per world, so that a gain is told from one seed's luck
     *(Variant(f"steps-{n}-seed-1", f"{n} steps per graph and epoch with training seed 1",
               params={"steps_per_graph": n, "seed": 1}) for n in (8, 32, 64)),
-    Variant("links-steps-32", "decision links with 32 steps per graph and epoch", params={"links": True,
-                                                                                         "steps_per_graph": 32}),
     Variant("swa-3", "stochastic weight averaging of the last 3 epochs", params={"swa_epochs": 3}),
     Variant("full-schedule", "every epoch of the cosine schedule (patience 10: no early stop; the best epoch kept)",
             params={"patience": 10}),
@@ -144,28 +118,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("hidden-16-one-net", "16 channels (layout's default 32), one network", params={"hidden": 16, "seeds": 1}),
     Variant("layers-2-one-net", "2 message-passing layers (the default's 3), one network",
             params={"layers": 2, "seeds": 1}),
-    Variant("node-head-one-net", "the score is the sum of a scalar per node (an MLP of its final state) instead of an "
-            "MLP of the pooled states, one network", params={"node_head": True, "seeds": 1}),
-    Variant("kin-one-net", "layout: also train on the other family's collection of the same search (xla:default "
-            "with nlp:default's train graphs), an epoch as long as without them, one network",
-            params={"kin": True, "seeds": 1}),
-    Variant("kin-steps-32-one-net", "kin training with 32 steps per own graph and epoch (xla:default: the own graphs "
-            "keep their 8 visits of the default), one network", params={"kin": True, "seeds": 1,
-                                                                        "steps_per_graph": 32}),
     Variant("pair-tol-1e-3-one-net", "pairwise hinge with pairs within a fraction 1e-3 of each other's runtime "
             "counted as ties (label noise on default-search graphs), one network",
             params={"pair_tolerance": 1e-3, "seeds": 1}),
-    Variant("layout-match", "layout: config slots also say whether they keep the layout the graph file gives their "
-            "tensor (per value and per tensor)", params={"layout_match": True}),
-    Variant("layout-match-flow-one-net", "layout: layout-match with flow's columns (how far elementwise chains carry "
-            "a decision's layout and what they end at: together, what a layout other than the file's costs), one "
-            "network", params={"layout_match": True, "flow": True, "seeds": 1}),
-    Variant("layout-match-key-dims-one-net", "layout: layout-match with key-dims (what a layout costs against the "
-            "file's neighbours and at the matrix unit), one network",
-            params={"layout_match": True, "key_dims": True, "seeds": 1}),
-    Variant("runtime-sum-one-net", "the score is the nodes' predicted runtime sum_n exp(t_n) alone, standardised "
-            "over the batch's configs in training (no head over the pooled states), one network",
-            params={"runtime_sum": True, "seeds": 1}),
     Variant("seed-1", "the default with training seed 1 (a control: its difference is training noise)",
             params={"seed": 1}),
     Variant("seed-2", "the default with training seed 2 (a control, as seed-1)", params={"seed": 2}),
@@ -183,9 +138,9 @@ def one_net(base: Variant) -> Variant:
 
 
 ONE_NET_OF: tuple[str, ...] = (
-    "steps-8", "configs-16", "configs-32", "configs-128", "layers-4", "epochs-20", "hops2-layers4", "layout-match",
-    "no-attention", "seed-1",
-    # the issue's named ideas, screened again when the bench xla collections got the real train counts
+    "steps-8", "configs-16", "configs-32", "configs-128", "layers-4", "epochs-20", "hops2-layers4", "no-attention",
+    "seed-1",
+    # the ideas the issue names, screened again at the real xla train counts
     "no-dim-tokens", "listmle", "gst", "swa-3", "refit",
 )
 """The variants that also run as ``<name>-one-net`` (:func:`one_net`)."""

@@ -130,7 +130,7 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
 
     device = resolve_device("auto")
     graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
-    data = feature_pipeline("layout", "all", True, False, False, False, False, False)(graph_to_data(graph))
+    data = feature_pipeline("layout", "all", True, False)(graph_to_data(graph))
     columns = DropConstantColumns().fit([data])
     normalize = Normalize().fit([columns(data.clone())])
     data = normalize(columns(data))
@@ -296,7 +296,7 @@ def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, 
     seconds = time.perf_counter() - t0
     taus = _valid_taus(model, root, c)
     ds = ProcessedGraphs(root, c, Split.TRAIN,
-                         pre_transform=Compose([feature_pipeline("layout", hops, pad, False, False, False, False, False),
+                         pre_transform=Compose([feature_pipeline("layout", hops, pad, False),
                                                 DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"].max_train_configs, progress=False)
     stats = [g["stats"] for g in ds.manifest()["graphs"].values()]

@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="gnn-attn", choices=sorted(MODELS), help="registered model, defaults")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a hyper-parameter of the model instead of its default (repeatable; the value a Python "
-                             "literal, else text), e.g. --param links=True --param steps_per_graph=16")
+                             "literal, else text), e.g. --param dim_tokens=False --param steps_per_graph=16")
     args = parser.parse_args(argv)
     from models.registry import param_problem
 

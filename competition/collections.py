@@ -48,22 +48,6 @@ class Collection(StrEnum):
         return parts[2] if len(parts) == 3 else None
 
     @property
-    def sibling(self) -> Collection | None:
-        """The layout collection of the same source searched the other way (``layout:xla:default`` <->
-        ``layout:xla:random``): the same programs with other configs; ``None`` for tile."""
-        if self.search is None:
-            return None
-        return Collection(f"layout:{self.source}:{'random' if self.search == 'default' else 'default'}")
-
-    @property
-    def kin(self) -> Collection | None:
-        """The layout collection of the other family searched the same way (``layout:xla:default`` <->
-        ``layout:nlp:default``): other programs, the same kind of configs; ``None`` for tile."""
-        if self.search is None:
-            return None
-        return Collection(f"layout:{'nlp' if self.source == 'xla' else 'xla'}:{self.search}")
-
-    @property
     def relpath(self) -> PurePosixPath:
         """Path of the collection below ``npz/``: ``tile/xla`` or ``layout/xla/random``."""
         return PurePosixPath(*self.value.split(":"))

@@ -6,11 +6,9 @@ Node-indexed attributes (``x``, ``op``, ``config_node_index``), ``edge_index`` a
 
 Order matters where a transform reads ``x`` columns by their position in the 140-column format (cols 21-26 shape
 dims, 134-139 layout, ...): run :class:`PadLayoutMinusOne`, :class:`ShapeAlignmentFeatures`,
-:class:`DotConvFeatures`, :class:`ConfigDimensionSizes`, :class:`ConfigKeyDims` and :class:`ConfigTensorLayouts`
-before :class:`LogTransform`
-(which changes the values they read), and
-:class:`DropConstantColumns` / :class:`Normalize` last. The appending transforms add columns at the end, so the
-original positions stay valid after them.
+:class:`DotConvFeatures` and :class:`ConfigDimensionSizes` before :class:`LogTransform` (which changes the values
+they read), and :class:`DropConstantColumns` / :class:`Normalize` last. The appending transforms add columns at the
+end, so the original positions stay valid after them.
 """
 
 from __future__ import annotations
@@ -18,17 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
-from scipy import sparse
-from scipy.sparse import csgraph
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import subgraph
 
-from competition.opcodes import CONVOLUTION, DOT, OPCODE_GROUP_NAMES, OPCODE_GROUP_OF, RESHAPE
+from competition.opcodes import CONVOLUTION, DOT, OPCODE_GROUP_NAMES, OPCODE_GROUP_OF
 from competition.schema import (
-    COL_SHAPE_PRODUCT,
     COL_TUPLE_COUNT,
     COLS_CONV_DIMS,
     COLS_INPUT_BOUNDS,
@@ -47,7 +41,6 @@ from competition.schema import (
     TPU_SUBLANES,
 )
 from features.data import NODE_ATTRS, num_configs, select_configs
-from features.tabular import tile_memory
 
 PLACEHOLDER_OPCODE = 0
 """Opcode id of the placeholder nodes of :class:`CollapseChains` (0 is "unknown" in the opcode table)."""
@@ -233,193 +226,6 @@ class CollapseChains(BaseTransform):
                 f"through={self.through!r})")
 
 
-LAYOUT_FLOW_COLUMNS: tuple[str, ...] = (
-    "flow_elementwise", "flow_elements", "flow_fixed_ends", "flow_decision_ends", "source_fixed", "source_decisions",
-)
-"""The columns :class:`LayoutFlowFeatures` appends, in order (each ``log1p`` of a count or an element sum)."""
-
-LAYOUT_FLOW_MAX_DEPTH = 64
-"""Elementwise ops a flow walk passes through at most (deeper ones are not counted)."""
-
-
-def _flow_walk(seeds: np.ndarray, adjacency: sparse.csr_matrix, passable: np.ndarray, decision: np.ndarray,
-               elements: np.ndarray) -> np.ndarray:
-    """From every seed, the nodes reached along ``adjacency`` through passable nodes only, each counted once per
-    seed: float64 ``[len(seeds), 4]``: passable nodes reached, their summed ``elements``, and the non-passable nodes
-    where the walk ended, split into non-decisions and decisions. One sparse product per step over all seeds."""
-    k, n = seeds.size, adjacency.shape[0]
-    out = np.zeros((k, 4))
-    frontier = adjacency[seeds].astype(bool)
-    visited = frontier.copy()
-    for _ in range(LAYOUT_FLOW_MAX_DEPTH):
-        if not frontier.nnz:
-            break
-        rows, cols = frontier.nonzero()
-        inner = passable[cols]
-        out[:, 0] += np.bincount(rows[inner], minlength=k)
-        out[:, 1] += np.bincount(rows[inner], weights=elements[cols[inner]], minlength=k)
-        ends = ~inner
-        out[:, 2] += np.bincount(rows[ends & ~decision[cols]], minlength=k)
-        out[:, 3] += np.bincount(rows[ends & decision[cols]], minlength=k)
-        step = sparse.csr_matrix((np.ones(int(inner.sum()), dtype=bool), (rows[inner], cols[inner])),
-                                 shape=(k, n)) @ adjacency
-        step = (step.astype(bool) > visited).tocsr()  # newly reached only
-        visited = visited + step
-        frontier = step
-    return out
-
-
-class LayoutFlowFeatures(BaseTransform):
-    """Append, per configurable node, where its output layout flows and where its operands' layouts come from, through
-    chains of elementwise ops: 6 float32 columns (:data:`LAYOUT_FLOW_COLUMNS`), 0 on every other node.
-
-    An elementwise op works in its operand's layout and hands it on, so a layout decision reaches every consumer down
-    a chain of them: the chain pays for the layout (a padded minor dim makes every op in it move more bytes), and
-    where it ends the layout meets a demand (another decision's operand, or an op that needs its own layout: a
-    reduce, a concatenate, a computation's root, where a mismatch costs a copy). After pruning to one hop the chain
-    beyond the first op is gone; these columns keep its summary:
-
-    * ``flow_elementwise``, ``flow_elements``: elementwise ops reached from the node down through elementwise ops,
-      and the sum of their output element counts (col 28);
-    * ``flow_fixed_ends``, ``flow_decision_ends``: the other ops where those walks end (a consumer that is not
-      elementwise), split into configurable nodes and the rest;
-    * ``source_fixed``, ``source_decisions``: the same walk up the operands (producers): the ops their layouts come
-      from, configurable or not.
-
-    Each is ``log1p`` of the count or sum; a node reached along several paths counts once per configurable node;
-    walks stop after :data:`LAYOUT_FLOW_MAX_DEPTH` elementwise ops. Elementwise means the ``elementwise`` opcode group
-    (:data:`competition.opcodes.OPCODE_GROUP_OF`). The walks are sparse products over all configurable nodes at
-    once (steps = the longest chain), so a 44,000-node graph costs a fraction of a second.
-
-    Run it before pruning (it walks the whole graph) and before :class:`LogTransform` (it reads raw element counts);
-    a graph without ``config_node_index`` (tile) is unchanged.
-
-    Shapes:
-        ``x [N, F] -> [N, F + 6]``.
-    """
-
-    def forward(self, data: Data) -> Data:
-        nodes = data.get("config_node_index")
-        if nodes is None:
-            return data
-        n = int(data.num_nodes)
-        seeds = nodes.numpy()
-        src, dst = data.edge_index.numpy()
-        adjacency = sparse.csr_matrix((np.ones(src.size, dtype=bool), (src, dst)), shape=(n, n))
-        decision = np.zeros(n, dtype=bool)
-        decision[seeds] = True
-        passable = (_group_table()[data.op] == OPCODE_GROUP_NAMES.index("elementwise")).numpy() & ~decision
-        elements = data.x[:, COL_SHAPE_PRODUCT].double().clamp(min=0).numpy()
-        down = _flow_walk(seeds, adjacency, passable, decision, elements)
-        up = _flow_walk(seeds, adjacency.T.tocsr(), passable, decision, elements)
-        columns = torch.zeros(n, len(LAYOUT_FLOW_COLUMNS), dtype=data.x.dtype)
-        columns[nodes] = torch.from_numpy(np.log1p(np.concatenate([down, up[:, 2:]], 1))).to(data.x.dtype)
-        data.x = torch.cat([data.x, columns], 1)
-        return data
-
-
-LINK_FEATURES: tuple[str, ...] = (
-    "log_elements", "log_chain_ops",
-    "a_convolution", "a_dot", "a_reshape", "b_convolution", "b_dot", "b_reshape",
-    "a_output", "a_operand0", "a_operand1", "b_output", "b_operand0", "b_operand1",
-)
-"""The columns of ``link_feat`` (:class:`DecisionLinks`), in order."""
-
-MAX_CLUSTER_PAIRS = 32
-"""A chain cluster whose ends make more pairs than this links each end to the next one only (in node order)."""
-
-_LINK_OPCODES = (CONVOLUTION, DOT, RESHAPE)
-
-
-class DecisionLinks(BaseTransform):
-    """Attach the pairs of layout decisions that a copy may join: ``link_index`` int64 ``[L, 4]`` (slot ``a``, its
-    tensor, slot ``b``, its tensor; tensors 0 output, 1 and 2 the operands of :func:`operand_nodes`, the order of a
-    layout config's 18 values) and ``link_feat`` float32 ``[L, 14]`` (:data:`LINK_FEATURES`).
-
-    An elementwise op works in its operand's layout and hands it on, so every tensor that touches a connected
-    cluster of elementwise ops (edges either way) should carry one layout: a decision's output flowing in, a
-    decision's operand read from it. Where two of them differ the compiler inserts a copy, whose cost depends on
-    both decisions at once, so no sum of per-node terms can express it, and after pruning the two decisions often
-    lie in different components (a chain longer than the kept hops). The ends of each cluster are linked in pairs
-    (all pairs, or consecutive ones in node order when they would make more than :data:`MAX_CLUSTER_PAIRS`), and
-    a decision's output read directly by another decision is a link of its own (a chain of 0 ops). The features:
-    ``log2(1 + elements)`` of ``a``'s tensor (col 28 of the node holding it) / 16, ``log2(1 + elements
-    ops)`` / 8, the two decisions' opcodes and the two tensors, one-hot. :meth:`models.gnn.net.RankNet.link_term`
-    scores each link from these and how the two tensors' config values compare.
-
-    Run it before pruning (it reads the whole graph; slots keep their order under pruning) and before
-    :class:`LogTransform` (raw element counts). A graph without ``config_node_index`` (tile) is unchanged.
-
-    Shapes:
-        adds ``link_index [L, 4]``, ``link_feat [L, 14]``.
-    """
-
-    def forward(self, data: Data) -> Data:
-        nodes = data.get("config_node_index")
-        if nodes is None:
-            return data
-        n = int(data.num_nodes)
-        src, dst = data.edge_index.numpy()
-        slot_of = np.full(n, -1, dtype=np.int64)
-        slot_of[nodes.numpy()] = np.arange(nodes.numel())
-        elementwise = (_group_table()[data.op] == OPCODE_GROUP_NAMES.index("elementwise")).numpy() & (slot_of < 0)
-        inner = elementwise[src] & elementwise[dst]
-        _, cluster = csgraph.connected_components(
-            sparse.coo_matrix((np.ones(int(inner.sum())), (src[inner], dst[inner])), shape=(n, n)), directed=False)
-        first, second = (t.numpy() for t in operand_nodes(data.edge_index, nodes, n))
-        elements = data.x[:, COL_SHAPE_PRODUCT].double().clamp(min=0).numpy()
-        cluster_ops = np.bincount(cluster[elementwise], minlength=n)
-
-        def operand(producer: np.ndarray, slot: np.ndarray) -> np.ndarray:  # 1 or 2, 0: not one of the two
-            return np.where(producer == first[slot], 1, np.where(producer == second[slot], 2, 0))
-
-        links: list[tuple[int, int, int, int, float, int]] = []  # slot a, tensor a, slot b, tensor b, elements, ops
-        direct = (slot_of[src] >= 0) & (slot_of[dst] >= 0)
-        tensor_b = operand(src[direct], slot_of[dst[direct]])
-        for a, b, t in zip(slot_of[src[direct]].tolist(), slot_of[dst[direct]].tolist(), tensor_b.tolist(),
-                           strict=True):
-            if t:
-                links.append((a, 0, b, t, float(elements[nodes[a]]), 0))
-        # the ends of every cluster: (node holding the tensor, slot, tensor)
-        ends: dict[int, set[tuple[int, int, int]]] = {}
-        out = (slot_of[src] >= 0) & elementwise[dst]
-        for c, p, s in zip(cluster[dst[out]].tolist(), src[out].tolist(), slot_of[src[out]].tolist(), strict=True):
-            ends.setdefault(c, set()).add((p, s, 0))
-        read = elementwise[src] & (slot_of[dst] >= 0)
-        tensor = operand(src[read], slot_of[dst[read]])
-        for c, p, s, t in zip(cluster[src[read]].tolist(), src[read].tolist(), slot_of[dst[read]].tolist(),
-                              tensor.tolist(), strict=True):
-            if t:
-                ends.setdefault(c, set()).add((p, s, t))
-        for c, members in ends.items():
-            group = sorted(members)
-            pairs = len(group) * (len(group) - 1) // 2
-            chosen = ([(i, j) for i in range(len(group)) for j in range(i + 1, len(group))]
-                      if pairs <= MAX_CLUSTER_PAIRS else [(i, i + 1) for i in range(len(group) - 1)])
-            for i, j in chosen:
-                (pa, sa, ta), (_, sb, tb) = group[i], group[j]
-                if sa != sb:
-                    links.append((sa, ta, sb, tb, float(elements[pa]), int(cluster_ops[c])))
-        index = torch.zeros(0, 4, dtype=torch.long)
-        feat = torch.zeros(0, len(LINK_FEATURES))
-        if links:
-            table = np.unique(np.array(links, dtype=np.float64), axis=0)
-            index = torch.from_numpy(table[:, :4].astype(np.int64))
-            ops = data.op[nodes].numpy()
-            onehot = np.zeros((len(table), 12))
-            rows = np.arange(len(table))
-            for k, code in enumerate(_LINK_OPCODES):
-                onehot[rows, k] = ops[table[:, 0].astype(np.int64)] == code
-                onehot[rows, 3 + k] = ops[table[:, 2].astype(np.int64)] == code
-            onehot[rows, 6 + table[:, 1].astype(np.int64)] = 1
-            onehot[rows, 9 + table[:, 3].astype(np.int64)] = 1
-            feat = torch.from_numpy(np.concatenate(
-                [np.log2(1 + table[:, 4:5]) / 16, np.log2(1 + table[:, 5:6]) / 8, onehot], 1)).float()
-        data.link_index = index
-        data.link_feat = feat
-        return data
-
-
 def _ranks(x: torch.Tensor) -> torch.Tensor:
     """Each node's rank from ``x``: its nonzero shape dims (cols 21-26), 0 for a tuple (col 29 > 0)."""
     rank = (x[:, COLS_SHAPE] != 0).sum(1)
@@ -478,26 +284,6 @@ class OpcodeGroupFeatures(BaseTransform):
         group = _group_table()[data.op]
         onehot = torch.nn.functional.one_hot(group, len(OPCODE_GROUP_NAMES)).to(data.x.dtype)
         data.x = torch.cat([data.x, onehot], 1)
-        return data
-
-
-class TileMemoryFeatures(BaseTransform):
-    """Append to a tile graph's ``config_feat`` what one tile holds in on-chip memory: the 4 columns of
-    :func:`features.tabular.tile_memory` (the padded output tile's bytes, the parameters' bytes cut like the output,
-    the double-buffered working set, all tiles' padded elements; ``log2(1 + x)`` each), which the GBDT also uses.
-    Run it first: it reads the raw shapes, element types and bounds. A graph without a 2-d ``config_feat`` (layout)
-    is unchanged.
-
-    Shapes:
-        tile ``config_feat [C, 24] -> [C, 28]``.
-    """
-
-    def forward(self, data: Data) -> Data:
-        config_feat = data.get("config_feat")
-        if not isinstance(config_feat, torch.Tensor) or config_feat.dim() != 2:
-            return data
-        memory = tile_memory(data.x.numpy(), data.op.numpy(), config_feat.numpy())
-        data.config_feat = torch.cat([config_feat, torch.from_numpy(memory).to(config_feat.dtype)], 1)
         return data
 
 
@@ -588,89 +374,6 @@ class ConfigDimensionSizes(BaseTransform):
         missing = shapes.shape[0] - 1  # the all-zero row stands for an absent operand
         tensors = torch.where(tensors < 0, torch.full_like(tensors, missing), tensors)
         data.config_dim_sizes = shapes[tensors]  # [NC, 3, 7]
-        return data
-
-
-class ConfigKeyDims(BaseTransform):
-    """Attach, per layout config slot group, which dimension of each tensor is its *key* dimension:
-    ``config_dim_keys`` float32 ``[NC, 3, 7]``, 1 at ``[s, t, v + 1]`` when dimension ``v`` of tensor ``t`` (0
-    output, 1 and 2 the operands, in the order of :func:`operand_nodes`, as :class:`ConfigDimensionSizes`) of slot
-    ``s``'s node is the dimension the matrix unit reduces or produces along, 0 elsewhere:
-
-    * convolution: the output's feature dim (col 106), the input's feature dim (col 94), the kernel's input-feature
-      dim (col 99);
-    * dot: the operands' contracting dims as :func:`_infer_dot` finds them (tried in both operand orders, since
-      the file does not keep it; none when no split fits) and the output's last dim;
-    * reshape and every other op: none.
-
-    A TPU's matrix unit runs best with these dims minor-most (the 128 lanes), so whether a config value names the
-    key dim is what a layout decides at a convolution or a dot; the network cannot read it off the config value
-    and a node column without comparing two integers. :meth:`models.gnn.net.RankNet.config_embedding` adds it to
-    each slot (``key_dims=True``). Run it before :class:`LogTransform` (it reads raw shapes) and after pruning.
-
-    Shapes:
-        adds ``config_dim_keys [NC, 3, 7]``.
-    """
-
-    def forward(self, data: Data) -> Data:
-        tensors = slot_tensors(data)
-        if tensors is None:
-            return data
-        nodes, first, second = tensors.unbind(1)
-        keys = torch.zeros(nodes.numel(), 3, MAX_RANK + 1)
-        # only the slots' nodes and operands are read (a real module has tens of thousands of other nodes)
-        shapes = [data.x[t.clamp(min=0), COLS_SHAPE].tolist() for t in (nodes, first, second)]
-        conv_dims = data.x[nodes, COLS_CONV_DIMS].tolist()
-        ops = data.op[nodes].tolist()
-        for s, (a, b) in enumerate(zip(first.tolist(), second.tolist(), strict=True)):
-            found: list[int | None] = [None, None, None]  # per tensor: its key dim
-            out = _shape(shapes[0][s])
-            if ops[s] == CONVOLUTION:
-                cd = conv_dims[s]
-                found = [int(cd[CONV_OUTPUT_FEATURE]), int(cd[CONV_INPUT_FEATURE]) if a >= 0 else None,
-                         int(cd[CONV_KERNEL_INPUT_FEATURE]) if b >= 0 else None]
-            elif ops[s] == DOT and a >= 0:
-                found[0] = len(out) - 1 if out else None
-                lhs, rhs = _shape(shapes[1][s]), _shape(shapes[2][s])
-                if (dims := _infer_dot(lhs, rhs, out)) is not None:
-                    found[1], found[2] = dims[1], dims[2]
-                elif (dims := _infer_dot(rhs, lhs, out)) is not None:
-                    found[1], found[2] = dims[2], dims[1]
-            for t, dim in enumerate(found):
-                if dim is not None and 0 <= dim < MAX_RANK:
-                    keys[s, t, dim + 1] = 1.0
-        data.config_dim_keys = keys
-        return data
-
-
-class ConfigTensorLayouts(BaseTransform):
-    """Attach, per layout config slot group, the layout the graph file gives each tensor its config speaks of:
-    ``config_tensor_layouts`` int64 ``[NC, 18]``, in the config's own order (output slots 0-5, operand 0 6-11,
-    operand 1 12-17).
-
-    For tensor ``t`` (0 output, 1 and 2 the operands, see :func:`operand_nodes`) of slot ``s``'s node, entries
-    ``[s, 6t:6t + 6]`` are cols 134-139 (``minor_to_major``) of that tensor's node, -1 at positions beyond its rank
-    (the number of nonzero dims in cols 21-26, as :class:`PadLayoutMinusOne` pads); six -1 for a tuple-shaped tensor
-    and for an operand that is not in the graph. A config value equal to its entry keeps the tensor in the layout the
-    compiled module gave it; where it differs, the tensor's producer or consumers see another layout, and a copy or
-    a slower elementwise chain follows (:meth:`models.gnn.net.RankNet.config_embedding` flags both,
-    ``layout_match=True``): the network cannot tell equality from a config value's embedding and a node column
-    without comparing two integers.
-
-    Run it before :class:`LogTransform` (it reads raw shapes) and after pruning (it indexes nodes).
-
-    Shapes:
-        adds ``config_tensor_layouts [NC, 18]``.
-    """
-
-    def forward(self, data: Data) -> Data:
-        tensors = slot_tensors(data)
-        if tensors is None:
-            return data
-        beyond = torch.arange(MAX_RANK) >= _ranks(data.x)[:, None]
-        layouts = torch.where(beyond, -1, data.x[:, COLS_LAYOUT].round().long())
-        layouts = torch.cat([layouts, torch.full((1, MAX_RANK), -1, dtype=torch.long)])  # row -1: absent operand
-        data.config_tensor_layouts = layouts[tensors].flatten(1)  # [NC, 3 * 6]
         return data
 
 

@@ -113,6 +113,4 @@ def gst_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor,
         kept_nodes += segment.num_nodes
     assert total is not None  # the chosen segments are always included
     total = total * (num_nodes / kept_nodes)
-    scores = net.with_links(net.score(total, num_nodes, config_feat), config_feat, segments[0].link_index,
-                            segments[0].link_feat)
-    return scores, chosen
+    return net.score(total, num_nodes, config_feat), chosen

@@ -410,7 +410,6 @@ class LayoutStructure:
         slot_ids, slot_rows, slot_comp: the configurable slots sorted by component: each one's column in the
             configs, its row among ``dyn_nodes``, its component; slot_order: each sorted slot's row in
             ``slot_sizes``; comp_slots: ``[K + 1]`` bounds; slot_rank: its place in its component.
-        link_index, link_feat: the graph's decision links (:attr:`models.gnn.net.Segment.link_index`), or ``None``.
     """
 
     def __init__(self, segments: list[Segment], *, bidirectional: bool) -> None:
@@ -425,7 +424,6 @@ class LayoutStructure:
         # copy of its features), clipped where they are used (:meth:`node_input`).
         self.x = segments[0].x if len(segments) == 1 else torch.cat([s.x for s in segments])
         self.op = segments[0].op if len(segments) == 1 else torch.cat([s.op for s in segments])
-        self.link_index, self.link_feat = segments[0].link_index, segments[0].link_feat  # the graph's, in every segment
 
         def edges(adj_name: str) -> _Edges:
             parts = []
@@ -477,10 +475,6 @@ class LayoutStructure:
         self.slot_order = order  # each sorted slot entry's row in slot_sizes
         sizes = [s.slot_sizes for s in segments]
         self.slot_sizes = None if any(z is None for z in sizes) else torch.cat(sizes)
-        keys = [s.slot_keys for s in segments]
-        self.slot_keys = None if any(k is None for k in keys) else torch.cat(keys)
-        layouts = [s.slot_layouts for s in segments]
-        self.slot_layouts = None if any(lay is None for lay in layouts) else torch.cat(layouts)
         per_comp = torch.bincount(self.slot_comp, minlength=self.num_components)
         self.comp_slots = _bounds(per_comp)  # [K + 1]
         self.slot_rank = torch.arange(order.numel(), device=device) - self.comp_slots[self.slot_comp]
@@ -555,7 +549,7 @@ class _Rows:
         return code_values(by_slot[st.slot_ids[self.s0:self.s1][self.slot_entry], self.slot_config])
 
     def pooled(self, h: torch.Tensor) -> torch.Tensor:
-        """Each config's sum of the run's nodes' rows ``h`` ``[R, P]`` (their :meth:`RankNet.readout`): ``[B, P]``."""
+        """Each config's sum of the run's nodes' rows ``h`` ``[R, H]`` (their final states): ``[B, H]``."""
         group_sum = torch.zeros(self.groups, h.shape[1], dtype=h.dtype, device=h.device).index_add(
             0, self.group_of_row, h)
         return F.embedding_bag(self.gid.t().contiguous(), group_sum, mode="sum")
@@ -587,14 +581,8 @@ class LayoutPlan:
         self.device = st.device
         base = st.node_input(net).float()  # [N, H]
         self.blocks = [_BlockWeights(block) for block in net.blocks]
-        self.static_total = net.readout(_run_blocks(self.blocks, base[st.static], st.static_matrix)).sum(0)  # [P]
+        self.static_total = _run_blocks(self.blocks, base[st.static], st.static_matrix).sum(0)  # [H]
         self.base = base[st.dyn_nodes]
-        self.link_table = None
-        if net.link_mlp is not None:
-            if st.link_index is None or st.link_feat is None:
-                raise ValueError("this network scores decision links (links): its graphs need link_index and "
-                                 "link_feat (features.transforms.DecisionLinks in the feature pipeline)")
-            self.link_table = net.link_table(st.link_feat)
 
     @property
     def num_nodes(self) -> int:
@@ -611,7 +599,7 @@ class LayoutPlan:
     @torch.inference_mode()
     def totals(self, codes: torch.Tensor, context: ReferenceContext | None = None,
                record: ReferenceContext | None = None) -> torch.Tensor:
-        """The sum of the nodes' readout (final states) per config ``[B, P]`` for a batch of configs given by their
+        """The sum of the nodes' final states per config ``[B, H]`` for a batch of configs given by their
         codes (:func:`config_codes`, ``[B, NC]``): what ``sum(net.segment_sum(s, config_feat) for s in segments)``
         gives for the same batch.
 
@@ -636,18 +624,18 @@ class LayoutPlan:
 
     def _run(self, run: _Rows, by_slot: torch.Tensor, reference: ReferenceContext | None = None,
              record: bool = False) -> torch.Tensor:
-        """A run of components, once per distinct key: their pooled sum per config ``[B, P]``."""
+        """A run of components, once per distinct key: their pooled sum per config ``[B, H]``."""
         st = self.structure
         h = self.base[run.n0:run.n1].repeat_interleave(run.lengths, dim=0, output_size=run.total)
         emb = self.net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.s0:run.s1][run.slot_entry],
-                                        st.slot_sizes, st.slot_keys, st.slot_layouts).float()
+                                        st.slot_sizes).float()
         h.index_add_(0, run.slot_row, emb)
         rows_of = None if reference is not None and not record else run.rows_of()
         context = None if reference is None else _Context(reference.log_sums, run.n0, run.n1, reference.size,
                                                           record)
         h = _run_blocks(self.blocks, h, run.conv_matrix, rows_of, run.lengths, run.node_of_row, by_slot.shape[1],
                         context)
-        return run.pooled(self.net.readout(h))
+        return run.pooled(h)
 
     @torch.inference_mode()
     def scores(self, codes: torch.Tensor, context: ReferenceContext | None = None) -> torch.Tensor:
@@ -655,11 +643,7 @@ class LayoutPlan:
         reference set ``context`` when given, see :class:`ReferenceContext`)."""
         total = self.totals(codes, context)
         empty = torch.zeros(0, device=self.device)
-        scores = self.net.score(total, self.num_nodes, empty).float()
-        if self.link_table is None:
-            return scores
-        st = self.structure
-        return scores + self.net.link_term(codes.to(self.device), st.link_index, st.link_feat, self.link_table).float()
+        return self.net.score(total, self.num_nodes, empty).float()
 
 
 def _train_block(block: GNNBlock, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of: torch.Tensor | None,
@@ -708,26 +692,25 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
     st = structure
     b = config_feat.shape[0]
     x = st.node_input(net)  # [N, H]
-    total = x.new_zeros(b, net.pooled_width)
+    total = x.new_zeros(b, net.hidden)
     if st.static.numel():
         h = x.index_select(0, st.static)
         for block in net.blocks:
             h = _train_block(block, h, st.static_matrix, None, None, None, b)
-        total = total + net.readout(h).sum(0)
+        total = total + h.sum(0)
     if st.num_components and b:
         by_slot = layout_codes(config_feat).t().contiguous()  # [NC, B]
         ids, distinct = st.keys(by_slot, 0, st.num_components)
         run = st.rows(ids, distinct, 0, st.num_components)
         h = x.index_select(0, st.dyn_nodes[run.node_of_row])
-        emb = net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.slot_entry], st.slot_sizes,
-                                   st.slot_keys, st.slot_layouts)
+        emb = net.config_embedding(run.slot_values(st, by_slot), st.slot_order[run.slot_entry], st.slot_sizes)
         h = h.index_add(0, run.slot_row, emb)
         attention = any(block.attention is not None for block in net.blocks)
         rows_of = run.rows_of() if attention else None
         for block in net.blocks:
             h = _train_block(block, h, run.conv_matrix, rows_of, run.lengths, run.node_of_row, b)
-        total = total + run.pooled(net.readout(h))
-    return net.with_links(net.score(total, st.num_nodes, config_feat), config_feat, st.link_index, st.link_feat)
+        total = total + run.pooled(h)
+    return net.score(total, st.num_nodes, config_feat)
 
 
 READ_ROWS = 512

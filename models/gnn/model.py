@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from abc import ABCMeta
 from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -43,21 +44,15 @@ from competition.runlock import hold_run_folder
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from features.transforms import (
-    CollapseChains,
     ConfigDimensionSizes,
-    ConfigKeyDims,
-    ConfigTensorLayouts,
-    DecisionLinks,
     DedupConfigs,
     DropConstantColumns,
-    LayoutFlowFeatures,
     LogTransform,
     Normalize,
     OpcodeGroupFeatures,
     PadLayoutMinusOne,
     PruneToConfigurable,
     ShapeAlignmentFeatures,
-    TileMemoryFeatures,
 )
 from models.base import NotFittedError, RankingModel
 from models.gnn import distributed
@@ -81,6 +76,7 @@ from models.gnn.train import (
     quick_settings,
     resolve_device,
     train,
+    without_retired,
 )
 
 SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in ("kind", "num_features",
@@ -95,59 +91,50 @@ PREDICT_BLOCK = REFERENCE_WINDOW
 from)."""
 
 
-def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool, bridge: bool,
-                     flow: bool, key_dims: bool, links: bool, tile_memory: bool = False,
-                     layout_match: bool = False) -> BaseTransform:
+def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
-    Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph),
-    with ``bridge`` keeping an edge between kept nodes that a path through removed elementwise ops linked
-    (:class:`features.transforms.CollapseChains`: layout links through long chains of elementwise ops survive);
-    with ``flow`` (layout) the configurable nodes first get the summary of those chains as columns, read on the
-    whole graph (:class:`features.transforms.LayoutFlowFeatures`); with ``links`` (layout) the pairs of decisions a
-    copy may join are found on the whole graph (:class:`features.transforms.DecisionLinks`);
+    Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph);
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
-    (:class:`features.transforms.ConfigDimensionSizes`), and with ``key_dims`` (layout) which of them are the key
-    dimensions (:class:`features.transforms.ConfigKeyDims`); with ``layout_match`` (layout) the layouts the file gives
-    the tensors configs speak of (:class:`features.transforms.ConfigTensorLayouts`); heavy-tailed columns are log-transformed; opcode-group
-    columns are appended. With ``tile_memory`` (tile) each config first gets what a tile holds in on-chip memory
-    (:class:`features.transforms.TileMemoryFeatures`, from the raw sizes).
+    (:class:`features.transforms.ConfigDimensionSizes`); heavy-tailed columns are log-transformed; opcode-group
+    columns are appended.
     """
-    steps: list[BaseTransform] = [LayoutFlowFeatures()] if kind == "layout" and flow else []
-    if kind == "tile" and tile_memory:
-        steps.append(TileMemoryFeatures())
-    if kind == "layout" and links:
-        steps.append(DecisionLinks())
+    steps: list[BaseTransform] = []
     if kind == "layout" and hops != "all":
-        steps.append(CollapseChains(hops=hops, through="elementwise") if bridge else PruneToConfigurable(hops=hops))
+        steps.append(PruneToConfigurable(hops=hops))
     if pad:
         steps.append(PadLayoutMinusOne())
     steps.append(ShapeAlignmentFeatures())  # reads the raw sizes: before the log
     if kind == "layout" and dim_tokens:
         steps.append(ConfigDimensionSizes())
-    if kind == "layout" and key_dims:
-        steps.append(ConfigKeyDims())
-    if kind == "layout" and layout_match:
-        steps.append(ConfigTensorLayouts())
     steps += [LogTransform(), OpcodeGroupFeatures()]
     return Compose(steps)
 
 
 def settings_pipeline(settings: TrainConfig) -> BaseTransform:
     """:func:`feature_pipeline` with a run's settings (:meth:`GNNModel.train_config`, or a saved model's)."""
-    return feature_pipeline(settings.kind, settings.hops, settings.pad, settings.dim_tokens, settings.bridge,
-                            settings.flow, settings.key_dims, settings.links, settings.tile_memory,
-                            settings.layout_match)
+    return feature_pipeline(settings.kind, settings.hops, settings.pad, settings.dim_tokens)
 
 
-class GNNModel(RankingModel):
+class _TakesRetiredSettings(ABCMeta):
+    """The metaclass of :class:`GNNModel`: a model saved by an earlier version holds the hyper-parameters of
+    :data:`models.gnn.train.RETIRED_SETTINGS` (``None`` unless set), which :meth:`RankingModel.load` passes to the
+    constructor with the others. They are dropped when off and refused when on (:func:`without_retired`), so such a
+    file still loads, or says which idea it was trained with."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return super().__call__(*args, **without_retired(kwargs))
+
+
+class GNNModel(RankingModel, metaclass=_TakesRetiredSettings):
     """A GNN ranker, one per collection.
 
     Every hyper-parameter that shapes training defaults to ``None``: the collection's value
     (:func:`models.gnn.train.default_config`: its kind's in :data:`models.gnn.train.DEFAULTS`, with
     :data:`models.gnn.train.COLLECTION_DEFAULTS`; see :meth:`train_config`); ``attention`` defaults to the class's
-    :attr:`default_attention`.
+    :attr:`default_attention`. A model saved by an earlier version, whose settings still held those of
+    :data:`models.gnn.train.RETIRED_SETTINGS`, loads when they were off and is refused when one was on.
 
     Args:
         attention: cross-configuration attention in every layer.
@@ -159,8 +146,7 @@ class GNNModel(RankingModel):
         loss: ``hinge``, ``listmle`` or ``margin``.
         epochs: training epochs (at most; early stopping may end sooner).
         configs_per_graph: configs sampled per graph per step.
-        steps_per_graph: training steps per graph per epoch (each with freshly sampled configs); with ``sibling``,
-            per own graph, the steps spread over the own and the sibling graphs.
+        steps_per_graph: training steps per graph per epoch (each with freshly sampled configs).
         lr: AdamW peak learning rate (cosine schedule).
         weight_decay: AdamW weight decay.
         pair_tolerance: the pairwise losses (``hinge``, ``margin``) count two configs whose runtimes differ by at
@@ -190,46 +176,6 @@ class GNNModel(RankingModel):
         dim_tokens: layout: each of a configurable node's 18 config slots is encoded by the dimension it names as
             well as by its index: the size features of that dimension of the output or operand tensor
             (:class:`features.transforms.ConfigDimensionSizes`).
-        sibling: layout: train on the train graphs of the collection of the same source searched the other way as
-            well (:attr:`competition.collections.Collection.sibling`: ``layout:xla:default`` also learns from
-            ``layout:xla:random``'s configs of the same kind of programs, and back); early stopping and the valid
-            scores stay on the collection's own valid split. An epoch keeps its length (``steps_per_graph`` steps
-            per own graph, spread over both collections' graphs), so the training time does not grow.
-        kin: layout: train on the train graphs of the other family's collection searched the same way as well
-            (:attr:`competition.collections.Collection.kin`: ``layout:xla:default`` also learns from
-            ``layout:nlp:default``: other programs under the same cost of layouts), as ``sibling`` does: the own
-            valid split for early stopping, an epoch of the same length spread over every training graph.
-        bridge: layout pruning (``hops`` a count) also links two kept nodes that a directed path through removed
-            elementwise ops joined, by one edge (:class:`features.transforms.CollapseChains`), so the network still sees
-            which layout decisions a chain of elementwise ops ties together.
-        flow: layout: every configurable node also carries, as 6 columns read on the whole graph before pruning,
-            where chains of elementwise ops carry its output layout and where its operands' layouts come from
-            (:class:`features.transforms.LayoutFlowFeatures`: the ops in the chains, their sizes, and the
-            configurable and other ops the chains end at).
-        key_dims: layout: each config slot also says whether the dimension its value names is its tensor's key
-            dimension (:class:`features.transforms.ConfigKeyDims`: convolution feature dims, dot contracting dims and
-            output's last dim), where a TPU's matrix unit wants the minor-most place.
-        layout_match: layout: each config slot also says whether its value equals the layout the graph file gives
-            its tensor at that position, and each tensor whether its whole layout does
-            (:class:`features.transforms.ConfigTensorLayouts`: the node's own cols 134-139 for the output, its
-            producers' for the operands): a layout other than the one the compiled module gave a tensor is what
-            inserts a copy against a fixed neighbour, or makes an elementwise chain work in it.
-        runtime_head: every node also predicts its log-time from its final state; the score adds a learned
-            positive multiple of the log of their exponentials' sum, the graph's predicted runtime
-            (:class:`models.gnn.net.RankNet`, ``runtime_head``).
-        node_head: the score is the sum over the nodes of a scalar each computes from its final state (a 2-layer
-            MLP), instead of an MLP of the pooled states: a config's runtime is a sum of per-op and per-copy terms
-            (:class:`models.gnn.net.RankNet`, ``node_head``); not with ``runtime_head``.
-        runtime_sum: the score is the nodes' predicted runtime ``sum_n exp(t_n)`` alone, standardised over the
-            batch's configs in training (:class:`models.gnn.net.RankNet`, ``runtime_sum``); not with the other heads.
-        tile_memory: tile: each config also carries what one tile holds in on-chip memory (the padded output tile's
-            bytes, the parameters' bytes cut like the output, the double-buffered working set, all tiles' padded
-            elements: :class:`features.transforms.TileMemoryFeatures`, the GBDT's columns of the same name), where a
-            spill costs a kernel several times its runtime.
-        links: layout: the score adds a learned term per pair of layout decisions that a copy may join (a
-            decision's output and another's operand, or two tensors meeting in a cluster of elementwise ops, found on
-            the whole graph: :class:`features.transforms.DecisionLinks`), from the pair's size and kinds and which of
-            their config values agree (:meth:`models.gnn.net.RankNet.link_term`).
         swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
             averaged, and the average is kept when it scores at least as well on the valid split as the best
             single epoch (0: off).
@@ -287,12 +233,7 @@ class GNNModel(RankingModel):
                  backprop_segments: int | None = None, keep_prob: float | None = None,
                  graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
                  predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
-                 reference_configs: int | None = None, dim_tokens: bool | None = None,
-                 sibling: bool | None = None, kin: bool | None = None, bridge: bool | None = None,
-                 flow: bool | None = None,
-                 key_dims: bool | None = None, layout_match: bool | None = None, runtime_head: bool | None = None, links: bool | None = None,
-                 node_head: bool | None = None, runtime_sum: bool | None = None, tile_memory: bool | None = None,
-                 swa_epochs: int | None = None,
+                 reference_configs: int | None = None, dim_tokens: bool | None = None, swa_epochs: int | None = None,
                  refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
@@ -323,17 +264,6 @@ class GNNModel(RankingModel):
         self.predict_context = predict_context
         self.reference_configs = reference_configs
         self.dim_tokens = dim_tokens
-        self.sibling = sibling
-        self.kin = kin
-        self.bridge = bridge
-        self.flow = flow
-        self.key_dims = key_dims
-        self.layout_match = layout_match
-        self.runtime_head = runtime_head
-        self.node_head = node_head
-        self.runtime_sum = runtime_sum
-        self.tile_memory = tile_memory
-        self.links = links
         self.swa_epochs = swa_epochs
         self.refit = refit
         self.seeds = seeds
@@ -344,6 +274,13 @@ class GNNModel(RankingModel):
         self.cache_dir = cache_dir
         self.max_seconds = max_seconds
         self.train_config("layout")  # a value no run could take is refused now, not after the data is processed
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A model saved by an earlier version holds RETIRED_SETTINGS in its settings (RankingModel.load sets them
+        # here): dropped when off, refused when on, as its hyper-parameters are (_TakesRetiredSettings).
+        if name == "settings_" and isinstance(value, dict):
+            value = without_retired(value)
+        super().__setattr__(name, value)
 
     # -- settings -------------------------------------------------------------------------------------------------
 
@@ -420,9 +357,9 @@ class GNNModel(RankingModel):
         pipeline = settings_pipeline(settings)
         progress = progress and distributed.is_main()
 
-        def training_set(of: Split, source: Collection = collection) -> ProcessedGraphs:
+        def training_set(of: Split) -> ProcessedGraphs:
             """The graphs of split ``of`` processed for training (deduplicated, ``train_configs`` kept)."""
-            return ProcessedGraphs(root, source, of, pre_transform=Compose([pipeline, DedupConfigs("min")]),
+            return ProcessedGraphs(root, collection, of, pre_transform=Compose([pipeline, DedupConfigs("min")]),
                                    cache_dir=self.cache_dir, max_configs=settings.max_train_configs,
                                    progress=progress)
 
@@ -430,33 +367,26 @@ class GNNModel(RankingModel):
         if not len(train_set):
             raise ValueError(f"no {collection.value} graphs in the {split.value} split of {root.root}")
         datas = _built(train_set)
-        # Graphs of other collections that join the training set (sibling, kin): (their collection, graph).
-        extra = [(source, d) for source, on in ((collection.sibling, settings.sibling), (collection.kin, settings.kin))
-                 if on and source is not None and list_graphs(root, source, split)
-                 for d in _built(training_set(split, source))]
-        extra_datas = [d for _, d in extra]
         valid_datas: list[Data] = []
         if eval_split is not None and eval_split != split and list_graphs(root, collection, eval_split):
             valid_set = ProcessedGraphs(root, collection, eval_split, pre_transform=pipeline,
                                         cache_dir=self.cache_dir, protocol=valid, progress=progress)
             valid_datas = _built(valid_set)
-        columns = DropConstantColumns().fit(datas + extra_datas)
-        normalize = Normalize().fit(columns(d.clone()) for d in datas + extra_datas)
+        columns = DropConstantColumns().fit(datas)
+        normalize = Normalize().fit(columns(d.clone()) for d in datas)
 
-        def item(data: Data, source: Collection = collection) -> Item:
+        def item(data: Data) -> Item:
             data = normalize(columns(data.clone()))
-            key = data.stem if source == collection else f"{source.value}/{data.stem}"  # the same stems recur there
-            return Item(key, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
+            return Item(data.stem, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
 
-        train_items = [item(d) for d in datas] + [item(d, source) for source, d in extra]  # none without them
+        train_items = [item(d) for d in datas]
         # Valid configs are only ever scored: packed into one int64 code per configurable node, 8 bytes instead of
         # 18 (int8) or 72 (float32); memory then grows little with the number of valid graphs.
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
                        for it in map(item, valid_datas)]
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
         data_key = _data_key(repr(pipeline), str(root.root), str(settings.max_train_configs), stopping,
-                             *sorted(d.stem for d in datas),
-                             *sorted(it.key for it in train_items[len(datas):]))
+                             *sorted(d.stem for d in datas))
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
         max_seconds = self.max_seconds
@@ -482,11 +412,6 @@ class GNNModel(RankingModel):
 
             return horizon, keep_free
 
-        def share(own: int) -> float:
-            """Sibling and kin graphs join an epoch's visits without lengthening it: its steps are counted for
-            ``own``."""
-            return own / (own + len(extra_datas))
-
         def left() -> float | None:
             return None if end is None else max(0.0, end - time.monotonic())
 
@@ -499,8 +424,7 @@ class GNNModel(RankingModel):
             member = replace(cfg, refit=False, seed=seed)
             limit, keep_free = budget(seconds, seed - settings.seed + 1)
             result = train(member, train_items, valid_items, run_dir=member_dir, device=self.device,
-                           progress=progress, max_seconds=limit, keep_free=keep_free, title=title,
-                           epoch_share=share(len(datas)))
+                           progress=progress, max_seconds=limit, keep_free=keep_free, title=title)
             if not (settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1):
                 return result, None
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
@@ -512,8 +436,7 @@ class GNNModel(RankingModel):
                                                    *sorted(d.stem for d in extra)))
             refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
                           run_dir=None if member_dir is None else member_dir / "refit", device=self.device,
-                          progress=progress, max_seconds=left(), title=f"{title} refit",
-                          epoch_share=share(len(datas) + len(extra)))
+                          progress=progress, max_seconds=left(), title=f"{title} refit")
             if len(refit.history) < refit_cfg.epochs:
                 if distributed.is_main():
                     log.warning("%s: the refit on %s + %s ran out of time after %d of %d epochs; only the "

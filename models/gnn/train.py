@@ -74,7 +74,7 @@ from models.gnn.infer import (
     reference_sets,
 )
 from models.gnn.losses import LOSSES, LossFn, loss_function
-from models.gnn.net import RankNet, Segment, check_heads
+from models.gnn.net import RankNet, Segment
 
 CHECKPOINT = "checkpoint.pt"
 CURVES_CSV = "curves.csv"
@@ -141,17 +141,6 @@ class TrainConfig:
     predict_context: str = DEFAULT_PREDICT_CONTEXT
     reference_configs: int = DEFAULT_REFERENCE_CONFIGS
     dim_tokens: bool = False  # layout: each config slot also carries the size features of the dimension it names
-    sibling: bool = False  # layout: also train on the train graphs of the same source's other search
-    kin: bool = False  # layout: also train on the train graphs of the other source's collection of the same search
-    bridge: bool = False  # layout pruning: kept nodes linked through removed elementwise ops get an edge
-    flow: bool = False  # layout: configurable nodes carry a summary of the elementwise chains their layouts flow along
-    key_dims: bool = False  # layout: each config slot also says whether the dimension it names is its tensor's key dim
-    layout_match: bool = False  # layout: config slots also say whether they keep the layout the file gives the tensor
-    runtime_head: bool = False  # nodes predict log-times; the score adds a learned multiple of log(sum of their exp)
-    links: bool = False  # layout: the score adds a learned term per pair of decisions a copy may join
-    node_head: bool = False  # the score is the sum of a scalar per node (an MLP of its final state)
-    runtime_sum: bool = False  # the score is sum_n exp(t_n) alone (standardised over the batch in training)
-    tile_memory: bool = False  # tile: configs also carry what a tile holds in on-chip memory (4 columns)
     swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
     refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
     seeds: int = 1  # a seed ensemble: this many networks (seeds seed, seed+1, ...), their rank-normalised scores averaged
@@ -181,7 +170,6 @@ class TrainConfig:
             raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
                              f"{self.gst_finetune_epochs!r}")
         loss_function(self.loss, self.pair_tolerance)  # refuses a tolerance it cannot take
-        check_heads(runtime_head=self.runtime_head, node_head=self.node_head, runtime_sum=self.runtime_sum)
         if self.gst_finetune_epochs and self.segment_size is None:
             raise ValueError("gst_finetune_epochs fine-tunes the head after Graph Segment Training: set segment_size "
                              "too (full-graph training has no stale embeddings to make up for)")
@@ -189,11 +177,7 @@ class TrainConfig:
     def make_net(self) -> RankNet:
         return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
                        opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
-                       join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens,
-                       key_dims=self.key_dims, layout_match=self.layout_match, runtime_head=self.runtime_head,
-                       links=self.links,
-                       tile_memory=self.tile_memory, runtime_sum=self.runtime_sum,
-                       node_head=self.node_head)
+                       join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens)
 
     @property
     def uses_gst(self) -> bool:
@@ -203,6 +187,29 @@ class TrainConfig:
     def max_train_configs(self) -> int | None:
         """``train_configs`` as the cache's ``max_configs`` (``None`` for every config)."""
         return None if self.train_configs == "all" else self.train_configs
+
+
+RETIRED_SETTINGS: tuple[str, ...] = ("sibling", "kin", "bridge", "flow", "key_dims", "layout_match", "runtime_head",
+                                     "links", "node_head", "runtime_sum", "tile_memory")
+"""Settings that earlier versions had, off by default, for ideas that were measured, lost and left the code
+(lab/journal.md, "2026-11-28: ideas that lost leave the core"). A model saved by such a version holds them (its
+hyper-parameters as ``None``, its settings as ``False``): :func:`without_retired` reads it without them, and refuses
+one that turned any of them on."""
+
+
+def without_retired(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` (a model's hyper-parameters, or a run's settings) without the :data:`RETIRED_SETTINGS` they hold
+    off (``False`` or ``None``).
+
+    Raises:
+        ValueError: one of them is on: the network was trained with an idea this version no longer has.
+    """
+    on = [name for name in RETIRED_SETTINGS if settings.get(name) not in (None, False)]
+    if on:
+        given = " and ".join(f"{name}={settings[name]!r}" for name in on)
+        raise ValueError(f"trained with {given}, {'an option' if len(on) == 1 else 'options'} this version no longer "
+                         "has; retrain it")
+    return {k: v for k, v in settings.items() if k not in RETIRED_SETTINGS}
 
 
 DEFAULTS: dict[str, TrainConfig] = {
@@ -358,9 +365,7 @@ class _FreshHeadScores(GraphScores):
                 table: StepTable, np_rng: np.random.Generator) -> torch.Tensor:
         with torch.no_grad():
             total = sum(self.net.segment_sum(s, config_feat) for s in item.segments)
-        first = item.segments[0]
-        return self.net.with_links(self.net.score(total, item.num_nodes, config_feat), config_feat, first.link_index,
-                                   first.link_feat)
+        return self.net.score(total, item.num_nodes, config_feat)
 
 
 TIME_BUDGET_STOP = "time budget"
@@ -619,9 +624,8 @@ def training_step(net: RankNet, slots: Sequence[Slot], cfg: TrainConfig, opt: to
 
 def _visit_order(steps_per_epoch: int, cfg: TrainConfig, graphs: int, gen: torch.Generator) -> list[int]:
     """An epoch's graph index for each of its ``steps_per_epoch * graphs_per_step`` slots, in a shuffled order drawn
-    from ``gen``: every one of ``graphs`` graphs visited equally often (``steps_per_graph`` times unless
-    ``epoch_share`` shortens the epoch; the last step topped up), or, when there are fewer slots than graphs, a
-    random subset of the graphs once each."""
+    from ``gen``: every one of ``graphs`` graphs visited equally often (``steps_per_graph`` times; the last step
+    topped up), or, when there are fewer slots than graphs, a random subset of the graphs once each."""
     slots = steps_per_epoch * cfg.graphs_per_step
     if slots < graphs:
         return torch.randperm(graphs, generator=gen)[:slots].tolist()
@@ -795,8 +799,8 @@ def _average_states(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torc
 
 def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
           run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
-          max_seconds: float | None = None, keep_free: Callable[[float], float] | None = None, title: str = "",
-          epoch_share: float = 1.0) -> TrainResult:
+          max_seconds: float | None = None, keep_free: Callable[[float], float] | None = None,
+          title: str = "") -> TrainResult:
     """Train a :class:`RankNet` per ``cfg`` and return its best weights on the valid metric.
 
     Launched on several processes (:mod:`models.gnn.distributed`), every rank calls this with the same arguments:
@@ -823,9 +827,6 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
             validation pass. Training, validation and the fine-tuning then end ``keep_free(...)`` before
             ``max_seconds``.
         title: a title for the curves plot.
-        epoch_share: an epoch has ``ceil(epoch_share * graphs * steps_per_graph / graphs_per_step)`` steps over
-            the usable ``graphs``, each visited about equally often: below 1 when ``train_items`` hold graphs added
-            to a collection's own (``sibling``), so that an epoch is as long as without them.
 
     With ``cfg.swa_epochs`` k >= 1 the weights at the end of each of the last k finished epochs are kept (in the
     checkpoint too); when training stops (a partial epoch cut by the time budget does not count) their average is
@@ -850,8 +851,6 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         models.gnn.distributed.DistributedSetupError: more processes than training graphs, or than
             ``graphs_per_step``.
     """
-    if not 0 < epoch_share <= 1:
-        raise ValueError(f"epoch_share must be in (0, 1]; got {epoch_share!r}")
     device = resolve_device(device)
     run = Path(run_dir) if run_dir is not None else None
     settings = run_settings(cfg)
@@ -870,9 +869,8 @@ def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[I
         raise distributed.DistributedSetupError(
             f"graphs_per_step={cfg.graphs_per_step} is less than the {world} processes, each of which trains a graph "
             f"of its own at every step: set graphs_per_step to {world} or more (--param graphs_per_step={world})")
-    # Every graph is visited steps_per_graph times per epoch (times epoch_share); the last step is topped up to
-    # graphs_per_step.
-    steps_per_epoch = max(1, math.ceil(round(len(usable) * epoch_share * cfg.steps_per_graph, 6) / cfg.graphs_per_step))
+    # Every graph is visited steps_per_graph times per epoch; the last step is topped up to graphs_per_step.
+    steps_per_epoch = max(1, math.ceil(len(usable) * cfg.steps_per_graph / cfg.graphs_per_step))
     total_steps = cfg.epochs * steps_per_epoch
 
     def fresh() -> tuple[RankNet, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, torch.Generator,

@@ -11,26 +11,19 @@ from sklearn.exceptions import NotFittedError
 from torch_geometric.data import Data
 from torch_geometric.transforms import Compose
 
-import features.transforms as transforms
 from competition.collections import Collection
 from competition.npzio import write_npz
 from competition.opcodes import OPCODE_IDS
 from competition.reader import load_graph
-from competition.schema import COL_SHAPE_PRODUCT, ELEMENT_TYPES
 from features import (
     DOT_CONV_COLUMNS,
-    LAYOUT_FLOW_COLUMNS,
     OPCODE_GROUP_NAMES,
     PLACEHOLDER_OPCODE,
     CollapseChains,
     ConfigDimensionSizes,
-    ConfigKeyDims,
-    ConfigTensorLayouts,
-    DecisionLinks,
     DedupConfigs,
     DotConvFeatures,
     DropConstantColumns,
-    LayoutFlowFeatures,
     LogTransform,
     Normalize,
     OpcodeGroupFeatures,
@@ -38,11 +31,10 @@ from features import (
     PruneToConfigurable,
     SampleConfigs,
     ShapeAlignmentFeatures,
-    TileMemoryFeatures,
     graph_to_data,
     operand_nodes,
 )
-from features.transforms import LINK_FEATURES, _infer_dot
+from features.transforms import _infer_dot
 from models.gnn.net import dimension_features
 
 OP = OPCODE_IDS
@@ -163,64 +155,6 @@ def test_collapse_chains_branching_and_blocking():
     assert nodes.op.tolist() == [OP["dot"]] * 4 + [PLACEHOLDER_OPCODE] * 3
 
 
-def test_layout_flow_features_follow_elementwise_chains_both_ways():
-    # 0 parameter -> 1 conv -> 2 add -> 3 multiply -> 4 reduce, 3 -> 5 dot, 6 parameter -> 7 negate -> 5;
-    # 8 add consumes 1 and 7 (two chains meet: counted once per decision); 9 tanh hangs off 8.
-    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (3, 5), (6, 7), (7, 5), (1, 8), (7, 8), (8, 9)]
-    ops = ["parameter", "convolution", "add", "multiply", "reduce", "dot", "parameter", "negate", "add", "tanh"]
-    data = graph(edges, ops, [1, 5])
-    elements = [1, 10, 10, 10, 1, 5, 1, 7, 3, 3]
-    data.x[:, 28] = torch.tensor(elements, dtype=torch.float32)
-    out = LayoutFlowFeatures()(data)
-    assert out.x.shape == (10, 140 + len(LAYOUT_FLOW_COLUMNS))
-    torch.testing.assert_close(out.x[:, :140], graph(edges, ops, [1, 5]).x.index_put_(
-        (torch.arange(10), torch.full((10,), 28)), torch.tensor(elements, dtype=torch.float32)))
-    counts = torch.expm1(out.x[:, 140:]).round().tolist()
-    # conv 1: down through 2, 3, 8, 9 (elements 10 + 10 + 3 + 3), ending at the reduce 4 and the dot 5;
-    # up: the parameter 0.
-    assert counts[1] == [4, 26, 1, 1, 1, 0]
-    # dot 5: nothing consumes it; up through 3, 2 to the conv and through 7 to the parameter 6.
-    assert counts[5] == [0, 0, 0, 0, 1, 1]
-    assert all(row == [0] * 6 for i, row in enumerate(counts) if i not in (1, 5))
-    # tile graphs (no configurable nodes) are left alone
-    tile = graph(edges, ops, None)
-    assert LayoutFlowFeatures()(tile).x.shape == (10, 140)
-
-
-def _links_graph() -> Data:
-    """Convolutions A (node 2) and B (5) flow into one cluster of elementwise ops (3, 4, 6) that convolution C (8)
-    reads as its first operand; C feeds dot D (9) directly, A feeds reshape R (11) directly."""
-    edges = [(0, 2), (1, 2), (2, 3), (3, 4), (5, 4), (0, 5), (1, 5), (4, 6), (6, 8), (7, 8), (8, 9), (10, 9), (2, 11)]
-    ops = ["parameter", "parameter", "convolution", "multiply", "add", "convolution", "maximum", "parameter",
-           "convolution", "dot", "parameter", "reshape"]
-    return graph(edges, ops, [2, 5, 8, 9, 11])
-
-
-def test_decision_links_by_hand(monkeypatch: pytest.MonkeyPatch):
-    out = DecisionLinks()(_links_graph())
-    # slots: A 0, B 1, C 2, D 3, R 4; tensors: 0 output, 1 first operand, 2 second operand
-    assert out.link_index.tolist() == [[0, 0, 1, 0],   # A and B meet in the cluster
-                                       [0, 0, 2, 1],   # A's output reaches C's first operand through it
-                                       [0, 0, 4, 1],   # A's output is R's operand, directly
-                                       [1, 0, 2, 1],   # B's output reaches C's first operand
-                                       [2, 0, 3, 1]]   # C's output is D's first operand, directly
-    feat = dict(zip(LINK_FEATURES, out.link_feat.T.tolist(), strict=True))
-    # a's tensor elements (col 28 holds the node's id here: A 2, B 5, C 8); elementwise ops between (3 or 0)
-    np.testing.assert_allclose(feat["log_elements"], np.log2(1 + np.array([2, 2, 2, 5, 8])) / 16, rtol=1e-6)
-    np.testing.assert_allclose(feat["log_chain_ops"], [0.25, 0.25, 0, 0.25, 0], rtol=1e-6)
-    assert feat["a_convolution"] == [1, 1, 1, 1, 1] and feat["b_convolution"] == [1, 1, 0, 1, 0]
-    assert feat["b_dot"] == [0, 0, 0, 0, 1] and feat["b_reshape"] == [0, 0, 1, 0, 0]
-    assert feat["a_output"] == [1] * 5 and feat["b_output"] == [1, 0, 0, 0, 0] and feat["b_operand0"] == [0, 1, 1, 1, 1]
-    # a cluster with more ends than MAX_CLUSTER_PAIRS allows pairs: each end linked to the next one only
-    monkeypatch.setattr(transforms, "MAX_CLUSTER_PAIRS", 2)
-    assert DecisionLinks()(_links_graph()).link_index.tolist() == [[0, 0, 1, 0], [0, 0, 4, 1], [1, 0, 2, 1],
-                                                                    [2, 0, 3, 1]]
-    # no configurable nodes (tile): unchanged; none linked: empty tables of the right width
-    assert DecisionLinks()(graph([(0, 1)], ["parameter", "add"], None)).get("link_index") is None
-    lone = DecisionLinks()(graph([(0, 1)], ["parameter", "dot"], [1]))
-    assert lone.link_index.shape == (0, 4) and lone.link_feat.shape == (0, len(LINK_FEATURES))
-
-
 def layout_row(shape: list[int], layout: list[int], tuple_count: int = 0) -> torch.Tensor:
     row = torch.zeros(140)
     row[21:21 + len(shape)] = torch.tensor(shape, dtype=torch.float32)
@@ -331,61 +265,6 @@ def test_config_dimension_sizes():
     assert sizes[0].tolist() == [[0, 2, 4, 0, 0, 0, 0], [0, 2, 300, 0, 0, 0, 0], [0] * 7]
     assert sizes[1].tolist() == [[0, 8, 16, 3, 0, 0, 0], [0] * 7, [0] * 7]
     assert ConfigDimensionSizes()(Data(x=x[:1], op=torch.tensor([0]))).get("config_dim_sizes") is None
-
-
-def test_config_tensor_layouts_by_hand():
-    x = torch.stack([
-        layout_row([2, 300], [0, 1]),  # node 0: operand 0 of the dot, stored column-major
-        layout_row([300, 4], [1, 0]),  # node 1: operand 1
-        layout_row([2, 4], [1, 0]),  # node 2: dot (slot 0)
-        layout_row([8, 16, 3], [2, 1, 0]),  # node 3: reshape (slot 1); its operand is not in the graph
-        layout_row([5, 6], [1, 0]),  # node 4: a tuple-shaped operand of the reshape in node 5
-        layout_row([30], [0]),  # node 5: reshape (slot 2) of node 4
-    ])
-    x[4, 29] = 2  # a tuple has no layout
-    data = Data(x=x, op=torch.tensor([OP["parameter"], OP["parameter"], OP["dot"], OP["reshape"], OP["tuple"],
-                                      OP["reshape"]]),
-                edge_index=torch.tensor([[0, 1, 4], [2, 2, 5]]), config_node_index=torch.tensor([2, 3, 5]))
-    layouts = ConfigTensorLayouts()(data).config_tensor_layouts
-    assert layouts.dtype == torch.long and layouts.shape == (3, 18)
-    none = [-1] * 6
-    assert layouts[0].tolist() == [1, 0, -1, -1, -1, -1] + [0, 1, -1, -1, -1, -1] + [1, 0, -1, -1, -1, -1]
-    assert layouts[1].tolist() == [2, 1, 0, -1, -1, -1] + none + none  # an operand not in the graph: all -1
-    assert layouts[2].tolist() == [0, -1, -1, -1, -1, -1] + none + none  # a tuple operand: all -1
-    # The file's 0-padding and the -1 padding give the same result (PadLayoutMinusOne first or not).
-    padded = PadLayoutMinusOne()(data.clone())
-    assert torch.equal(ConfigTensorLayouts()(padded).config_tensor_layouts, layouts)
-    assert ConfigTensorLayouts()(Data(x=x[:1], op=torch.tensor([0]))).get("config_tensor_layouts") is None
-
-
-def test_config_key_dims_by_hand():
-    x = torch.stack([
-        layout_row([3, 4], [1, 0]),  # node 0: a dot operand [3, 4]
-        layout_row([2, 3], [1, 0]),  # node 1: the other operand [2, 3]
-        layout_row([2, 4], [1, 0]),  # node 2: dot [2, 3] x [3, 4]: the lhs is node 1 (contracting dim 1), the rhs
-        #                              node 0 (contracting dim 0); the output's key is its last dim
-        layout_row([8, 5, 5, 16], [3, 2, 1, 0]),  # node 3: conv input (NHWC)
-        layout_row([3, 3, 16, 32], [3, 2, 1, 0]),  # node 4: kernel (HWIO)
-        layout_row([8, 5, 5, 32], [0, 3, 2, 1]),  # node 5: conv output
-        layout_row([8, 16, 3], [2, 1, 0]),  # node 6: reshape of node 5
-        layout_row([5, 7], [1, 0]),  # node 7: a dot whose operands match no split
-    ])
-    x[5, 93:107] = torch.tensor([0, 3, 1, 2, 0, 0, 2, 3, 0, 1, 0, 0, 0, 3], dtype=torch.float32)
-    data = Data(x=x, op=torch.tensor([OP["parameter"], OP["parameter"], OP["dot"], OP["parameter"], OP["parameter"],
-                                      OP["convolution"], OP["reshape"], OP["dot"]]),
-                edge_index=torch.tensor([[0, 1, 3, 4, 5, 0, 1], [2, 2, 5, 5, 6, 7, 7]]),
-                config_node_index=torch.tensor([2, 5, 6, 7]))
-    keys = ConfigKeyDims()(data).config_dim_keys
-    assert keys.shape == (4, 3, 7)
-    named = [[[int(v) - 1 for v in row.nonzero().flatten()] for row in slot] for slot in keys]
-    # The dot's operands in node order are [3, 4] then [2, 3]: only the swapped order fits, so tensor 1 (node 0)
-    # contracts dim 0 and tensor 2 (node 1) dim 1; the output's key is its last dim (1).
-    assert named[0] == [[1], [0], [1]]
-    # The conv: output feature dim 3 (col 106), input feature dim 3 (col 94), kernel input feature dim 2 (col 99).
-    assert named[1] == [[3], [3], [2]]
-    assert named[2] == [[], [], []]  # a reshape has no key dims
-    assert named[3] == [[1], [], []]  # no contracting split fits [3, 4] x [2, 3] -> [5, 7]: the output's last only
-    assert ConfigKeyDims()(Data(x=x[:1], op=torch.tensor([0]))).get("config_dim_keys") is None
 
 
 def test_dimension_features_by_hand():
@@ -600,26 +479,3 @@ def test_graph_to_data_takes_a_slice_like_the_reader(tmp_path):
     assert by_slice.config_ids.tolist() == [2, 3, 4, 5, 6]
     assert torch.equal(by_slice.config_feat, by_index.config_feat)
     assert torch.equal(by_slice.y, by_index.y)
-
-
-def test_tile_memory_features_append_the_gbdts_columns():
-    from features.tabular import TILE_MEMORY_NAMES, tile_memory
-
-    x = torch.zeros(2, 140)
-    x[1, 0] = 1  # the root: a 16 x 256 f32 convolution
-    x[1, 21:23] = torch.tensor([16.0, 256.0])
-    x[1, 2 + ELEMENT_TYPES.index("f32")] = 1
-    x[0, 2 + ELEMENT_TYPES.index("bf16")] = 1  # the parameter: 1,000 bf16 elements
-    x[0, COL_SHAPE_PRODUCT] = 1000
-    cfg = torch.zeros(3, 24)
-    cfg[:, 8:10] = torch.tensor([[8.0, 128.0], [16.0, 200.0], [4.0, 256.0]])
-    op = torch.tensor([OPCODE_IDS["parameter"], OPCODE_IDS["convolution"]])
-    out = TileMemoryFeatures()(Data(x=x.clone(), op=op, config_feat=cfg.clone(), num_nodes=2))
-    assert out.config_feat.shape == (3, 24 + len(TILE_MEMORY_NAMES)) and out.config_feat[:, :24].equal(cfg)
-    expected = tile_memory(x.numpy(), op.numpy(), cfg.numpy())
-    np.testing.assert_allclose(out.config_feat[:, 24:].numpy(), expected, rtol=1e-6)
-    # by hand: the first config's padded 8 x 128 tile of 4-byte elements, and a quarter of the 2,000 parameter bytes
-    np.testing.assert_allclose(out.config_feat[0, 24:26].numpy(), np.log2(1 + np.array([4096.0, 500.0])), rtol=1e-6)
-    assert out.x.equal(x)
-    layout = Data(x=x.clone(), op=op, config_feat=torch.zeros(3, 1, 18), num_nodes=2)
-    assert TileMemoryFeatures()(layout).config_feat.shape == (3, 1, 18)  # layout configs: unchanged

@@ -202,11 +202,6 @@ def test_more_processes_than_graphs_is_refused(tiny_world: Path, tmp_path: Path,
     assert capsys.readouterr().err == (
         f"error: {LAYOUT.value}: 2 train graphs for 3 processes, each of which trains a graph of its own at every "
         f"step: launch at most 2, or leave {LAYOUT.value} out (--collections)\n")
-    with pytest.raises(SystemExit):  # with sibling training, 2 graphs of its own and 2 of its sibling's
-        main([*args, "--nproc", "5", "--param", "sibling=True"])
-    assert capsys.readouterr().err == (
-        f"error: {LAYOUT.value}: 4 train graphs for 5 processes, each of which trains a graph of its own at every "
-        f"step: launch at most 4, or leave {LAYOUT.value} out (--collections)\n")
     with pytest.raises(SystemExit):
         main([*args, "--nproc", "2", "--param", "graphs_per_step=1"])
     assert capsys.readouterr().err == (

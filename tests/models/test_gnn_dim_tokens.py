@@ -11,7 +11,7 @@ import torch
 
 from competition.collections import Collection, Split
 from competition.reader import find_data_root, list_graphs, load_graph
-from competition.schema import COLS_LAYOUT, COLS_SHAPE
+from competition.schema import COLS_SHAPE
 from models.base import load_model
 from models.gnn.model import GNNAttentionModel
 from models.gnn.net import make_segments
@@ -57,68 +57,3 @@ def test_streamed_prediction_equals_the_forward_pass_and_survives_save_load(tiny
                                                                        progress=False)
     assert plain.network().config_dims is None
     assert "config_dim_sizes" not in plain.prepare(graph)
-
-
-def test_key_dims_end_to_end(tiny_world: Path, model: GNNAttentionModel):
-    """key_dims: the pipeline attaches the key flags, training and the streamed prediction use them."""
-    root = find_data_root(tiny_world)
-    keyed = GNNAttentionModel(**QUICK, key_dims=True, cache_dir=model.cache_dir).fit(root, LAYOUT, progress=False)
-    graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
-    data = keyed.prepare(graph)
-    keys = data.config_dim_keys
-    assert keys.shape == data.config_dim_sizes.shape and set(keys.unique().tolist()) <= {0.0, 1.0}
-    assert (keys.sum(-1) <= 1).all()  # at most one key dim per tensor
-    assert (keys[:, :, 0] == 0).all() and (keys[:, :, 1:] * (data.config_dim_sizes[:, :, 1:] == 0)).sum() == 0
-    assert keys.sum() > 0  # the tiny world has convolutions or dots
-    assert keyed.network().config_keys is not None and model.network().config_keys is None
-    assert "config_dim_keys" not in model.prepare(graph)
-    with torch.no_grad():
-        expected = keyed.network()(make_segments(data), torch.from_numpy(graph.config_features()))
-    np.testing.assert_allclose(keyed.predict(graph), expected.double().numpy(), rtol=1e-5, atol=1e-5)
-
-
-def test_layout_match_end_to_end(tiny_world: Path, model: GNNAttentionModel, tmp_path: Path):
-    """layout_match: the pipeline attaches the file's layouts of the slots' tensors; training, the streamed
-    prediction and save/load use them; some configs of the tiny world keep a tensor's file layout, some do not."""
-    root = find_data_root(tiny_world)
-    matched = GNNAttentionModel(**QUICK, layout_match=True, cache_dir=model.cache_dir).fit(root, LAYOUT, progress=False)
-    graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
-    data = matched.prepare(graph)
-    layouts = data.config_tensor_layouts
-    assert layouts.shape == (graph.node_config_ids.shape[0], 18) and layouts.dtype == torch.long
-    # The output tensor's entries are the slot node's own raw layout columns, -1 beyond its rank.
-    raw = graph.node_feat[graph.node_config_ids]
-    rank = (raw[:, COLS_SHAPE] != 0).sum(1)
-    own = np.where(np.arange(6)[None, :] < rank[:, None], raw[:, COLS_LAYOUT], -1)
-    np.testing.assert_array_equal(layouts[:, :6].numpy(), own)
-    values = torch.from_numpy(graph.config_features()).long()  # [C, NC, 18]
-    explicit = values >= 0
-    equal = (values == layouts) & explicit
-    assert equal.any() and (explicit & ~equal).any()
-    assert matched.network().config_match is not None and model.network().config_match is None
-    assert "config_tensor_layouts" not in model.prepare(graph)
-    with torch.no_grad():
-        expected = matched.network()(make_segments(data), torch.from_numpy(graph.config_features()))
-    scores = matched.predict(graph)
-    np.testing.assert_allclose(scores, expected.double().numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(load_model(matched.save(tmp_path / "m")).predict(graph), scores)
-
-
-def test_links_end_to_end(tiny_world: Path, model: GNNAttentionModel, tmp_path: Path):
-    """links: the pipeline finds the decision links on the whole graph, training fits the link term, and the
-    streamed prediction (which looks the terms up in a table) gives the forward pass's scores, after save/load too."""
-    root = find_data_root(tiny_world)
-    linked = GNNAttentionModel(**QUICK, links=True, cache_dir=model.cache_dir).fit(root, LAYOUT, progress=False)
-    graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
-    data = linked.prepare(graph)
-    index = data.link_index
-    assert index.shape[1] == 4 and index.shape[0] > 0 and data.link_feat.shape == (index.shape[0], 14)
-    assert int(index[:, [0, 2]].max()) < graph.node_config_ids.shape[0]  # slot numbers, unchanged by pruning
-    assert "link_index" not in model.prepare(graph) and model.network().link_mlp is None
-    net = linked.network()
-    assert net.link_mlp is not None
-    with torch.no_grad():
-        expected = net(make_segments(data), torch.from_numpy(graph.config_features()))
-    scores = linked.predict(graph)
-    np.testing.assert_allclose(scores, expected.double().numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(load_model(linked.save(tmp_path / "m")).predict(graph), scores)

@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from features.transforms import LINK_FEATURES
 from models.gnn.gst import HistoryTable, gst_scores
-from models.gnn.net import LAYOUT_CONFIG_SLOTS, RankNet, layout_codes, make_segments
+from models.gnn.net import LAYOUT_CONFIG_SLOTS, RankNet, make_segments
 
 N, F, H, B = 12, 5, 8, 4
 SEGMENT = 4  # 3 segments: [0, 4), [4, 8), [8, 12)
@@ -27,12 +26,10 @@ def _graph(seed: int = 0) -> tuple[Data, torch.Tensor, torch.Tensor]:
     return data, x, config_feat
 
 
-def _net(seed: int = 0, attention: bool = False, runtime_head: bool = False, links: bool = False,
-         node_head: bool = False) -> RankNet:
+def _net(seed: int = 0, attention: bool = False) -> RankNet:
     torch.manual_seed(seed)
     return RankNet("layout", F, hidden=H, layers=2, opcode_dim=16, bidirectional=True, attention=attention,
-                   join="early", dropout=0.0, dim_tokens=False, key_dims=False, layout_match=False, runtime_sum=False, runtime_head=runtime_head, links=links,
-                   node_head=node_head, tile_memory=False)
+                   join="early", dropout=0.0, dim_tokens=False)
 
 
 POSITIONS = torch.arange(B)
@@ -75,24 +72,16 @@ def test_backprop_two_segments_reaches_both():
     assert (x.grad.abs().sum(1) > 0).tolist() == expected.tolist()
 
 
-@pytest.mark.parametrize("links", [False, True])
-def test_keep_all_first_call_equals_full_forward(links: bool):
-    """A fresh table and keep_prob 1: every segment's embedding is computed now, so the scores are the full net's
-    (with decision links, their term too: links join slots of different segments)."""
+def test_keep_all_first_call_equals_full_forward():
+    """A fresh table and keep_prob 1: every segment's embedding is computed now, so the scores are the full
+    net's."""
     data, _, cf = _graph()
-    if links:
-        data.link_index = torch.tensor([[0, 0, 1, 1], [1, 0, 3, 2], [2, 0, 3, 1]])  # slots 0, 1, 3 in 3 segments
-        data.link_feat = torch.rand(3, len(LINK_FEATURES), generator=torch.Generator().manual_seed(4))
-    net = _net(links=links)
+    net = _net()
     segs = make_segments(data, SEGMENT)
     table = HistoryTable()
     scores, chosen = gst_scores(net, segs, cf, POSITIONS, key="g", table=table, rng=np.random.default_rng(3),
                                 backprop=1, keep_prob=1.0)
     torch.testing.assert_close(scores, net(segs, cf))
-    if links:  # the term is in both
-        term = net.link_term(layout_codes(cf), data.link_index, data.link_feat)
-        torch.testing.assert_close(scores - term, net.score(sum(net.segment_sum(s, cf) for s in segs), N, cf))
-        assert term.std() > 0
     assert len(table) == 3 * B  # every segment stored for every config
     for i, seg in enumerate(segs):
         stored, filled = table.get("g", i, POSITIONS)

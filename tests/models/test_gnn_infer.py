@@ -15,16 +15,8 @@ from torch_geometric.data import Data
 import models.gnn.infer as infer
 from competition.collections import Collection, Split
 from competition.reader import find_data_root, list_graphs, load_graph
-from features.transforms import LINK_FEATURES
 from models.gnn.infer import LayoutPlan, code_values, config_codes, iter_code_blocks
-from models.gnn.net import (
-    CONFIG_VALUES,
-    LAYOUT_CONFIG_SLOTS,
-    LINK_PATTERN_BITS,
-    RankNet,
-    link_patterns,
-    make_segments,
-)
+from models.gnn.net import CONFIG_VALUES, LAYOUT_CONFIG_SLOTS, RankNet, make_segments
 from models.gnn.train import inference_autocast, predict_scores
 
 SLOT_NODES = [1, 4, 4, 9, 15, 16, 30, 44, 48]  # node 4 holds two slots; 1 and 4 share a component
@@ -43,29 +35,22 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
     return data, cf
 
 
-def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False,
-         key_dims: bool = False, runtime_head: bool = False, links: bool = False, node_head: bool = False,
-         layout_match: bool = False, runtime_sum: bool = False) -> RankNet:
+def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False) -> RankNet:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
-                  join="early", dropout=0.0, dim_tokens=dim_tokens, key_dims=key_dims, layout_match=layout_match,
-                  runtime_head=runtime_head, links=links, node_head=node_head,
-                  tile_memory=False, runtime_sum=runtime_sum).eval()
+                  join="early", dropout=0.0, dim_tokens=dim_tokens).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)
     return net
 
 
-@pytest.mark.parametrize("head", ["pooled", "runtime", "node", "sum"])
 @pytest.mark.parametrize("segment_size", [None, 13])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("attention", [False, True])
-def test_plan_scores_equal_the_forward_pass(attention: bool, bidirectional: bool, segment_size: int | None,
-                                            head: str):
+def test_plan_scores_equal_the_forward_pass(attention: bool, bidirectional: bool, segment_size: int | None):
     data, cf = _graph()
-    net = _net(attention, bidirectional, runtime_head=head == "runtime", node_head=head == "node",
-               runtime_sum=head == "sum")
+    net = _net(attention, bidirectional)
     segments = make_segments(data, segment_size)
     plan = LayoutPlan(net, segments)
     with torch.no_grad():
@@ -97,105 +82,6 @@ def test_plan_scores_equal_the_forward_pass_with_dimension_tokens(attention: boo
     del data.config_dim_sizes
     with pytest.raises(ValueError, match="config_dim_sizes"):
         net(make_segments(data, segment_size), cf)
-
-
-@pytest.mark.parametrize("segment_size", [None, 13])
-@pytest.mark.parametrize("attention", [False, True])
-def test_plan_scores_equal_the_forward_pass_with_key_dims(attention: bool, segment_size: int | None):
-    data, cf = _graph()
-    g = torch.Generator().manual_seed(2)
-    keys = torch.zeros(len(SLOT_NODES), 3, 7)
-    keys[torch.arange(len(SLOT_NODES)), torch.randint(0, 3, (len(SLOT_NODES),), generator=g),
-         torch.randint(1, 5, (len(SLOT_NODES),), generator=g)] = 1.0
-    data.config_dim_keys = keys
-    net = _net(attention, key_dims=True)
-    segments = make_segments(data, segment_size)
-    with torch.no_grad():
-        expected = net(segments, cf)
-    torch.testing.assert_close(LayoutPlan(net, segments).scores(config_codes(cf)), expected, rtol=1e-5, atol=1e-5)
-    data.config_dim_keys = keys.flip(0)  # other key dims: other scores
-    with torch.no_grad():
-        assert not torch.allclose(net(make_segments(data, segment_size), cf), expected)
-    del data.config_dim_keys
-    with pytest.raises(ValueError, match="config_dim_keys"):
-        net(make_segments(data, segment_size), cf)
-
-
-@pytest.mark.parametrize("segment_size", [None, 13])
-@pytest.mark.parametrize("attention", [False, True])
-def test_plan_scores_equal_the_forward_pass_with_layout_match(attention: bool, segment_size: int | None):
-    data, cf = _graph()
-    layouts = torch.randint(-1, 3, (len(SLOT_NODES), LAYOUT_CONFIG_SLOTS), generator=torch.Generator().manual_seed(4))
-    layouts[0] = cf[0, 0].long()  # one slot whose whole layout some configs keep
-    data.config_tensor_layouts = layouts
-    net = _net(attention, layout_match=True)
-    segments = make_segments(data, segment_size)
-    with torch.no_grad():
-        expected = net(segments, cf)
-    torch.testing.assert_close(LayoutPlan(net, segments).scores(config_codes(cf)), expected, rtol=1e-5, atol=1e-5)
-    data.config_tensor_layouts = layouts.flip(0)  # other file layouts: other scores
-    with torch.no_grad():
-        assert not torch.allclose(net(make_segments(data, segment_size), cf), expected)
-    del data.config_tensor_layouts
-    with pytest.raises(ValueError, match="config_tensor_layouts"):
-        net(make_segments(data, segment_size), cf)
-
-
-LINKS = [[0, 0, 3, 1], [1, 0, 2, 2], [4, 0, 8, 1], [5, 1, 6, 0], [2, 0, 7, 1], [0, 0, 1, 0]]
-"""Decision links over :data:`SLOT_NODES`, most of them between slots of different components."""
-
-
-def add_links(data: Data) -> Data:
-    data.link_index = torch.tensor(LINKS)
-    data.link_feat = torch.rand(len(LINKS), len(LINK_FEATURES), generator=torch.Generator().manual_seed(3))
-    return data
-
-
-def test_link_patterns_by_hand():
-    cf = -torch.ones(3, 2, LAYOUT_CONFIG_SLOTS)
-    cf[0, 0, :2] = torch.tensor([0.0, 1.0])  # slot 0's output: dims 0, 1
-    cf[0, 1, 6:8] = torch.tensor([0.0, 1.0])  # slot 1's input: the same
-    cf[1, 0, :2] = torch.tensor([0.0, 1.0])
-    cf[1, 1, 6:8] = torch.tensor([1.0, 0.0])  # swapped: the first two values differ
-    # config 2: both all -1 (the compiler's default)
-    link = torch.tensor([[0, 0, 1, 1], [1, 1, 0, 0]])  # the same pair, either way round
-    got = link_patterns(infer.layout_codes(cf), link)
-    assert got.tolist() == [[0b00111111] * 2, [0b00111100] * 2, [0b11111111] * 2]
-
-
-@pytest.mark.parametrize("segment_size", [None, 13])
-@pytest.mark.parametrize("attention", [False, True])
-def test_plan_scores_equal_the_forward_pass_with_links(attention: bool, segment_size: int | None,
-                                                       monkeypatch: pytest.MonkeyPatch):
-    data, cf = _graph()
-    add_links(data)
-    net = _net(attention, links=True)
-    segments = make_segments(data, segment_size)
-    with torch.no_grad():
-        expected = net(segments, cf)
-        # the link term by hand: every config, every link, its pattern's MLP row
-        codes = infer.layout_codes(cf)
-        values = code_values(codes)  # [B, NC, 18]
-        term = torch.zeros(cf.shape[0])
-        for b in range(cf.shape[0]):
-            for (sa, ta, sb, tb), feat in zip(LINKS, data.link_feat, strict=True):
-                va, vb = values[b, sa, 6 * ta:6 * ta + 6], values[b, sb, 6 * tb:6 * tb + 6]
-                bits = torch.cat([va == vb, (va == 0).all().view(1), (vb == 0).all().view(1)]).float()
-                assert bits.numel() == LINK_PATTERN_BITS
-                term[b] += net.link_mlp(torch.cat([feat, bits])).squeeze()
-        torch.testing.assert_close(net.link_term(codes, data.link_index, data.link_feat), term)
-        torch.testing.assert_close(net.link_term(codes, data.link_index, data.link_feat,
-                                                 net.link_table(data.link_feat)), term)
-        monkeypatch.setattr("models.gnn.net.LINK_ENTRIES", 13)  # two configs at a time
-        torch.testing.assert_close(net.link_term(codes, data.link_index, data.link_feat), term)
-        total = sum(net.segment_sum(s, cf) for s in segments)
-        torch.testing.assert_close(expected, net.score(total, 60, cf) + term)
-    torch.testing.assert_close(LayoutPlan(net, segments).scores(config_codes(cf)), expected, rtol=1e-5, atol=1e-5)
-    del data.link_index
-    with pytest.raises(ValueError, match="link_index"):
-        net(make_segments(data, segment_size), cf)
-    with pytest.raises(ValueError, match="link_index"):
-        LayoutPlan(net, make_segments(data, segment_size))
 
 
 @pytest.mark.parametrize("attention", [False, True])

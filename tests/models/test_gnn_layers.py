@@ -3,8 +3,6 @@ make_segments, each against hand-built graphs and known answers."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from torch_geometric.data import Data
@@ -16,9 +14,7 @@ from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, RankNet, ma
 EDGES = torch.tensor([[0, 1, 2], [2, 2, 3]])
 # RankNet takes every setting explicitly (its defaults live in models.gnn.train): these, unless a test says otherwise.
 NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
-           dim_tokens=False, key_dims=False, layout_match=False, runtime_sum=False, runtime_head=False, links=False, node_head=False,
-           tile_memory=False)
-
+           dim_tokens=False)
 
 
 def test_mean_adjacency_forward_gathers_from_producers():
@@ -191,37 +187,6 @@ def test_ranknet_tile_scores_one_per_config(join: str, attention: bool):
     assert len(set(scores.tolist())) == 4
 
 
-@pytest.mark.parametrize("kind", ["layout", "tile"])
-def test_runtime_head_adds_the_scaled_log_of_the_nodes_predicted_times(kind: str):
-    """Every node predicting the log-time b (zero weights, bias b) makes the runtime N e^b: the score is the plain
-    head's plus exp(time_scale) * (log N + b); the states the head reads are the same as without the runtime head."""
-    data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=4)
-    torch.manual_seed(0)
-    plain = RankNet(kind, F, **NET).eval()
-    net = RankNet(kind, F, **{**NET, "runtime_head": True}).eval()
-    net.load_state_dict({**plain.state_dict(), "node_time.weight": torch.zeros(1, NET["hidden"]),
-                         "node_time.bias": torch.tensor([3.0]), "time_scale": torch.tensor(math.log(2.0))})
-    segs = make_segments(data)
-    expected = plain(segs, cf) + 2.0 * (math.log(N) + 3.0)
-    torch.testing.assert_close(net(segs, cf), expected)
-    assert net.pooled_width == NET["hidden"] + 1 and plain.pooled_width == NET["hidden"]
-    # Each node contributes its state and its time exp(b) to the pooled sum.
-    with torch.no_grad():
-        states = net.readout(torch.zeros(1, N, NET["hidden"]))
-    assert states.shape == (1, N, NET["hidden"] + 1)
-    torch.testing.assert_close(states[..., -1], torch.full((1, N), math.exp(3.0)))
-    # Under the prediction's bfloat16 autocast the times are still computed and pooled in float32.
-    h = torch.randn(2, N, NET["hidden"])
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = net.readout(h.bfloat16())
-    assert cast.dtype == torch.float32
-    torch.testing.assert_close(cast, net.readout(h.bfloat16().float()))
-    # The clip keeps a graph's sum finite whatever the weights.
-    with torch.no_grad():
-        net.node_time.bias.fill_(1e4)
-    assert torch.isfinite(net(segs, cf)).all()
-
-
 def test_ranknet_rejects_unknown_kind_and_join():
     with pytest.raises(ValueError, match="kind"):
         RankNet("graph", F, **NET)
@@ -309,62 +274,3 @@ def test_make_segments_tile_graph_has_no_slots():
     segs = make_segments(g, 2)
     assert [(s.start, s.stop) for s in segs] == [(0, 2), (2, 4), (4, 5)]
     assert all(s.slots.numel() == 0 and s.slot_nodes.numel() == 0 for s in segs)
-
-
-@pytest.mark.parametrize("kind", ["layout", "tile"])
-def test_node_head_scores_the_sum_of_the_nodes_scalars(kind: str):
-    """With node_head the score is the sum over the nodes of node_score(final state): a node scalar of zero weights
-    and bias b makes every config's score N * b; in general it equals the per-node MLP summed by hand."""
-    data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=4)
-    torch.manual_seed(0)
-    net = RankNet(kind, F, **{**NET, "node_head": True}).eval()
-    segs = make_segments(data)
-    assert net.pooled_width == NET["hidden"] + 1
-    with torch.no_grad():
-        states = net.readout(torch.randn(4, N, NET["hidden"]))
-        by_hand = net.node_score(states[..., :-1]).squeeze(-1)
-        torch.testing.assert_close(states[..., -1], by_hand)
-        last = net.node_score[-1]
-        last.weight.zero_()
-        last.bias.fill_(0.25)
-        torch.testing.assert_close(net(segs, cf), torch.full((4,), 0.25 * N))
-    with pytest.raises(ValueError, match="choose one"):
-        RankNet(kind, F, **{**NET, "node_head": True, "runtime_head": True})
-
-
-@pytest.mark.parametrize("kind", ["layout", "tile"])
-def test_runtime_sum_scores_the_predicted_runtime_standardised_in_training(kind: str):
-    """With runtime_sum the score is the pooled runtime R = sum_n exp(t_n) alone: log R in evaluation, and in
-    training (R - mean) / std over the batch's configs, computed here by hand from the readout; no head over the
-    states (its parameters get no gradient)."""
-    data, cf = (_layout_data if kind == "layout" else _tile_data)(batch=4)
-    torch.manual_seed(0)
-    net = RankNet(kind, F, **{**NET, "runtime_sum": True})
-    segs = make_segments(data)
-    assert net.pooled_width == NET["hidden"] + 1 and net.time_scale is None
-    total = torch.tensor([[0.0] * NET["hidden"] + [r] for r in (2.0, 4.0, 4.0, 6.0)])
-    net.eval()
-    torch.testing.assert_close(net.score(total, N, cf), torch.log(torch.tensor([2.0, 4.0, 4.0, 6.0])))
-    net.train()
-    # mean 4, population std sqrt(2): (-2, 0, 0, 2) / sqrt(2)
-    torch.testing.assert_close(net.score(total, N, cf), torch.tensor([-2.0, 0.0, 0.0, 2.0]) / math.sqrt(2.0))
-    # One config, or configs of equal runtime: 0, not 0 / 0.
-    assert net.score(total[1:3], N, cf).tolist() == [0.0, 0.0]
-    # Through the network: the evaluation scores are the log of the readout's time channel summed over the nodes.
-    net.eval()
-    with torch.no_grad():
-        expected = torch.log(sum(net.segment_sum(s, cf)[:, -1] for s in segs))
-        torch.testing.assert_close(net(segs, cf), expected)
-    net.train()
-    net(segs, cf).pow(2).sum().backward()
-    assert all(p.grad is None for p in net.head.parameters())
-    assert net.node_time.weight.grad is not None and net.node_time.weight.grad.abs().sum() > 0
-    with pytest.raises(ValueError, match="runtime_head and runtime_sum are 2 heads: choose one"):
-        RankNet(kind, F, **{**NET, "runtime_sum": True, "runtime_head": True})
-    with pytest.raises(ValueError, match="node_head and runtime_sum"):
-        RankNet(kind, F, **{**NET, "runtime_sum": True, "node_head": True})
-
-
-def test_runtime_sum_refuses_a_late_tile_join():
-    with pytest.raises(ValueError, match="join='early'"):
-        RankNet("tile", F, **{**NET, "runtime_sum": True, "join": "late"})

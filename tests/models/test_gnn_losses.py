@@ -179,14 +179,3 @@ def test_pair_tolerance_reaches_training(tiny_world, tmp_path):
     assert ties.settings_["pair_tolerance"] == 1e9
     assert [h["train_loss"] for h in ties.history_] == [0.0]
     assert plain.history_[0]["train_loss"] > 0.0
-
-
-def test_node_head_setting():
-    from models.gnn.model import GNNModel
-    from models.gnn.train import default_config
-
-    assert default_config("layout").node_head is False
-    cfg = GNNModel(node_head=True).train_config("layout")
-    assert cfg.node_head is True
-    with pytest.raises(ValueError, match="choose one"):
-        GNNModel(node_head=True, runtime_head=True).train_config("layout")

@@ -24,8 +24,7 @@ from models.gnn.model import GNNModel
 from models.gnn.train import CHECKPOINT, CURVES_CSV, SETTINGS_FILE, TrainConfig, run_settings
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
-QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=3, steps_per_graph=1, configs_per_graph=16,
-             sibling=False)  # the graphs each training sees are counted below
+QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=3, steps_per_graph=1, configs_per_graph=16)
 # The modules themselves: ``models.gnn.train`` as an attribute is the ``train`` function models/gnn/__init__.py
 # re-exports.
 gnn_model = importlib.import_module("models.gnn.model")

@@ -23,7 +23,7 @@ from models.gnn.model import GNNModel
 from models.gnn.train import CHECKPOINT
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
-QUICK = dict(hidden=16, layers=2, device="cpu", epochs=2, steps_per_graph=1, configs_per_graph=16, sibling=False)
+QUICK = dict(hidden=16, layers=2, device="cpu", epochs=2, steps_per_graph=1, configs_per_graph=16)
 gnn_model = importlib.import_module("models.gnn.model")
 gnn_train = importlib.import_module("models.gnn.train")
 

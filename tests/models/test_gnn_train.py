@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import json
 import math
 import shutil
 from pathlib import Path
@@ -19,14 +20,23 @@ from competition.reader import find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
 from models.gnn.model import GNNAttentionModel, GNNModel
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, RankNet, make_segments
-from models.gnn.train import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE, predict_scores
+from models.gnn.train import (
+    CHECKPOINT,
+    CURVES_CSV,
+    CURVES_PNG,
+    DEFAULTS,
+    RETIRED_SETTINGS,
+    SETTINGS_FILE,
+    TrainConfig,
+    _visit_order,
+    predict_scores,
+)
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 SMALL = dict(hidden=16, layers=2, device="cpu", seed=0)
 QUICK = dict(SMALL, epochs=3, steps_per_graph=1, configs_per_graph=16)
 NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
-           dim_tokens=False, key_dims=False, layout_match=False, runtime_sum=False, runtime_head=False, links=False, node_head=False,
-           tile_memory=False)
+           dim_tokens=False)
 # The module itself: ``models.gnn.train`` as an attribute is the ``train`` function that models/gnn/__init__.py
 # re-exports, so ``import models.gnn.train as m`` would bind the function.
 gnn_train = importlib.import_module("models.gnn.train")
@@ -120,6 +130,48 @@ def test_save_load_predicts_identically(tiny_world: Path, learned: GNNModel, tmp
             pred = loaded.predict(graph)
             assert pred.dtype == np.float64 and pred.shape == (graph.num_configs,) and np.isfinite(pred).all()
             np.testing.assert_array_equal(pred, learned.predict(graph))
+
+
+def _as_saved_before(model: GNNModel, path: Path) -> dict:
+    """``model`` saved as a version that still had the :data:`RETIRED_SETTINGS` wrote it: each among its
+    hyper-parameters (``None``, the default) and its settings (``False``)."""
+    doc = json.loads(model.save(path).read_text())
+    doc["params"].update(dict.fromkeys(RETIRED_SETTINGS))
+    doc["state"]["settings_"].update(dict.fromkeys(RETIRED_SETTINGS, False))
+    return doc
+
+
+def test_a_model_saved_with_the_retired_settings_off_loads_and_predicts_identically(tiny_world: Path,
+                                                                                    learned: GNNModel,
+                                                                                    tmp_path: Path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_as_saved_before(learned, tmp_path / "gnn.json")))
+    loaded = load_model(old)
+    assert isinstance(loaded, GNNModel)
+    assert loaded.get_params() == learned.get_params() and loaded.settings_ == learned.settings_
+    graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.VALID)[0], LAYOUT)
+    np.testing.assert_array_equal(loaded.predict(graph), learned.predict(graph))
+    # The settings are gone from the code: not a hyper-parameter, nor a field of a run's settings.
+    assert not set(RETIRED_SETTINGS) & (set(learned.get_params()) | set(TrainConfig.__dataclass_fields__))
+    assert GNNModel(runs_dir=None, **dict.fromkeys(RETIRED_SETTINGS, False)).get_params() == \
+        GNNModel(runs_dir=None).get_params()
+
+
+@pytest.mark.parametrize("where", ["params", "settings"])
+@pytest.mark.parametrize("name", RETIRED_SETTINGS)
+def test_a_model_trained_with_a_retired_setting_on_is_refused(name: str, where: str, learned: GNNModel,
+                                                              tmp_path: Path):
+    doc = _as_saved_before(learned, tmp_path / "gnn.json")
+    (doc["params"] if where == "params" else doc["state"]["settings_"])[name] = True
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as refused:
+        load_model(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ")
+    assert f"trained with {name}=True, an option this version no longer has; retrain it" in message
+    with pytest.raises(ValueError, match=f"trained with {name}=True, an option this version no longer has"):
+        GNNModel(**{name: True})
 
 
 def test_predict_streams_blocks_like_the_forward_pass(train_only_root: Path, learned: GNNModel,
@@ -240,17 +292,13 @@ def test_tile_model_fits_and_predicts(tiny_world: Path, cache_dir: str):
             assert pred.shape == (graph.num_configs,) and np.isfinite(pred).all()
 
 
-def test_tile_model_with_on_chip_memory_columns(tiny_world: Path, cache_dir: str):
-    from features.tabular import TILE_MEMORY_NAMES
-
-    root = find_data_root(tiny_world)
-    model = GNNModel(**QUICK, runs_dir=None, cache_dir=cache_dir, tile_memory=True).fit(root, Collection.TILE_XLA,
-                                                                                         progress=False)
-    assert model.settings_["tile_memory"] is True
-    assert model.network().config_in[0].in_features == 24 + len(TILE_MEMORY_NAMES)
-    graph = load_graph(list_graphs(root, Collection.TILE_XLA, Split.VALID)[0], Collection.TILE_XLA)
-    pred = model.predict(graph)
-    assert pred.shape == (graph.num_configs,) and np.isfinite(pred).all()
+def test_visit_order_spreads_an_epoch_over_every_graph():
+    cfg = DEFAULTS["layout"]  # graphs_per_step 1
+    # 12 slots over 6 graphs: each twice; 4 slots over 6 graphs: 4 distinct graphs (a random subset, not the first 4)
+    order = _visit_order(12, cfg, 6, torch.Generator().manual_seed(0))
+    assert sorted(order) == sorted(list(range(6)) * 2)
+    subsets = {tuple(sorted(_visit_order(4, cfg, 6, torch.Generator().manual_seed(s)))) for s in range(20)}
+    assert all(len(set(sub)) == 4 for sub in subsets) and len(subsets) > 1
 
 
 # -- predict_scores ----------------------------------------------------------------------------------------------
