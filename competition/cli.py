@@ -281,10 +281,14 @@ def _cmd_params(args: argparse.Namespace) -> int:
     if args.markdown:
         print(parameter_reference(args.models or None), end="")
         return EXIT_OK
-    rows = parameter_rows(args.models or None)
-    for model in dict.fromkeys(r[0] for r in rows):
+    names = args.models or [*sorted(MODELS), Ensemble.name]
+    rows = parameter_rows(names)
+    for model in names:
         print(f"{model}:")
         mine = [r for r in rows if r[0] == model]
+        if not mine:
+            print("  (no hyper-parameters)")
+            continue
         width = max(len(r[1]) for r in mine)
         for _, key, kind, defaults, entry in mine:
             default = "; ".join(v if w == "all" else f"{w}: {v}" for w, v in defaults.items())
@@ -348,8 +352,7 @@ def _prune_stats_parser(fsub: argparse._SubParsersAction) -> None:
                             "(CollapseChains) instead of cutting them")
     prune.add_argument("--through", choices=["all", "elementwise"], default="all",
                        help="with --collapse: which removed nodes a bridged path may run through, any or only "
-                            "elementwise ops (which pass their operand's layout on; what the GNN's bridge setting "
-                            "uses) (default: %(default)s)")
+                            "elementwise ops (which pass their operand's layout on) (default: %(default)s)")
     prune.add_argument("--split", choices=[s.value for s in Split], default="train",
                        help="split to measure (default: %(default)s)")
     prune.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)

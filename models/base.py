@@ -103,6 +103,11 @@ class RankingModel(abc.ABC):
         saves beside its outputs. The same as :meth:`get_params` unless a model has per-collection defaults."""
         return self.get_params()
 
+    def kind_params(self, kind: str) -> dict[str, Any]:
+        """The hyper-parameters this model fits a collection of ``kind`` (``tile``, ``layout``) with when the
+        collection sets none of its own: the same as :meth:`get_params` unless a model has per-kind defaults."""
+        return self.get_params()
+
     @classmethod
     def quick_params(cls, collection: Collection) -> dict[str, Any]:
         """Hyper-parameters for a quick run of ``collection`` (the demo world, which ``make submit`` must finish in
@@ -151,6 +156,16 @@ class RankingModel(abc.ABC):
         return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
     @classmethod
+    def upgrade_saved(cls, params: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The hyper-parameters and state of a file saved by an earlier version, as this version takes them (the same
+        here; a model whose settings changed overrides it).
+
+        Raises:
+            ValueError: a file this version cannot take, saying why.
+        """
+        return params, state
+
+    @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RankingModel:
         """Read a model written by :meth:`save`; on the base class, dispatch on the saved name.
 
@@ -174,8 +189,12 @@ class RankingModel(abc.ABC):
             raise ValueError(f"{path}: expected a saved {cls.__name__} (name {cls.name!r}); "
                              f"found name {doc['name']!r}")
         try:
-            model = cls(**doc["params"])
-            for key, value in doc["state"].items():
+            params, state = cls.upgrade_saved(dict(doc["params"]), dict(doc["state"]))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        try:
+            model = cls(**params)
+            for key, value in state.items():
                 setattr(model, key, _decode(value))
             if "collection_" in doc["state"] and model.collection_ is not None:  # type: ignore[attr-defined]
                 model.collection_ = Collection(model.collection_)  # type: ignore[attr-defined]

@@ -131,7 +131,8 @@ class GBDTModel(RankingModel):
         Param("learning_rate", "shrinkage of each tree", low=0, high=1, low_open=True),
         Param("num_leaves", "leaves per tree", low=2, high=131_072),
         Param("max_configs_per_graph", "configs of each graph sampled into the training queries", low=2),
-        Param("early_stopping_rounds", "rounds without a better valid score before stopping", low=1),
+        Param("early_stopping_rounds", "rounds without a better valid score before stopping (0: no early "
+                                         "stopping)", low=0),
         Param("seed", "seeds the config sampling and LightGBM", low=0),
         Param("n_jobs", "LightGBM threads", low=1, high=1024, runtime=True),
     )

@@ -9,7 +9,7 @@ the type and the default come from its ``__init__`` (:func:`models.registry.hype
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,8 @@ class Param:
         choices: the allowed values, for a parameter that takes a fixed set (text, or a special value such as
             ``"all"`` beside a range).
         runtime: the parameter changes how a model runs, not what it learns (device, folders, threads).
+        allowed: the allowed values in words, for a parameter checked by ``valid`` (a device name).
+        valid: tells whether a text value is allowed, where no list of choices can (``allowed`` says which).
     """
 
     name: str
@@ -38,9 +40,13 @@ class Param:
     low_open: bool = False
     choices: tuple[Any, ...] = ()
     runtime: bool = False
+    allowed: str = ""
+    valid: Callable[[str], bool] | None = None
 
     def describe(self) -> str:
         """The allowed values in words, e.g. ``> 0``, ``1 to 64``, ``'hinge' or 'listmle'``, ``>= 1 or 'all'``."""
+        if self.allowed:
+            return self.allowed
         parts = []
         if self.low is not None or self.high is not None:
             if self.low is not None and self.high is not None and not self.low_open:
@@ -66,6 +72,8 @@ class Param:
             above = self.high is not None and value > self.high
             unbounded = self.low is None and self.high is None
             return self._expected(value) if below or above or (unbounded and self.choices) else None
+        if self.valid is not None and isinstance(value, str):
+            return None if self.valid(value) else self._expected(value)
         return self._expected(value) if self.choices else None
 
     def _expected(self, value: object) -> str:

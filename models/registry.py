@@ -162,12 +162,10 @@ def _defaults_by_scope(name: str) -> dict[str, dict[str, Any]]:
             out[key] = {"all": values[Collection.TILE_XLA]}
             continue
         scopes: dict[str, Any] = {}
-        layout = [c for c in Collection if c.kind.value == "layout"]
-        kind_value = values[layout[-1]]  # the kind's own: the collection without a per-collection default
-        scopes["tile"] = values[Collection.TILE_XLA]
-        scopes["layout"] = kind_value
-        for c in layout:
-            if repr(values[c]) != repr(kind_value):
+        kinds = {kind: model.kind_params(kind).get(key) for kind in ("tile", "layout")}
+        scopes.update(kinds)
+        for c in Collection:
+            if repr(values[c]) != repr(kinds[str(c.kind)]):
                 scopes[c.value] = values[c]
         out[key] = scopes
     return out
@@ -184,11 +182,13 @@ def parameter_rows(names: Sequence[str] | None = None) -> list[tuple[str, str, s
         cls = Ensemble if name == Ensemble.name else MODELS[name]
         entries = params_of(cls)
         hints = hyper_parameters(cls)
-        for key, scopes in _defaults_by_scope(name).items():
+        for key, defaults in _defaults_by_scope(name).items():
+            scopes = {w: repr(v) for w, v in defaults.items()}
             kinds = typing.get_args(hints[key]) if typing.get_origin(hints[key]) in (typing.Union, types.UnionType) \
                 else (hints[key],)
-            kind = " or ".join(_kind_name(k) for k in kinds)
-            rows.append((name, key, kind, {w: repr(v) for w, v in scopes.items()},
+            shown = [k for k in kinds if k is not type(None) or any(v == "None" for v in scopes.values())]
+            kind = " or ".join(_kind_name(k) for k in shown)
+            rows.append((name, key, kind, scopes,
                          entries.get(key, Param(key, "(not described)"))))
     return rows
 

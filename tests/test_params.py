@@ -117,7 +117,7 @@ def test_one_sentinel_for_the_default():
     assert GNNModel(hops="all", train_configs="all").train_config("layout").max_train_configs is None
     with pytest.raises(ValueError, match="hops must be 1 to 5 or 'all'"):
         GNNModel(hops=9)
-    with pytest.raises(ValueError, match="loss must be one of"):
+    with pytest.raises(ValueError, match="loss must be 'hinge' or 'listmle' or 'margin'; got 'nope'"):
         GNNModel(loss="nope")
     with pytest.raises(AttributeError):  # frozen: a run's settings are changed with dataclasses.replace only
         DEFAULTS["layout"].epochs = 3  # type: ignore[misc]
@@ -207,8 +207,9 @@ def test_evaluate_takes_params_for_every_model_that_has_them(tiny_world: Path, t
      "--param epochs=3: none of the models of this run (random, gbdt, ensemble) takes 'epochs'"),
     (["--param", "gnn.epochs=1"], None, "--param gnn.epochs=1: 'gnn' is not among the models of this run"),
     (["--param", "gnn-attn.layout:xla:foo.epochs=1"], None, "unknown collection 'layout:xla:foo'"),
-    (["--param", "gnn-attn.loss='nope'"], None, "gnn-attn: loss must be one of"),
-    (["--param", "gnn-attn.layout:xla:default.hops=9"], None, "gnn-attn on layout:xla:default: hops must be"),
+    (["--param", "gnn-attn.loss='nope'"], None, "--param gnn-attn.loss='nope': GNNAttentionModel: loss must be"),
+    (["--param", "gnn-attn.layout:xla:default.hops=9"], None,
+     "--param gnn-attn.layout:xla:default.hops=9: GNNAttentionModel: hops must be 1 to 5 or 'all'; got 9"),
     (["--param", "ensemble.layout:xla:default.method='best'"], None, "the ensemble takes one value"),
     (["--param", "epochs"], None, "--param expects [MODEL.[COLLECTION.]]KEY=VALUE"),
     ([], '[gbdt]\nn_estimators = "many"\n', '[gbdt] n_estimators: GBDTModel takes int for n_estimators'),

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from abc import ABCMeta
 from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -58,6 +57,7 @@ from models.base import NotFittedError, RankingModel
 from models.gnn import distributed
 from models.gnn.infer import (
     DEFAULT_TTA,
+    PREDICT_CONTEXTS,
     REFERENCE_WINDOW,
     LayoutPlan,
     ReferenceContext,
@@ -65,6 +65,7 @@ from models.gnn.infer import (
     iter_code_blocks,
     reference_sets,
 )
+from models.gnn.losses import LOSSES
 from models.gnn.net import RankNet, make_segments
 from models.gnn.train import (
     Item,
@@ -78,6 +79,7 @@ from models.gnn.train import (
     train,
     without_retired,
 )
+from models.params import Param, check_values
 
 SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in ("kind", "num_features",
                                                                                          "data_key"))
@@ -117,17 +119,16 @@ def settings_pipeline(settings: TrainConfig) -> BaseTransform:
     return feature_pipeline(settings.kind, settings.hops, settings.pad, settings.dim_tokens)
 
 
-class _TakesRetiredSettings(ABCMeta):
-    """The metaclass of :class:`GNNModel`: a model saved by an earlier version holds the hyper-parameters of
-    :data:`models.gnn.train.RETIRED_SETTINGS` (``None`` unless set), which :meth:`RankingModel.load` passes to the
-    constructor with the others. They are dropped when off and refused when on (:func:`without_retired`), so such a
-    file still loads, or says which idea it was trained with."""
+def _is_device(name: str) -> bool:
+    """Whether torch takes ``name`` as a device (``auto`` included: :func:`~models.gnn.train.resolve_device`)."""
+    try:
+        resolve_device(name)
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        return super().__call__(*args, **without_retired(kwargs))
 
-
-class GNNModel(RankingModel, metaclass=_TakesRetiredSettings):
+class GNNModel(RankingModel):
     """A GNN ranker, one per collection.
 
     Every hyper-parameter that shapes training defaults to ``None``: the collection's value
@@ -223,6 +224,56 @@ class GNNModel(RankingModel, metaclass=_TakesRetiredSettings):
     name: ClassVar[str] = "gnn"
     default_attention: ClassVar[bool] = False
 
+    PARAMS: ClassVar[tuple[Param, ...]] = (
+        Param("attention", "cross-configuration attention in every layer"),
+        Param("hidden", "channels of every layer", low=1, high=4096),
+        Param("layers", "message-passing layers", low=1, high=32),
+        Param("opcode_dim", "width of the opcode embedding", low=1, high=1024),
+        Param("bidirectional", "message passing producer-to-consumer and back, with separate weights"),
+        Param("join", "tile: the config joined to every node (early) or after pooling (late)",
+              choices=("early", "late")),
+        Param("loss", "the ranking loss", choices=tuple(LOSSES)),
+        Param("epochs", "training epochs at most (early stopping may end sooner)", low=1, high=100_000),
+        Param("configs_per_graph", "configs sampled per graph per step", low=2, high=1_000_000),
+        Param("steps_per_graph", "training steps per graph per epoch, each with freshly sampled configs", low=1,
+              high=100_000),
+        Param("lr", "AdamW peak learning rate (cosine schedule)", low=0, high=10, low_open=True),
+        Param("weight_decay", "AdamW weight decay", low=0, high=10),
+        Param("pair_tolerance", "pairwise losses: configs whose runtimes differ by at most this fraction count as "
+                                "ties", low=0),
+        Param("dropout", "dropout probability", low=0, high=0.99),
+        Param("patience", "epochs without a better valid score before stopping", low=0),
+        Param("hops", "layout pruning: neighbours kept this many hops from the configurable nodes, or whole "
+                      "graphs", low=1, high=5, choices=("all",)),
+        Param("pad", "-1 padding of layouts and tile bounds"),
+        Param("segment_size", "Graph Segment Training with segments of this many nodes (None: whole graphs)",
+              low=2),
+        Param("backprop_segments", "segments backpropagated per step under Graph Segment Training", low=1),
+        Param("keep_prob", "Graph Segment Training: keep probability of stale segments", low=0, high=1,
+              low_open=True),
+        Param("graphs_per_step", "graphs per optimiser step over all processes, their losses averaged", low=1),
+        Param("train_configs", "configs per training graph kept in the cache (evenly spaced), or all", low=2,
+              choices=("all",)),
+        Param("predict_batch", "configs per batch at prediction (exactly this many with attention)", low=1),
+        Param("tta", "with attention: random orderings or reference sets averaged at prediction", low=1, high=64),
+        Param("predict_context", "with attention: what each config is compared with at prediction",
+              choices=tuple(PREDICT_CONTEXTS)),
+        Param("reference_configs", "configs drawn per reference set at prediction", low=1),
+        Param("dim_tokens", "layout: each config slot is encoded by the dimension it names"),
+        Param("swa_epochs", "average the weights of the last this-many epochs (0: off)", low=0),
+        Param("refit", "after early stopping, train again on train and valid for the test predictions"),
+        Param("seeds", "a seed ensemble of this many networks, their rank-normalised scores averaged", low=1,
+              high=100),
+        Param("gst_finetune_epochs", "Graph Segment Training: epochs fine-tuning the head alone (0: off)", low=0),
+        Param("seed", "seeds initialisation and sampling", low=0),
+        Param("device", "where to train and predict", runtime=True,
+              allowed="'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'", valid=_is_device),
+        Param("runs_dir", "training runs (settings, checkpoints, curves) go to runs_dir/<model>/<collection> "
+                          "(None: none kept)", runtime=True),
+        Param("cache_dir", "the processed-graph cache", runtime=True),
+        Param("max_seconds", "a training time cap per collection (None: none)", low=0, runtime=True),
+    )
+
     def __init__(self, attention: bool | None = None, hidden: int | None = None, layers: int | None = None,
                  opcode_dim: int | None = None, bidirectional: bool | None = None, join: str | None = None,
                  loss: str | None = None, epochs: int | None = None, configs_per_graph: int | None = None,
@@ -237,6 +288,7 @@ class GNNModel(RankingModel, metaclass=_TakesRetiredSettings):
                  refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
                  seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
                  cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
+        check_values(type(self), {k: v for k, v in locals().items() if k not in ("self", "__class__")})
         self.attention = attention
         self.hidden = hidden
         self.layers = layers
@@ -275,12 +327,13 @@ class GNNModel(RankingModel, metaclass=_TakesRetiredSettings):
         self.max_seconds = max_seconds
         self.train_config("layout")  # a value no run could take is refused now, not after the data is processed
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        # A model saved by an earlier version holds RETIRED_SETTINGS in its settings (RankingModel.load sets them
-        # here): dropped when off, refused when on, as its hyper-parameters are (_TakesRetiredSettings).
-        if name == "settings_" and isinstance(value, dict):
-            value = without_retired(value)
-        super().__setattr__(name, value)
+    @classmethod
+    def upgrade_saved(cls, params: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A model saved by an earlier version holds the settings of :data:`models.gnn.train.RETIRED_SETTINGS` in its
+        hyper-parameters and its ``settings_``: dropped when off, refused when on (:func:`without_retired`)."""
+        if isinstance(state.get("settings_"), dict):
+            state = {**state, "settings_": without_retired(state["settings_"])}
+        return without_retired(params), state
 
     # -- settings -------------------------------------------------------------------------------------------------
 
@@ -320,6 +373,10 @@ class GNNModel(RankingModel, metaclass=_TakesRetiredSettings):
             return cfg.seeds * cfg.steps_per_graph * cfg.epochs * (2 if cfg.refit else 1)
 
         return work(self.train_config(collection)) / work(default_config(Collection(collection).kind))
+
+    def kind_params(self, kind: str) -> dict[str, Any]:
+        settings = asdict(self.train_config(kind))
+        return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
 
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
         settings = asdict(self.train_config(Collection(collection)))
