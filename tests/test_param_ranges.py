@@ -9,22 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_OK, main
+from competition.cli import EXIT_ERROR, EXIT_OK
 from competition.pipeline import ENSEMBLE
 from models.ensemble import Ensemble
 from models.params import Param, missing_entries, value_problem
 from models.registry import MODELS, hyper_parameters, parameter_reference
+from tests.reliability.helpers import run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "parameters.md"
-
-
-def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("cls", [*MODELS.values(), Ensemble], ids=lambda c: c.__name__)
