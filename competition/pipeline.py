@@ -143,9 +143,9 @@ its own train graphs, several GiB for the xla:random seed ensemble at the real c
 
 def default_jobs() -> int:
     """How many collections the pipeline fits at once by default: one per usable core, at most
-    :data:`MAX_AUTO_JOBS`. One fit per core with a thread each beats one fit on every core: a demo nlp fit runs 1.3
-    times faster on 2 threads than on 1, while the demo's five GNN fits took 103 s two at a time on a thread each
-    against 184 s one at a time on 2 threads."""
+    :data:`MAX_AUTO_JOBS`. One fit per core with a thread each beats one fit on every core: a fit's small sparse
+    operations use a second thread poorly, so fits side by side on a thread each finish sooner than one at a time
+    on every thread (lab/journal.md, "The two commands")."""
     return min(usable_cores(), MAX_AUTO_JOBS)
 
 
@@ -270,9 +270,9 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
     # Not fork (competition.workers.pool_context's choice on Linux): a forked child of a process whose torch thread
     # pool already ran can hang. A fork server instead, where the platform has one: it imports torch and the models
     # once (FIT_PRELOAD, before any thread pool runs) and forks each fit's process from that, where a spawned
-    # process imports them again (6 s of CPU each). One collection per process: a process that fitted one keeps its
-    # heap, and the next fit in it adds to that (a 30-minute run of a full-scale part peaked at 16.0 GiB summed so,
-    # 10.2 GiB with a process each).
+    # process imports them again (lab/journal.md, "The two commands"). One collection per process: a process that
+    # fitted one keeps its heap, and the next fit in it adds to that (a full-scale run peaked higher so than with a
+    # process each: lab/journal.md, "Collections fitted at once, at full scale").
     pool = ProcessPoolExecutor(jobs, mp_context=_fit_context(), initializer=_init_job,
                                initargs=(os.getpid(), threads, progress), max_tasks_per_child=1)
     pending = list(order)

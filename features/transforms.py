@@ -141,8 +141,8 @@ class CollapseChains(BaseTransform):
 
     With ``through="elementwise"`` only removed elementwise ops (the ``elementwise`` opcode group, which keep their
     operand's layout) carry a path: the layout links between decisions, without the bridges through reductions,
-    broadcasts or fusions that join most kept nodes to most others in a large module (a 11,256-node nlp graph
-    pruned with 1 hop: 2,042 edges, 45,397 when bridging through everything).
+    broadcasts or fusions that join most kept nodes to most others in a large module (bridging through everything
+    multiplies a pruned nlp graph's edges: lab/journal.md, "2026-11-28: figures moved out of docstrings").
 
     Paths are found by one walk per kept node that only enters removed (passable) nodes and stops at kept ones: the
     cost is the number of (kept node, removed node it reaches through removed nodes) pairs, small when removed

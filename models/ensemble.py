@@ -69,12 +69,12 @@ normalised runtimes for tile, ``config_runtime`` for layout)."""
 
 MIN_FITTED_GRAPHS = 30
 """The pipeline's ensemble fits a collection's combination only with at least this many valid graphs; below, the
-collection takes the member that is best over the collections of its kind (``min_graphs``). Measured: fitted on the 4 (demo) or
-6 (bench) valid graphs of a layout collection, the combinations of gbdt and gnn-attn scored below gnn-attn alone on
-the test split (`make submit` on the demo world: 0.7864 in all, against 0.8112 for gnn-attn's submission, though
-tile rose to 0.9891; bench worlds: xla:default -0.017, the rest within ±0.002), while tile's combination, fitted on
-128 bench kernels, added +0.014 / 0.000 on the two worlds. The real valid split has 7-20 graphs per layout collection
-and 676 tile kernels."""
+collection takes the member that is best over the collections of its kind (``min_graphs``). Fitted on the 4 (demo)
+or 6 (bench) valid graphs of a layout collection, the combinations of gbdt and gnn-attn scored below gnn-attn alone
+on the test split (on the demo world and on the bench worlds' xla:default), while tile's combination, fitted on 128
+bench kernels, gained on one bench world and lost nothing on the other (lab/journal.md, "The ensemble: learned
+members only, and no fitted combination on a handful of graphs"). The real valid split has 7-20 graphs per layout
+collection and 676 tile kernels."""
 
 PIPELINE_PARAMS: dict[str, Any] = {"method": "auto", "normalization": "auto", "min_graphs": MIN_FITTED_GRAPHS}
 """The hyper-parameters the pipeline (and the benchmarks that stand for it) fit :class:`Ensemble` with."""

@@ -33,8 +33,9 @@ plain ``gnn`` is left out for time; name it with ``--models`` to add it to the e
 
 COST_WEIGHTS: dict[str, float] = {"random": 0.0, "default-first": 0.0, "gbdt": 1.0, "gnn": 3.0, "gnn-attn": 4.0}
 """Relative cost of fitting and predicting each model: the pipeline runs models cheapest first and shares a time budget
-out in these proportions; an unlisted model counts 1. Set by hand; ``python -m benchmarks.scale`` projected 0.03 h
-(default-first), 0.8 h (gbdt) and 5.0 h (gnn-attn) for the real counts, so gnn-attn's share is, if anything, small."""
+out in these proportions; an unlisted model counts 1. Set by hand; for the real counts ``python -m benchmarks.scale``
+projects default-first far below gbdt and gbdt far below gnn-attn (RESULTS.md, "Projected time per stage"), so
+gnn-attn's share is, if anything, small."""
 
 
 def default_models() -> list[str]:
@@ -48,8 +49,9 @@ def ensemble_members(names: Sequence[str]) -> list[str]:
 
     A reference ranking is random, or random past the default config, on every graph, so a weight on it only adds
     noise; but fitted on a few valid graphs, a flat metric (tile's top-5 score is 1 on most kernels) ties many weight
-    vectors and lets it in. On the demo world's 64 tile valid kernels the cross-validated ensemble scored 0.931 with
-    the references (a fold picked equal weights, a quarter on random: 0.79 there) and 0.971 without them.
+    vectors and lets it in. On the demo world's tile valid kernels the cross-validated ensemble scored lower with the
+    references (a fold picked equal weights, random included) than without them (lab/journal.md, "The ensemble:
+    learned members only, and no fitted combination on a handful of graphs").
     """
     learned = [n for n in names if not MODELS[n].reference]
     return learned if len(learned) >= 2 else list(names)

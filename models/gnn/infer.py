@@ -10,15 +10,16 @@ So for a batch of ``B`` configs each component ``c`` is run for its ``U_c <= B``
 slots) only, and a config's pooled sum is the sum over components of the component sum of its key. Components
 without a configurable slot are the same for every config: they are run once per graph (:class:`LayoutPlan`).
 
-On the largest synthetic layout graphs (42,085 nodes, 2,354 configurable nodes, 9,406 nodes after 1-hop pruning in
-2,348 components of about 4 nodes), a batch of 128 random-search configs holds about 9 distinct keys per
-component, so the work per batch drops about 14 times; default-search collections, where most nodes keep their
+On the largest synthetic layout graphs (after 1-hop pruning, components of a few nodes each), a batch of
+random-search configs holds few distinct keys per component, so the work per batch drops many times over
+(lab/journal.md, "Prediction throughput"); default-search collections, where most nodes keep their
 layout, gain much more. A graph that is one big component (``hops="all"`` on a connected program) gains nothing but
 costs no more than the plain forward pass.
 
 The results equal :meth:`RankNet.forward` in eval mode up to float rounding (sums are taken in another order, the
 SAGE linear maps are applied before the neighbour means, ``A (z W) = (A z) W``, and the softmax is shifted by a
-shared maximum where that cannot underflow): 1e-7 to a few 1e-6 on scores of order 1.
+shared maximum where that cannot underflow; lab/journal.md, "2026-11-28: figures moved out of
+docstrings").
 
 Rows are laid out node-major: node ``v`` of a component with ``U`` keys owns rows ``off[v] .. off[v] + U - 1``, row
 ``off[v] + u`` being its state under the component's key ``u``; per-node reductions over the keys (attention) are
@@ -57,7 +58,8 @@ _CODE_ROWS = 16  # configs converted to codes per step (small enough for the tem
 _EXP_RANGE = 80.0  # exp(-80) is still a normal float32
 ROW_BUDGET = 1 << 14
 """Rows (a node under one key) run through the layers at once on the CPU: 2 MiB per float32 ``[rows, 32]``
-tensor, so that the dozen passes of a layer over them stay in cache (a third less time than 131,072 rows)."""
+tensor, so that the dozen passes of a layer over them stay in cache (faster than larger blocks: lab/journal.md,
+"2026-11-28: figures moved out of docstrings")."""
 CUDA_ROW_BUDGET = 1 << 20
 """The same on a GPU, where fewer, larger kernels pay."""
 KEY_BUDGET = 1 << 20
@@ -71,19 +73,19 @@ fixed, seeded set of configs of its graph standing for ``predict_batch - 1`` oth
 orderings averaged)."""
 DEFAULT_PREDICT_CONTEXT = "reference"
 DEFAULT_REFERENCE_CONFIGS = 1024
-"""Configs drawn per reference set. On 32 demo valid and test graphs (``python -m benchmarks.gnn
---predict-quality``), one reference set of 1,024 configs scored 0.0115 Kendall tau above four orderings of random
-batches of 128 (standard error 0.0037, higher on 27 of 32 graphs), one of 127 configs the same as they did."""
+"""Configs drawn per reference set. On demo valid and test graphs (``python -m benchmarks.gnn
+--predict-quality``), one reference set of 1,024 configs scored above four orderings of random batches of 128, one
+of 127 configs the same as they did (RESULTS.md, "GNN prediction settings and quality")."""
 DEFAULT_TTA = 1
 """Reference sets (or random orderings) averaged at prediction: one large reference set is as good as four small
-ones (same measurement) at a quarter of the cost."""
+ones at a quarter of the cost (RESULTS.md, "GNN prediction settings and quality")."""
 
 
 REFERENCE_WINDOW = 4096
 """Reference configs are drawn among a graph's first this many configs (file order), so that streamed prediction
-takes them from its first block instead of reading the file twice (a second pass cost a third of the prediction
-time of a 20,000-config graph). Valid graphs under the default protocol and test graphs (1,000 configs) are drawn
-from whole."""
+takes them from its first block instead of reading the file twice (a second pass cost much of the prediction
+time: lab/journal.md, "Prediction throughput"). Valid graphs under the default protocol and test graphs (1,000
+configs) are drawn from whole."""
 
 
 def reference_rows(num_configs: int, size: int, seed: int, draw: int = 0) -> npt.NDArray[np.int64]:
@@ -270,7 +272,8 @@ def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of
     rows, channels = h.shape
     z = w.norm(h)
     # The linear maps before the neighbour means (A (z W) = (A z) W), stacked for one sparse product. Three
-    # [R, H] x [H, H] products, not one [H, 3H]: MKL is several times slower on the latter beyond ~50k rows.
+    # [R, H] x [H, H] products, not one [H, 3H]: MKL is much slower on the latter for many rows (lab/journal.md,
+    # "2026-11-28: figures moved out of docstrings").
     if torch.is_autocast_enabled(h.device.type):
         y = torch.stack([(z @ weight).float() for weight in w.conv])
     else:
@@ -678,10 +681,10 @@ def dedup_scores(net: RankNet, structure: LayoutStructure, config_feat: torch.Te
     forward pass, dropout off) computed the way :class:`LayoutPlan` does, each connected component once per
     distinct key of the batch instead of once per config, in one run.
 
-    The same function of the weights up to float rounding, so the same gradients; a batch of 64 random-search
-    configs of a demo graph holds 4 to 8 times fewer rows than configs x nodes, and a training step takes 2.7 times
-    less time there, 9.2 times on a graph the size of the largest real ones (``python -m benchmarks.gnn
-    --throughput``, ``--train-scale``), in less memory (1.6 against 2.3 GiB there). A batch whose configs differ in
+    The same function of the weights up to float rounding, so the same gradients; a batch of random-search configs
+    holds several times fewer rows than configs x nodes, and a training step takes several times less time and less
+    memory, the more so on a graph the size of the largest real ones (``python -m benchmarks.gnn --throughput``,
+    ``--train-scale``; RESULTS.md, "GNN training throughput"). A batch whose configs differ in
     every component gains nothing: the same rows, plus a sparse stencil over them instead of one adjacency.
 
     Args:

@@ -360,8 +360,8 @@ class GNNModel(RankingModel):
         return quick_settings(collection)
 
     def fits_concurrently(self) -> bool:
-        """On the CPU and in a single process: a fit's small sparse operations use a second core poorly (a demo nlp
-        fit runs 1.3 times faster on 2 threads than on 1), so two fits on one core each finish sooner. Not on a GPU,
+        """On the CPU and in a single process: a fit's small sparse operations use a second core poorly
+        (lab/journal.md, "The two commands"), so two fits on one core each finish sooner. Not on a GPU,
         which concurrent fits would share, nor in a torchrun launch, whose processes already split the work."""
         return resolve_device(self.device).type == "cpu" and distributed.world_size() == 1
 
@@ -657,10 +657,9 @@ class GNNModel(RankingModel):
 
 PREDICT_OVERHEAD = 1.6
 """A prediction's seconds per config over a validation pass's: each graph read from its file and prepared on top of
-the scoring. Measured on full-scale world parts: the tile GNN predicted 600 valid and 600 test kernels in 143 s
-against validation passes of 53-55 s over the 600 valid ones, alone on the machine (1.3), and in 248 s against passes
-of 76-79 s beside another fit (1.6); xla:random's 3 networks predicted 12 + 12 graphs in 204 s against passes of
-26.7 s over the 12 valid ones (1.3). The largest is kept: a forecast too short overruns the budget."""
+the scoring: the largest ratio seen on full-scale world parts, the tile GNN's beside another fit (lab/journal.md,
+"Collections fitted at once, at full scale" and "2026-11-28: figures moved out of docstrings"). The largest is
+kept: a forecast too short overruns the budget."""
 
 
 def prediction_factor(root: DataRoot, collection: Collection, valid: ValidProtocol, validated: int,

@@ -83,7 +83,8 @@ MODEL_FILE = "model.json"
 SETTINGS_FILE = "settings.json"
 PLOT_SECONDS = 30.0
 """``curves.csv`` is written after every epoch, ``curves.png`` when the run ends and otherwise at most this often
-(drawing it costs about 0.2 s, as much as several training steps of a demo graph)."""
+(drawing it costs as much as several training steps of a small graph: lab/journal.md, "2026-11-28: figures
+moved out of docstrings")."""
 RUN_FILES = (SETTINGS_FILE, CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
 """The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
 CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds", "valid_seconds")
