@@ -589,8 +589,8 @@ def _add_jobs_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_jobs, default=None, metavar="N",
                    help="fit up to N collections at once, each in a process of its own with cores/N torch threads "
                         "(the GNN models on the CPU; gbdt uses every core itself). One fit per core beats one fit "
-                        "on every core; each concurrent fit holds its own train graphs in memory (5.0 GiB for "
-                        "xla:random on a 12-graph full-scale part). Default: the usable cores, at most "
+                        "on every core; each concurrent fit holds its own train graphs in memory (several GiB "
+                        "for xla:random at the real counts: RESULTS.md). Default: the usable cores, at most "
                         f"{MAX_AUTO_JOBS}; 1 fits one collection at a time")
 
 
