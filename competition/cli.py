@@ -1069,7 +1069,7 @@ class Terminated(KeyboardInterrupt):
 
 _STOP_SIGNALS = ("SIGTERM", "SIGHUP")
 _installed: dict[int, typing.Any] = {}  # signal -> the handler it had before main() installed its own
-_CHILD_GRACE_SECONDS = 2.0
+_CHILD_GRACE_SECONDS = 5.0
 """How long a forked child that got SIGTERM or SIGHUP waits for the SIGINT of its parent before it dies of it."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import signal
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,11 @@ def snapshot(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` (relative path) with its SHA-256: what must be byte-identical afterwards."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def default_signals() -> None:
+    """For ``preexec_fn``: the command starts with SIGINT, SIGTERM and SIGHUP at their defaults, as from a terminal,
+    whatever the test runner inherited (``nohup`` ignores SIGHUP, a shell's background job SIGINT), so that the
+    command takes them as it would for a user."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)

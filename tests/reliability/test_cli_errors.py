@@ -30,7 +30,7 @@ from competition.errors import DataFileError
 from competition.leaderboard import COLUMNS, read_rows
 from competition.reader import find_data_root, list_graphs
 from competition.submission import submission_id
-from tests.reliability.helpers import one_line, run
+from tests.reliability.helpers import default_signals, one_line, run
 
 
 @pytest.fixture()
@@ -342,7 +342,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path):
     out = tmp_path / "w"
     proc = subprocess.Popen([sys.executable, "-m", "competition", "data", "synth", "--scale", "demo", "--out",
                              str(out), "--workers", "2", "--no-progress"], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 120
     while not any(out.rglob("*.npz")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)

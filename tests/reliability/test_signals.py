@@ -9,6 +9,7 @@ command is at work, with generous deadlines for a loaded machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,16 +24,35 @@ import torch
 
 import competition.cli as cli
 from competition.cli import INTERRUPTED, main
+from tests.reliability.helpers import default_signals
 
 DEADLINE = 180.0
 GNN = ["--param", "hidden=8", "--param", "patience=100000", "--param", "seeds=1", "--no-progress"]
 
 
-def start(cwd: Path, *argv: object, **kwargs) -> subprocess.Popen[str]:
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_command_left_running():
+    """A command a failed test did not stop is killed with its workers, not left to run (and load the machine)."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def start(cwd: Path, *argv: object, preexec_fn: Callable[[], None] = default_signals,
+          **kwargs) -> subprocess.Popen[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "competition", *map(str, argv)], cwd=cwd, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "competition", *map(str, argv)], cwd=cwd, env=env,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            **kwargs)
+                            preexec_fn=preexec_fn, **kwargs)
+    _started.append(proc)
+    return proc
 
 
 def wait_for(proc: subprocess.Popen[str], ready: Callable[[], bool], poll: float = 0.005) -> None:
@@ -115,7 +135,7 @@ def test_an_ignored_sighup_stays_ignored(tmp_path):
     """Under ``nohup`` (SIGHUP ignored) the command goes on."""
     out = tmp_path / "w"
     proc = start(tmp_path, "data", "synth", "--scale", "demo", "--limit", "2", "--out", out, "--workers", "2",
-                 "--no-progress", preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+                 "--no-progress", preexec_fn=lambda: (default_signals(), signal.signal(signal.SIGHUP, signal.SIG_IGN)))
     wait_for(proc, lambda: bool(parts(out)))
     stdout, stderr = send(proc, signal.SIGHUP, "group")
     assert proc.returncode == 0 and stderr == "" and stdout.startswith("wrote demo world")
