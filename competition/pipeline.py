@@ -678,7 +678,8 @@ def run_pipeline(
         print("Synthetic scores say whether the machinery works; they say nothing about the Kaggle leaderboard.")
     else:
         print("Real data: test labels are hidden; the valid table above is the offline estimate. "
-              f"Submit with: fastslow kaggle submit {submission}")
+              f"Submit with: fastslow kaggle submit {out_dir / 'submission.csv'} (the best on valid of this run and "
+              "the ones before)")
     print(f"\nall models on the valid split (scored on {protocol.describe()}):\n"
           f"{format_comparison(valid_reports, scoring.oracles)}")
     seconds = time.perf_counter() - t0
