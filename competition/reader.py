@@ -17,6 +17,7 @@ harmless and widens it, and refuses the rest with a message that says what it fo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -721,7 +722,7 @@ def _header_problems(path: Path, r: NpzReader, kind: Kind) -> Iterator[DataFileE
                                 f"missing (members: {', '.join(keys) or 'none'})")
     infos: dict[str, MemberInfo] = {}
     for s in present:
-        info = r.info(s.key)
+        info = _as_specified(s.key, r.info(s.key))
         bad_dtype = _dtype_problem(path, s, info)
         if bad_dtype is not None:
             yield bad_dtype
@@ -734,8 +735,10 @@ def _header_problems(path: Path, r: NpzReader, kind: Kind) -> Iterator[DataFileE
         if wrong:
             yield DataFileError(path, s.key, f"shape {_fmt_shape(s.shape)}", f"shape {info.shape}")
             continue
-        if info.fortran_order and len(info.shape) > 1:
-            yield DataFileError(path, s.key, "a C-ordered array", "a Fortran-ordered array")
+        if info.fortran_order and len(info.shape) > 1 and s.key in STREAMED_MEMBERS:
+            # Streamed in blocks of configs, which a Fortran-ordered array does not store together.
+            yield DataFileError(path, s.key, "a C-ordered array (configs stored one after another; convert with "
+                                "np.ascontiguousarray before np.savez)", "a Fortran-ordered array")
             continue
         infos[s.key] = info
     # Sizes that several members share must agree; each symbol is fixed by one member (_SYMBOL_SOURCE).
@@ -765,9 +768,26 @@ def _header_problems(path: Path, r: NpzReader, kind: Kind) -> Iterator[DataFileE
         yield DataFileError(path, c_key, "at least one config", f"shape {infos[c_key].shape}")
 
 
+STREAMED_MEMBERS = frozenset({"node_config_feat"})
+"""Members read in blocks of rows, never whole: they must be C-ordered. Every other member is read whole, and may be
+Fortran-ordered (as numpy writes a transposed or column-selected array): it is copied to C order."""
+
+
+def _as_specified(key: str, info: MemberInfo) -> MemberInfo:
+    """``info`` with a 1-D ``node_splits`` (what the official featurizer writes) seen as the ``[1, S]`` the format
+    specifies; other members unchanged."""
+    if key == "node_splits" and len(info.shape) == 1:
+        return dataclasses.replace(info, shape=(1, info.shape[0]))
+    return info
+
+
 def _load_arrays(r: NpzReader, kind: Kind) -> dict[str, npt.NDArray[Any]]:
+    """Every member but the streamed ones, C-ordered, in the shapes the format specifies (:func:`_as_specified`)."""
     specs = TILE_ARRAYS if kind == "tile" else LAYOUT_ARRAYS
-    return {s.key: r.load(s.key) for s in specs if s.key != "node_config_feat"}
+    out = {s.key: r.load(s.key) for s in specs if s.key not in STREAMED_MEMBERS}
+    if "node_splits" in out and out["node_splits"].ndim == 1:
+        out["node_splits"] = out["node_splits"].reshape(1, -1)
+    return out
 
 
 def _first_nonfinite(a: npt.NDArray[np.floating]) -> tuple[tuple[int, ...], float, int] | None:

@@ -252,9 +252,12 @@ def test_wrong_shape(tmp_path: Path):
     assert (err.key, err.expected, err.found) == ("node_config_feat", "shape [C, NC, 18]", "shape (5, 2, 17)")
 
 
-def test_node_splits_must_be_2d(tmp_path: Path):
-    err = raises(broken_layout(tmp_path, node_splits=np.array([0, 3, 6], np.int64)))
-    assert (err.key, err.expected, err.found) == ("node_splits", "2-D shape [1, S]", "1-D shape (3,)")
+def test_node_splits_must_be_one_row(tmp_path: Path):
+    """``[1, S]``, or the 1-D ``[S]`` read as it (test_what_numpy_writes_reads_as_the_format_says); nothing else."""
+    err = raises(broken_layout(tmp_path, node_splits=np.array([[[0, 3, 6]]], np.int64)))
+    assert (err.key, err.expected, err.found) == ("node_splits", "2-D shape [1, S]", "3-D shape (1, 1, 3)")
+    err = raises(broken_layout(tmp_path, node_splits=np.array([[0, 3], [3, 6]], np.int64)))
+    assert (err.key, err.expected, err.found) == ("node_splits", "shape [1, S]", "shape (2, 2)")
 
 
 def test_config_count_mismatch(tmp_path: Path):
@@ -536,3 +539,33 @@ def test_zero_normalizer_in_a_train_file(tmp_path: Path):
     err = raises(broken_tile(tmp_path, config_runtime_normalizers=np.array([100, 0, 50], np.int64)))
     assert (err.key, err.expected, err.found) == ("config_runtime_normalizers", "normalizers > 0 ns",
                                                   "0 at config 1 (1 in all)")
+
+
+def test_what_numpy_writes_reads_as_the_format_says(tiny_world: Path, tmp_path: Path):
+    """A 1-D ``node_splits`` (the official featurizer's) and Fortran-ordered members (numpy's ``savez`` of a
+    transposed or column-selected array) read back as the C-ordered ``[1, S]`` arrays of the original."""
+    import shutil
+
+    from competition.npzio import NpzReader
+    from competition.reader import find_data_root, list_graphs, load_graph
+
+    c = Collection.LAYOUT_XLA_DEFAULT
+    original = list_graphs(find_data_root(tiny_world), c, Split.TRAIN)[0]
+    folder = tmp_path / "npz" / "layout" / "xla" / "default" / "train"
+    folder.mkdir(parents=True)
+    copy = Path(shutil.copy(original, folder / original.name))
+    with NpzReader(copy) as r:
+        arrays = {k: r.load(k) for k in r.keys()}
+    arrays["node_splits"] = arrays["node_splits"].reshape(-1)
+    arrays["node_feat"] = np.asfortranarray(arrays["node_feat"])
+    arrays["edge_index"] = np.asfortranarray(arrays["edge_index"])
+    with open(copy, "wb") as f:
+        np.savez(f, **arrays)
+    with NpzReader(copy) as r:
+        assert r.info("node_splits").shape == (arrays["node_splits"].size,) and r.info("node_feat").fortran_order
+    want, got = load_graph(original, c), load_graph(copy, c)
+    assert got.node_splits.shape == want.node_splits.shape and got.node_splits.shape[0] == 1
+    for key in ("node_splits", "node_feat", "edge_index", "node_opcode", "node_config_ids", "config_runtime"):
+        np.testing.assert_array_equal(getattr(got, key), getattr(want, key))
+        assert getattr(got, key).flags.c_contiguous
+    np.testing.assert_array_equal(got.config_features(), want.config_features())
