@@ -962,19 +962,11 @@ def _check_output(flag: str, value: str | os.PathLike[str], kind: str) -> None:
     be a writable folder; an existing output must be of its kind. Writes can still fail later (a full disk): the
     error boundary says so then.
     """
-    path = Path(value)
-    special = _special_file(path)
-    if special is not None:  # an atomic write would put a regular file in place of the device or pipe
-        raise UsageError(f"{flag} {value}: expected a {kind}; found {special}")
-    if path.exists() and path.is_dir() != (kind == "folder"):
-        raise UsageError(f"{flag} {value}: expected a {kind}; found a {'folder' if path.is_dir() else 'file'}")
-    into = path if kind == "folder" else path.parent
-    existing = next(p for p in (into.absolute(), *into.absolute().parents) if p.exists())
-    if not existing.is_dir():
-        raise UsageError(f"{flag} {value}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {value}: cannot write into {existing} (permission denied): change its "
-                         "permissions, or choose another path")
+    from competition.npzio import output_problem
+
+    problem = output_problem(value, kind)
+    if problem is not None:
+        raise UsageError(f"{flag} {value}: {problem}")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -986,12 +978,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 _PATH_METAVARS = {"FILE": "file", "CSV": "file", "TOML": "file", "PNG": "file", "DIR": "folder"}
 """The metavars of the arguments that name a file or folder, and which."""
-
-
-def _special_file(path: str | os.PathLike[str]) -> str | None:
-    from competition.npzio import special_file
-
-    return special_file(path)
 
 
 def _path_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace
@@ -1023,8 +1009,10 @@ def _check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """Refuse a file or folder argument that is a FIFO, a device or a socket, before anything opens it (a FIFO
     would wait for a writer for ever, ``/dev/zero`` would be read until memory runs out), and a folder given for a
     file (taken for a missing file, or read as an empty one, otherwise)."""
+    from competition.npzio import special_file
+
     for dest, name, value, kind in _path_arguments(parser, args):
-        special = _special_file(value)
+        special = special_file(value)
         if special is not None:
             raise UsageError(f"{name}: expected a {kind}; found {special}")
         if kind == "file" and (args.command, dest) not in _LISTED_AS_PROBLEMS and os.path.isdir(value):

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import functools
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
@@ -37,8 +36,8 @@ def csv_cell(text: str) -> str:
 
 
 def plot_label(text: object, limit: int | None = None) -> str:
-    """A user's text for a plot label: :func:`printable`, normalised, and cut to ``limit`` characters."""
-    s = printable(unicodedata.normalize("NFC", str(text)))
+    """A user's text for a plot label: :func:`printable`, cut to ``limit`` characters."""
+    s = printable(text)
     return s if limit is None else s[:limit]
 
 

@@ -455,6 +455,38 @@ def special_file(path: str | os.PathLike[str]) -> str | None:
     return "not a regular file"
 
 
+def output_problem(path: str | os.PathLike[str], kind: str) -> str | None:
+    """Why an output ``kind`` (``file`` or ``folder``) cannot be written at ``path``, found before any work is done,
+    or ``None``: a device or pipe in its place (an atomic write would put a regular file there), an existing path of
+    the other kind, or a receiving folder (the output folder or a file's folder, else its nearest existing ancestor)
+    that is a file or cannot be written. Writes can still fail later (a full disk)."""
+    path = Path(path)
+    special = special_file(path)
+    if special is not None:
+        return f"expected a {kind}; found {special}"
+    if path.exists() and path.is_dir() != (kind == "folder"):
+        return f"expected a {kind}; found a {'folder' if path.is_dir() else 'file'}"
+    into = path if kind == "folder" else path.parent
+    existing = next(p for p in (into.absolute(), *into.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot write into {existing} (permission denied): change its permissions, or choose another path"
+    return None
+
+
+def first_free(candidates: Iterable[Path]) -> Path:
+    """The first of ``candidates`` that names nothing yet (where a file is kept aside without replacing another).
+
+    Raises:
+        OSError: every candidate is taken.
+    """
+    for path in candidates:
+        if not os.path.lexists(path):
+            return path
+    raise OSError("no free name to keep a file under")
+
+
 @contextmanager
 def failures_named(path: str | os.PathLike[str]) -> Iterator[None]:
     """Name ``path`` in an :class:`OSError` of the ``with`` block that names no file.

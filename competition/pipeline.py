@@ -37,7 +37,7 @@ from competition.collections import Collection, Split
 from competition.errors import DataRootNotFound
 from competition.labels import SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, append_row
-from competition.npzio import NpzReader, atomic_write_text
+from competition.npzio import NpzReader, atomic_write_text, output_problem
 from competition.progress import LOG_INTERVAL_SECONDS, line_progress
 from competition.promotion import Promotion, SubmissionRecord, new_run_id, promote, save_ensemble
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
@@ -460,17 +460,9 @@ def check_writable(paths: Mapping[str, str | os.PathLike[str] | None]) -> None:
         ValueError: naming the first folder that cannot be written and why.
     """
     for what, value in paths.items():
-        if value is None:
-            continue
-        folder = Path(value).absolute()
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"{what} {value}: expected a folder; found a file")
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        if not existing.is_dir():
-            raise ValueError(f"{what} {value}: {existing} is a file, not a folder")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise ValueError(f"{what} {value}: cannot write into {existing} (permission denied): change its "
-                             "permissions, or choose another folder")
+        problem = None if value is None else output_problem(value, "folder")
+        if problem is not None:
+            raise ValueError(f"{what} {value}: {problem}")
 
 
 def model_folders(names: Sequence[str], params: Mapping[str, ModelParams],

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from competition.leaderboard import file_sha256
-from competition.npzio import RejectedOutput, atomic_write_text, exclusive_lock, temp_sibling
+from competition.npzio import RejectedOutput, atomic_write_text, exclusive_lock, first_free, temp_sibling
 
 SUBMISSION = "submission.csv"
 RECORD = "submission.json"
@@ -108,11 +108,7 @@ class Promotion:
 
 def _aside_name(out_dir: Path, stem: str, suffix: str) -> Path:
     """``<stem>.prev<suffix>``, else ``<stem>.prev-1<suffix>``, ...: a name nothing holds yet."""
-    for i in range(100_000):
-        path = out_dir / f"{stem}.prev{'' if i == 0 else f'-{i}'}{suffix}"
-        if not os.path.lexists(path):
-            return path
-    raise OSError(f"{out_dir}: no free name to keep {stem}{suffix} under")
+    return first_free(out_dir / f"{stem}.prev{'' if i == 0 else f'-{i}'}{suffix}" for i in range(100_000))
 
 
 @contextmanager

@@ -36,7 +36,7 @@ from competition.collections import Collection, Split
 from competition.display import plot_label, plots_plain_text
 from competition.labels import HiddenLabelsError, SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, read_rows
-from competition.npzio import atomic_write_text, temp_sibling
+from competition.npzio import atomic_write_text, first_free, temp_sibling
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
 from competition.reader import DATA_ROOT_HELP, DataRoot, find_data_root, list_graphs
 
@@ -638,15 +638,6 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
                          "beside its files (nothing of yours is replaced or deleted)")
 
 
-def _free_name(path: Path) -> Path:
-    """``path`` with ``.orig`` (then ``.orig-1``, ...) added: a name nothing holds yet."""
-    for i in range(10_000):
-        other = path.with_name(path.name + (".orig" if i == 0 else f".orig-{i}"))
-        if not os.path.lexists(other):
-            return other
-    raise OSError(f"{path}: no free name to keep it under")
-
-
 def _replace_dir(tmp: Path, out_dir: Path) -> list[str]:
     """Put the finished report ``tmp`` in place of ``out_dir``, replacing or removing only what an earlier report
     wrote there (:data:`REPORT_MARKER`). Returns one line per file of the user's that was moved aside.
@@ -684,7 +675,8 @@ def _replace_dir(tmp: Path, out_dir: Path) -> list[str]:
             continue
         target = out_dir / name
         if os.path.lexists(target) and name not in owned:
-            kept = _free_name(target)
+            kept = first_free(target.with_name(f"{name}.orig{'' if i == 0 else f'-{i}'}")
+                              for i in range(10_000))
             os.replace(target, kept)
             said.append(f"kept your {target} as {kept.name}")
         os.replace(tmp / name, target)

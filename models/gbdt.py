@@ -204,7 +204,7 @@ class GBDTModel(RankingModel):
         names = tile_feature_names() if collection.is_tile else layout_feature_names()
         # Layout is scored by Kendall tau over every config: linear gains, pairs beyond the top 30 (LightGBM's
         # default truncation) and NDCG over the whole query weigh every pair alike; on the demo world this lifts
-        # mean valid tau well above the defaults', which stopped early (lab/journal.md, "2026-11-28: figures
+        # mean valid tau well above the defaults', which stopped early (lab/journal.md, "figures
         # moved out of docstrings"). Tile is scored by the best of the top 5: the default exponential gains and
         # NDCG@5 favour the top.
         extra: dict[str, object] = {}

@@ -18,7 +18,7 @@ costs no more than the plain forward pass.
 
 The results equal :meth:`RankNet.forward` in eval mode up to float rounding (sums are taken in another order, the
 SAGE linear maps are applied before the neighbour means, ``A (z W) = (A z) W``, and the softmax is shifted by a
-shared maximum where that cannot underflow; lab/journal.md, "2026-11-28: figures moved out of
+shared maximum where that cannot underflow; lab/journal.md, "figures moved out of
 docstrings").
 
 Rows are laid out node-major: node ``v`` of a component with ``U`` keys owns rows ``off[v] .. off[v] + U - 1``, row
@@ -59,7 +59,7 @@ _EXP_RANGE = 80.0  # exp(-80) is still a normal float32
 ROW_BUDGET = 1 << 14
 """Rows (a node under one key) run through the layers at once on the CPU: 2 MiB per float32 ``[rows, 32]``
 tensor, so that the dozen passes of a layer over them stay in cache (faster than larger blocks: lab/journal.md,
-"2026-11-28: figures moved out of docstrings")."""
+"figures moved out of docstrings")."""
 CUDA_ROW_BUDGET = 1 << 20
 """The same on a GPU, where fewer, larger kernels pay."""
 KEY_BUDGET = 1 << 20
@@ -273,7 +273,7 @@ def _block(w: _BlockWeights, h: torch.Tensor, conv_matrix: torch.Tensor, rows_of
     z = w.norm(h)
     # The linear maps before the neighbour means (A (z W) = (A z) W), stacked for one sparse product. Three
     # [R, H] x [H, H] products, not one [H, 3H]: MKL is much slower on the latter for many rows (lab/journal.md,
-    # "2026-11-28: figures moved out of docstrings").
+    # "figures moved out of docstrings").
     if torch.is_autocast_enabled(h.device.type):
         y = torch.stack([(z @ weight).float() for weight in w.conv])
     else:

@@ -375,11 +375,14 @@ class GNNModel(RankingModel):
         return work(self.train_config(collection)) / work(default_config(Collection(collection).kind))
 
     def kind_params(self, kind: str) -> dict[str, Any]:
-        settings = asdict(self.train_config(kind))
-        return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
+        return self._filled(kind)
 
     def resolved_params(self, collection: Collection) -> dict[str, Any]:
-        settings = asdict(self.train_config(Collection(collection)))
+        return self._filled(Collection(collection))
+
+    def _filled(self, of: str | Collection) -> dict[str, Any]:
+        """The hyper-parameters with the run settings of ``of`` (a kind or a collection) in place of ``None``."""
+        settings = asdict(self.train_config(of))
         return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
 
     def _pipeline(self) -> BaseTransform:
@@ -658,7 +661,7 @@ class GNNModel(RankingModel):
 PREDICT_OVERHEAD = 1.6
 """A prediction's seconds per config over a validation pass's: each graph read from its file and prepared on top of
 the scoring: the largest ratio seen on full-scale world parts, the tile GNN's beside another fit (lab/journal.md,
-"Collections fitted at once, at full scale" and "2026-11-28: figures moved out of docstrings"). The largest is
+"Collections fitted at once, at full scale" and "figures moved out of docstrings"). The largest is
 kept: a forecast too short overruns the budget."""
 
 

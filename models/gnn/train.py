@@ -83,7 +83,7 @@ MODEL_FILE = "model.json"
 SETTINGS_FILE = "settings.json"
 PLOT_SECONDS = 30.0
 """``curves.csv`` is written after every epoch, ``curves.png`` when the run ends and otherwise at most this often
-(drawing it costs as much as several training steps of a small graph: lab/journal.md, "2026-11-28: figures
+(drawing it costs as much as several training steps of a small graph: lab/journal.md, "figures
 moved out of docstrings")."""
 RUN_FILES = (SETTINGS_FILE, CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
 """The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
@@ -193,7 +193,7 @@ class TrainConfig:
 RETIRED_SETTINGS: tuple[str, ...] = ("sibling", "kin", "bridge", "flow", "key_dims", "layout_match", "runtime_head",
                                      "links", "node_head", "runtime_sum", "tile_memory")
 """Settings that earlier versions had, off by default, for ideas that were measured, lost and left the code
-(lab/journal.md, "2026-11-28: ideas that lost leave the core"). A model saved by such a version holds them (its
+(lab/journal.md, "ideas that lost leave the core"). A model saved by such a version holds them (its
 hyper-parameters as ``None``, its settings as ``False``): :func:`without_retired` reads it without them, and refuses
 one that turned any of them on."""
 

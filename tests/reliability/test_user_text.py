@@ -63,7 +63,8 @@ def test_report_draws_and_escapes_the_names(board: Path, tiny_world: Path, tmp_p
     assert code == EXIT_OK, err
     page = (out_dir / "index.html").read_text()
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
-    assert (out_dir / "scores.png").stat().st_size > 0 if (out_dir / "scores.png").exists() else True
+    # The producers' names are drawn in the scores plot, the graphs' stems in the ranks plot.
+    assert (out_dir / "scores.png").stat().st_size > 0 and (out_dir / "ranks.png").stat().st_size > 0
 
 
 def test_mathtext_is_off_only_inside_plain_text():
