@@ -142,7 +142,7 @@ class CollapseChains(BaseTransform):
     With ``through="elementwise"`` only removed elementwise ops (the ``elementwise`` opcode group, which keep their
     operand's layout) carry a path: the layout links between decisions, without the bridges through reductions,
     broadcasts or fusions that join most kept nodes to most others in a large module (bridging through everything
-    multiplies a pruned nlp graph's edges: lab/journal.md, "2026-11-28: figures moved out of docstrings").
+    multiplies a pruned nlp graph's edges: lab/journal.md, "figures moved out of docstrings").
 
     Paths are found by one walk per kept node that only enters removed (passable) nodes and stops at kept ones: the
     cost is the number of (kept node, removed node it reaches through removed nodes) pairs, small when removed
