@@ -22,9 +22,9 @@ import errno
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import stat
-import tempfile
 import time
 import zipfile
 import zlib
@@ -289,7 +289,9 @@ def remove_stale_temps(folder: str | os.PathLike[str], target: str | None = None
 
 
 _TEMP_RANDOM_CHARS = 8
-"""Characters ``tempfile`` puts between a temporary's prefix and suffix."""
+"""Random characters between a temporary's prefix and suffix (as many as ``tempfile`` draws)."""
+_TEMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+"""What they are drawn from (``tempfile``'s alphabet: the names stay those of a ``tempfile`` temporary)."""
 
 
 def _name_max(folder: Path) -> int:
@@ -344,17 +346,21 @@ def temp_sibling(path: str | os.PathLike[str], *, directory: bool = False) -> It
     fd: int | None = None
     try:  # from the creation on: an interrupt (Ctrl-C, SIGTERM) anywhere removes what was made
         for _ in range(8):
-            if directory:
-                made = tempfile.mkdtemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
-                try:
+            # Named before it is made: an interrupt that lands right after the creation (inside a library call
+            # that makes and names the file at once, nothing would say which) still finds it here.
+            made = os.path.join(path.parent, prefix + "".join(secrets.choice(_TEMP_CHARS)
+                                                              for _ in range(_TEMP_RANDOM_CHARS)) + TEMP_SUFFIX)
+            try:
+                if directory:
+                    os.mkdir(made, 0o700)
                     os.chmod(made, mode)
                     fd = os.open(made, os.O_RDONLY)
-                except FileNotFoundError:  # removed as stale before we could lock it
-                    made = None
-                    continue
-            else:
-                fd, made = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
-                os.fchmod(fd, mode)
+                else:
+                    fd = os.open(made, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                    os.fchmod(fd, mode)
+            except (FileExistsError, FileNotFoundError):  # the name is taken; or removed as stale before locked
+                made = None
+                continue
             # A sweeper that locked the new file before us has removed it: start over with another.
             if _try_lock(fd, wait=True) is not False and _names_file(Path(made), fd):
                 break
