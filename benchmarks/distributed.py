@@ -39,7 +39,7 @@ def part_steps(root: str, collection: str, cache: str, per_step: int, steps: int
     from competition.reader import find_data_root, list_graphs
     from models.gnn import distributed
     from models.gnn.model import GNNModel
-    from models.gnn.train import resolve_device
+    from models.gnn.steps import resolve_device
 
     torch.set_num_threads(threads)
     data = find_data_root(root)

@@ -122,11 +122,12 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
     from competition.reader import load_graph
     from features.data import graph_to_data
     from features.transforms import DropConstantColumns, Normalize
+    from models.gnn.config import DEFAULTS
     from models.gnn.gst import HistoryTable
     from models.gnn.losses import get_loss
     from models.gnn.model import feature_pipeline
     from models.gnn.net import make_segments
-    from models.gnn.train import DEFAULTS, Item, Slot, resolve_device, seed_everything, training_step
+    from models.gnn.steps import Item, Slot, resolve_device, seed_everything, training_step
 
     device = resolve_device("auto")
     graph = load_graph(path, Collection.LAYOUT_XLA_RANDOM)
@@ -198,7 +199,7 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
 def _use_plain_forward() -> None:
     """In this (benchmark part's) process, layout training steps take the plain forward pass, every config through
     every node, instead of :func:`models.gnn.infer.dedup_scores`: the baseline of the side-by-side ratios."""
-    from models.gnn.train import GraphScores
+    from models.gnn.steps import GraphScores
 
     GraphScores.forward = lambda self, item, config_feat, *rest: self.net(item.segments, config_feat)
 
@@ -214,9 +215,11 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     from competition.reader import find_data_root
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs, DropConstantColumns, Normalize
+    from models.gnn.config import default_config
     from models.gnn.model import settings_pipeline
     from models.gnn.net import make_segments
-    from models.gnn.train import Item, default_config, predict_scores, resolve_device, train
+    from models.gnn.steps import Item, predict_scores, resolve_device
+    from models.gnn.train import train
 
     if not dedup:
         _use_plain_forward()
@@ -284,8 +287,8 @@ def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, 
     from competition.reader import find_data_root
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs
+    from models.gnn.config import DEFAULTS
     from models.gnn.model import GNNModel, feature_pipeline
-    from models.gnn.train import DEFAULTS
 
     root = find_data_root(data)
     c = Collection.LAYOUT_XLA_DEFAULT
@@ -366,7 +369,7 @@ def part_train_scale(path: Path, dedup: bool, steps: int) -> dict:
     from models.gnn.infer import LayoutStructure, layout_codes
     from models.gnn.losses import get_loss
     from models.gnn.net import make_segments
-    from models.gnn.train import Item, Slot, training_step
+    from models.gnn.steps import Item, Slot, training_step
 
     if not dedup:
         _use_plain_forward()
@@ -434,7 +437,7 @@ def part_predict_scale(path: Path, attention: bool, configs: int, save: str, pro
 
     from competition.collections import Collection
     from competition.reader import load_graph
-    from models.gnn.train import resolve_device
+    from models.gnn.steps import resolve_device
 
     graph = load_graph(path, Collection.LAYOUT_NLP_RANDOM)
     model, pruned = _initialised_model(graph, attention)
@@ -644,7 +647,7 @@ def bench_throughput(data: Path, quick: bool) -> None:
             ("layout:nlp:random", True, True, "nlp + attention", layout_graphs),
             ("layout:nlp:random", True, False, "  plain forward", layout_graphs),
             ("tile:xla", False, True, "tile", tile_graphs)]
-    from models.gnn.train import DEFAULTS
+    from models.gnn.config import DEFAULTS
 
     lay, til = DEFAULTS["layout"], DEFAULTS["tile"]
     print(f"\n2. Throughput: default models (layout hidden {lay.hidden}, tile hidden {til.hidden}, "
@@ -686,7 +689,7 @@ default, the second the default before the reference context (random batches, fo
 def bench_predict_scale(work: Path, configs: int, before: Path | None, before_configs: int, profile: bool) -> None:
     import numpy as np
 
-    from models.gnn.train import DEFAULTS
+    from models.gnn.config import DEFAULTS
 
     g = _run_part("big_graph", work / "big")
     d = DEFAULTS["layout"]
@@ -757,7 +760,7 @@ def bench_predict_quality(data: Path, seed: int) -> None:
 def bench_ablation(data: Path, seeds: list[int], epochs: int) -> None:
     variants = [(1, True), (1, False), (3, True), (5, True), ("all", True)]
     from competition.protocol import DEFAULT_PROTOCOL
-    from models.gnn.train import DEFAULTS
+    from models.gnn.config import DEFAULTS
 
     d = DEFAULTS["layout"]
     print(f"\n3. Ablation on layout:xla:default of {data}: GNNModel layout defaults (hidden {d.hidden}, "

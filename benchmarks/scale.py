@@ -81,8 +81,8 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
     from competition.protocol import DEFAULT_PROTOCOL
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs
+    from models.gnn.config import default_config
     from models.gnn.model import settings_pipeline
-    from models.gnn.train import default_config
 
     root, c = _root(world), Collection(collection)
     d = default_config(c)

@@ -710,7 +710,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from competition.runlock import hold_run_folder
     from competition.submission import score_predictions, submission_id
     from models.gnn import distributed
-    from models.gnn.train import resolve_device
+    from models.gnn.steps import resolve_device
     from models.registry import format_params, make_model
 
     launched = distributed.launched_world()  # above 1 in a process that torchrun started

@@ -230,7 +230,7 @@ def test_progress_lines_in_a_log():
 
 
 def test_work_factors_of_the_gnn_settings():
-    from models.gnn.train import default_config
+    from models.gnn.config import default_config
 
     c = Collection.LAYOUT_NLP_RANDOM
     assert GNNModel().work_factor(c) == 1.0 and GBDTModel().work_factor(c) == 1.0

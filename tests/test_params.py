@@ -17,18 +17,11 @@ from competition.cli import main
 from competition.collections import Collection, Split
 from competition.reader import find_data_root
 from models.gbdt import GBDTModel
+from models.gnn.config import DEFAULTS, TrainConfig
 from models.gnn.layers import GNNBlock
 from models.gnn.model import SETTINGS, GNNAttentionModel, GNNModel
 from models.gnn.net import RankNet
-from models.gnn.train import (
-    CURVES_CSV,
-    DEFAULTS,
-    ENSEMBLE_SETTINGS,
-    SETTINGS_FILE,
-    TrainConfig,
-    run_settings,
-    settings_hash,
-)
+from models.gnn.runs import CURVES_CSV, ENSEMBLE_SETTINGS, SETTINGS_FILE, run_settings, settings_hash
 from models.registry import MODELS, ModelParams, param_problem
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
@@ -67,7 +60,7 @@ def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytes
     collection or for one."""
     from competition.pipeline import with_quick_params
     from models.base import RankingModel
-    from models.gnn.train import COLLECTION_DEFAULTS, default_config, quick_settings
+    from models.gnn.config import COLLECTION_DEFAULTS, default_config, quick_settings
 
     raised = {Collection.LAYOUT_XLA_DEFAULT: {"seeds": 3}, Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 32,
                                                                                          "seeds": 3}}

@@ -55,6 +55,7 @@ from features.transforms import (
 )
 from models.base import NotFittedError, RankingModel
 from models.gnn import distributed
+from models.gnn.config import TrainConfig, default_config, quick_settings, without_retired
 from models.gnn.infer import (
     DEFAULT_TTA,
     PREDICT_CONTEXTS,
@@ -67,18 +68,8 @@ from models.gnn.infer import (
 )
 from models.gnn.losses import LOSSES
 from models.gnn.net import RankNet, make_segments
-from models.gnn.train import (
-    Item,
-    TrainConfig,
-    TrainResult,
-    default_config,
-    finished,
-    predict_scores,
-    quick_settings,
-    resolve_device,
-    train,
-    without_retired,
-)
+from models.gnn.steps import Item, predict_scores, resolve_device
+from models.gnn.train import TrainResult, finished, train
 from models.params import Param, check_values
 
 SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in ("kind", "num_features",

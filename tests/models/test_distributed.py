@@ -23,7 +23,7 @@ from competition.reader import find_data_root, list_graphs, load_graph
 from features.cache import ProcessedGraphs
 from models.gnn import distributed
 from models.gnn.model import GNNModel
-from models.gnn.train import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE
+from models.gnn.runs import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE
 from tests.models.test_gnn_train import interrupt_after_epoch_1
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
@@ -35,6 +35,8 @@ DROPOUT = dict(hidden=16, layers=2, epochs=3, steps_per_graph=2, configs_per_gra
 # gathered after every step.
 GST = dict(DROPOUT, segment_size=50, hops="all", graphs_per_step=3, epochs=2)
 gnn_train = importlib.import_module("models.gnn.train")
+gnn_runs = importlib.import_module("models.gnn.runs")
+gnn_callbacks = importlib.import_module("models.gnn.callbacks")
 
 
 def _fit(root: Path, cache: str, runs: str | None, **params: Any) -> GNNModel:
@@ -55,7 +57,7 @@ def _worker(rank: int, port: int, tmp: str, world_dir: str, cache: str) -> None:
     torch.set_num_threads(1)
     out = Path(tmp)
     wrote: list[str] = []
-    real_path, real_text, real_stream = gnn_train.atomic_path, gnn_train.atomic_write_text, gnn_train.atomic_write_stream
+    real_path, real_text, real_stream = gnn_runs.atomic_path, gnn_runs.atomic_write_text, gnn_callbacks.atomic_write_stream
 
     def spy_path(path, *args, **kwargs):
         wrote.append(Path(path).name)
@@ -69,7 +71,8 @@ def _worker(rank: int, port: int, tmp: str, world_dir: str, cache: str) -> None:
         wrote.append(Path(path).name)
         return real_stream(path, *args, **kwargs)
 
-    gnn_train.atomic_path, gnn_train.atomic_write_text, gnn_train.atomic_write_stream = spy_path, spy_text, spy_stream
+    gnn_runs.atomic_path, gnn_runs.atomic_write_text = spy_path, spy_text
+    gnn_callbacks.atomic_write_text, gnn_callbacks.atomic_write_stream = spy_text, spy_stream
     real_build = ProcessedGraphs.build
 
     def spy_build(self):

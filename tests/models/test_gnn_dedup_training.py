@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import models.gnn.infer as infer
+from models.gnn.config import DEFAULTS
 from models.gnn.gst import HistoryTable
 from models.gnn.infer import LayoutStructure, config_codes, dedup_scores, layout_codes
 from models.gnn.net import make_segments
-from models.gnn.train import DEFAULTS, GraphScores, Item, StepTable
+from models.gnn.steps import GraphScores, Item, StepTable
 from tests.models.test_gnn_infer import SLOT_NODES, _graph, _net
 
 
@@ -99,11 +100,11 @@ def test_training_uses_the_dedup_forward_only_where_it_is_exact(dropout: float, 
                                                                 dedup: bool, monkeypatch: pytest.MonkeyPatch):
     """Dropout draws a mask per config and node (no rows to share) and GST runs segments apart: both keep the
     plain forward pass."""
-    import models.gnn.train as gnn_train
+    import models.gnn.steps as gnn_steps
 
     calls: list[str] = []
-    real = gnn_train.dedup_scores
-    monkeypatch.setattr(gnn_train, "dedup_scores", lambda *a: calls.append("dedup") or real(*a))
+    real = gnn_steps.dedup_scores
+    monkeypatch.setattr(gnn_steps, "dedup_scores", lambda *a: calls.append("dedup") or real(*a))
     data, cf = _graph()
     cfg = replace(DEFAULTS["layout"], dropout=dropout, segment_size=segment_size, dim_tokens=False, num_features=5)
     net = _net(True).train()

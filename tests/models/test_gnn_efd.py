@@ -19,12 +19,16 @@ import torch.multiprocessing as mp
 from torch_geometric.data import Data
 
 from models.gnn import distributed
+from models.gnn.config import TrainConfig
 from models.gnn.gst import HistoryTable
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, make_segments
-from models.gnn.train import CHECKPOINT, Item, StepTable, TrainConfig, TrainResult, train
+from models.gnn.runs import CHECKPOINT
+from models.gnn.steps import FreshHeadScores, Item, StepTable
+from models.gnn.train import TrainResult, train
 
 # ``models.gnn.train`` as an attribute is the re-exported function; the module itself, for monkeypatching.
 gnn_train = importlib.import_module("models.gnn.train")
+gnn_callbacks = importlib.import_module("models.gnn.callbacks")
 
 F, NODES, CONFIGS, SEGMENT = 5, 8, 12, 4  # two segments per graph: nodes [0, 4) and [4, 8)
 # Two train graphs at one graph per step and one visit per epoch: two steps per epoch (and per fine-tuning epoch).
@@ -104,7 +108,7 @@ def test_the_forward_is_the_full_graph_with_gradients_into_the_head_alone():
     net = cfg.make_net().eval()
     item, cf = TRAIN[0], TRAIN[0].config_feat[:6]
     assert len(item.segments) == 2
-    scores = gnn_train._FreshHeadScores(net)(item, cf, torch.arange(6), cfg, StepTable(HistoryTable()),
+    scores = FreshHeadScores(net)(item, cf, torch.arange(6), cfg, StepTable(HistoryTable()),
                                               np.random.default_rng(0))
     assert torch.equal(scores, net(item.segments, cf))  # every segment, fresh: the full (cut) graph's scores
     scores.sum().backward()
@@ -220,7 +224,7 @@ def test_the_time_budget_skips_or_drops_the_fine_tuning(budget: str, monkeypatch
     with monkeypatch.context() as m:
         seen, steps = _spy(m)
         if no_forecast:
-            m.setattr(gnn_train, "epoch_seconds", lambda history: 0.0)
+            m.setattr(gnn_callbacks, "epoch_seconds", lambda history: 0.0)
         result = _train(VALID, run_dir=tmp_path, max_seconds=max_seconds, epochs=2, gst_finetune_epochs=2)
     assert len(steps) == ran and result.stopped == stopped
     assert result.finetune_metric is None and result.finetune_used is False

@@ -17,7 +17,7 @@ from competition.collections import Collection, Split
 from competition.reader import find_data_root, list_graphs, load_graph
 from models.gnn.infer import LayoutPlan, code_values, config_codes, iter_code_blocks
 from models.gnn.net import CONFIG_VALUES, LAYOUT_CONFIG_SLOTS, RankNet, make_segments
-from models.gnn.train import inference_autocast, predict_scores
+from models.gnn.steps import inference_autocast, predict_scores
 
 SLOT_NODES = [1, 4, 4, 9, 15, 16, 30, 44, 48]  # node 4 holds two slots; 1 and 4 share a component
 

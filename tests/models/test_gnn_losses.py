@@ -155,8 +155,8 @@ def test_loss_function_tolerance():
 
 
 def test_pair_tolerance_setting():
+    from models.gnn.config import TrainConfig, default_config
     from models.gnn.model import GNNModel
-    from models.gnn.train import TrainConfig, default_config
 
     assert default_config("layout").pair_tolerance == 0.0
     assert GNNModel(pair_tolerance=1e-3).train_config("layout").pair_tolerance == 1e-3

@@ -20,8 +20,9 @@ import torch
 from competition.collections import Collection, Split
 from competition.reader import LayoutGraph, find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
+from models.gnn.config import TrainConfig
 from models.gnn.model import GNNModel
-from models.gnn.train import CHECKPOINT, CURVES_CSV, SETTINGS_FILE, TrainConfig, run_settings
+from models.gnn.runs import CHECKPOINT, CURVES_CSV, SETTINGS_FILE, run_settings
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=3, steps_per_graph=1, configs_per_graph=16)

@@ -20,7 +20,7 @@ from competition.reader import find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
 from models.ensemble import normalize_scores
 from models.gnn.model import GNNModel
-from models.gnn.train import CHECKPOINT
+from models.gnn.runs import CHECKPOINT
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 QUICK = dict(hidden=16, layers=2, device="cpu", epochs=2, steps_per_graph=1, configs_per_graph=16)

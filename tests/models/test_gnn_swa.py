@@ -13,8 +13,11 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
+from models.gnn.config import TrainConfig
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, make_segments
-from models.gnn.train import CHECKPOINT, Item, TrainConfig, TrainResult, train
+from models.gnn.runs import CHECKPOINT
+from models.gnn.steps import Item
+from models.gnn.train import TrainResult, train
 
 # ``models.gnn.train`` as an attribute is the re-exported function; the module itself, for monkeypatching.
 gnn_train = importlib.import_module("models.gnn.train")

@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.gnn.train import CHECKPOINT, TrainResult, epoch_seconds
+from models.gnn.runs import CHECKPOINT
+from models.gnn.steps import epoch_seconds
+from models.gnn.train import TrainResult
 from tests.models.test_gnn_swa import BASE, TRAIN, VALID, _assert_equal, _train
 
 gnn_train = importlib.import_module("models.gnn.train")
+gnn_steps = importlib.import_module("models.gnn.steps")
 
 # Two steps per epoch (two train graphs, one per step); two valid graphs.
 
@@ -24,7 +27,7 @@ def _clock(m: pytest.MonkeyPatch, graph_seconds: Callable[[int], float] = lambda
     """Training's clock reads 1 s per optimiser step and ``graph_seconds(k)`` for the ``k``-th valid graph scored
     (from 0; 2 s each unless told); returns what happened, in order (``step`` and ``graph``)."""
     events: list[str] = []
-    real_step, real_predict = gnn_train.training_step, gnn_train.predict_scores
+    real_step, real_predict = gnn_train.training_step, gnn_steps.predict_scores
 
     def step(*args, **kwargs):
         events.append("step")
@@ -39,7 +42,7 @@ def _clock(m: pytest.MonkeyPatch, graph_seconds: Callable[[int], float] = lambda
         return events.count("step") * 1.0 + sum(graphs)
 
     m.setattr(gnn_train, "training_step", step)
-    m.setattr(gnn_train, "predict_scores", predict)
+    m.setattr(gnn_steps, "predict_scores", predict)
     m.setattr(gnn_train, "time", types.SimpleNamespace(perf_counter=now))
     return events
 

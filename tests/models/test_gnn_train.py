@@ -18,19 +18,11 @@ from competition.collections import Collection, Split
 from competition.metrics import kendall_tau
 from competition.reader import find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
+from models.gnn.config import DEFAULTS, RETIRED_SETTINGS, TrainConfig
 from models.gnn.model import GNNAttentionModel, GNNModel
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, RankNet, make_segments
-from models.gnn.train import (
-    CHECKPOINT,
-    CURVES_CSV,
-    CURVES_PNG,
-    DEFAULTS,
-    RETIRED_SETTINGS,
-    SETTINGS_FILE,
-    TrainConfig,
-    _visit_order,
-    predict_scores,
-)
+from models.gnn.runs import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE
+from models.gnn.steps import predict_scores, visit_order
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 SMALL = dict(hidden=16, layers=2, device="cpu", seed=0)
@@ -40,6 +32,8 @@ NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=Fals
 # The module itself: ``models.gnn.train`` as an attribute is the ``train`` function that models/gnn/__init__.py
 # re-exports, so ``import models.gnn.train as m`` would bind the function.
 gnn_train = importlib.import_module("models.gnn.train")
+gnn_steps = importlib.import_module("models.gnn.steps")
+gnn_callbacks = importlib.import_module("models.gnn.callbacks")
 
 
 
@@ -76,14 +70,14 @@ def _run_dir(runs_dir: str | Path, name: str = "gnn") -> Path:
 
 def interrupt_after_epoch_1(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make training raise KeyboardInterrupt right after epoch 1's checkpoint and curves are written."""
-    real_write = gnn_train.write_curves
+    real_write = gnn_callbacks.write_curves
 
     def write_then_interrupt(run_dir, history, title="", *, plot=True):
         real_write(run_dir, history, title, plot=plot)
         if history[-1]["epoch"] == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(gnn_train, "write_curves", write_then_interrupt)
+    monkeypatch.setattr(gnn_callbacks, "write_curves", write_then_interrupt)
 
 def test_small_model_learns_the_tiny_world(train_only_root: Path, learned: GNNModel):
     root = find_data_root(train_only_root)
@@ -260,13 +254,13 @@ def test_time_budget_resume_matches_an_uninterrupted_run(tiny_world: Path, cache
 
 def test_gst_training_runs_and_predicts(tiny_world: Path, cache_dir: str, monkeypatch: pytest.MonkeyPatch):
     calls = []
-    real_gst = gnn_train.gst_scores
+    real_gst = gnn_steps.gst_scores
 
     def counting(net, segments, *args, **kwargs):
         calls.append(len(segments))
         return real_gst(net, segments, *args, **kwargs)
 
-    monkeypatch.setattr(gnn_train, "gst_scores", counting)
+    monkeypatch.setattr(gnn_steps, "gst_scores", counting)
     model = _fit(tiny_world, cache_dir, None, segment_size=50, hops="all", epochs=2, keep_prob=0.5)
     assert calls and min(calls) > 1  # every step went through GST, on graphs of several segments
     assert model.settings_["segment_size"] == 50
@@ -292,9 +286,9 @@ def test_tile_model_fits_and_predicts(tiny_world: Path, cache_dir: str):
 def test_visit_order_spreads_an_epoch_over_every_graph():
     cfg = DEFAULTS["layout"]  # graphs_per_step 1
     # 12 slots over 6 graphs: each twice; 4 slots over 6 graphs: 4 distinct graphs (a random subset, not the first 4)
-    order = _visit_order(12, cfg, 6, torch.Generator().manual_seed(0))
+    order = visit_order(12, cfg, 6, torch.Generator().manual_seed(0))
     assert sorted(order) == sorted(list(range(6)) * 2)
-    subsets = {tuple(sorted(_visit_order(4, cfg, 6, torch.Generator().manual_seed(s)))) for s in range(20)}
+    subsets = {tuple(sorted(visit_order(4, cfg, 6, torch.Generator().manual_seed(s)))) for s in range(20)}
     assert all(len(set(sub)) == 4 for sub in subsets) and len(subsets) > 1
 
 

@@ -19,7 +19,7 @@ from features.cache import FORMAT_VERSION, ProcessedGraphs, pipeline_description
 from features.transforms import PruneToConfigurable
 from models.base import load_model
 from models.gnn.model import GNNModel
-from models.gnn.train import CHECKPOINT, CURVES_CSV, CURVES_PNG, MODEL_FILE, SETTINGS_FILE, settings_hash
+from models.gnn.runs import CHECKPOINT, CURVES_CSV, CURVES_PNG, MODEL_FILE, SETTINGS_FILE, settings_hash
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 QUICK = dict(hidden=8, layers=2, device="cpu", seed=0, epochs=2, steps_per_graph=1, configs_per_graph=16)

@@ -1,0 +1,188 @@
+"""The GNN training loop (models/gnn/train.py): the order it calls its callbacks in, what a stop at each point
+leaves, the training state as a checkpoint holds it, and a finished run returned without training."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, EarlyStopping
+from models.gnn.config import TrainConfig
+from models.gnn.net import LAYOUT_CONFIG_SLOTS, make_segments
+from models.gnn.steps import Item
+from models.gnn.train import ALL_EPOCHS, Trainer, TrainState, finished
+
+F, NODES, CONFIGS = 5, 8, 12
+# Two train graphs, one graph per step, one visit per epoch: two steps per epoch.
+CFG = TrainConfig(kind="layout", hidden=8, layers=2, lr=1e-2, loss="hinge", epochs=3, configs_per_graph=8,
+                  steps_per_graph=1, patience=10, hops="all", train_configs="all", num_features=F, data_key="t")
+
+
+def tiny_item(key: str, seed: int) -> Item:
+    """An 8-node chain with configurable nodes 2 and 5 and 12 configs of distinct runtimes."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.arange(NODES - 1)
+    data = Data(x=torch.randn(NODES, F, generator=g), op=torch.randint(0, 40, (NODES,), generator=g),
+                edge_index=torch.stack([src, src + 1]), config_node_index=torch.tensor([2, 5]), num_nodes=NODES)
+    config_feat = torch.randint(-1, 6, (CONFIGS, 2, LAYOUT_CONFIG_SLOTS), generator=g).float()
+    y = torch.randperm(CONFIGS, generator=g).double() * 100 + 1000
+    return Item(key, make_segments(data), config_feat, y)
+
+
+TRAIN = [tiny_item("a", 0), tiny_item("b", 1)]
+VALID = [tiny_item("v", 2)]
+
+
+def tiny_trainer(callbacks: list[Callback] = (), cfg: TrainConfig = CFG, valid: list[Item] = VALID) -> Trainer:
+    return Trainer(cfg, TRAIN, valid, device="cpu", progress=False, callbacks=callbacks)
+
+
+class Recorder(Callback):
+    """Records every hook call as ``(event, epoch as the state says)``; stops the run at ``stop_at``."""
+
+    def __init__(self, stop_at: tuple[str, int] | None = None) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.stop_at = stop_at
+
+    def _record(self, trainer: Trainer, event: str, epoch: int | None = None) -> None:
+        at = (event, trainer.state.epoch if epoch is None else epoch)
+        self.calls.append(at)
+        if at == self.stop_at:
+            trainer.stop("told to")
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        self._record(trainer, "train_begin")
+
+    def on_epoch_begin(self, trainer: Trainer, epoch: int) -> None:
+        self._record(trainer, "epoch_begin", epoch)
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        self._record(trainer, "step_end")
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        self._record(trainer, "epoch_end")
+
+    def on_settle(self, trainer: Trainer) -> None:
+        self._record(trainer, "settle")
+
+    def on_save(self, trainer: Trainer) -> None:
+        self._record(trainer, "save")
+
+
+def _epoch(n: int) -> list[tuple[str, int]]:
+    """The calls of one whole epoch ``n`` of two steps (the state's epoch is the last finished one until its
+    validation ends)."""
+    return [("epoch_begin", n), ("step_end", n - 1), ("step_end", n - 1), ("epoch_end", n)]
+
+
+def test_the_loop_calls_the_hooks_in_order():
+    rec = Recorder()
+    result = tiny_trainer([EarlyStopping(10), rec]).fit()
+    assert rec.calls == [("train_begin", 0),
+                         *_epoch(1), ("save", 1), *_epoch(2), ("save", 2), *_epoch(3), ("settle", 3), ("save", 3)]
+    assert result.stopped == ALL_EPOCHS and finished(result.stopped)
+    assert [row["epoch"] for row in result.history] == [1, 2, 3]
+
+
+def test_a_stop_before_an_epoch_leaves_it_unbegun_and_settles_after_the_loop():
+    rec = Recorder(stop_at=("epoch_begin", 2))
+    trainer = tiny_trainer([EarlyStopping(10), rec])
+    result = trainer.fit()
+    assert rec.calls == [("train_begin", 0), *_epoch(1), ("save", 1), ("epoch_begin", 2), ("settle", 1)]
+    assert len(result.history) == 1 and result.stopped == "told to"
+    assert trainer.state.step == 2  # the steps of finished epochs
+
+
+def test_a_stop_during_the_first_epoch_keeps_the_weights_trained_so_far():
+    rec = Recorder(stop_at=("step_end", 0))
+    trainer = tiny_trainer([EarlyStopping(10), rec])
+    initial = trainer.snapshot()
+    result = trainer.fit()
+    assert rec.calls == [("train_begin", 0), ("epoch_begin", 1), ("step_end", 0), ("settle", 0)]
+    assert result.history == [] and result.best_epoch == 0
+    assert all(torch.equal(result.state[k], trainer.snapshot()[k]) for k in initial)  # one step's weights
+    assert any(not torch.equal(result.state[k], initial[k]) for k in initial)
+
+
+def test_a_stop_after_an_epochs_steps_drops_that_epoch():
+    rec = Recorder(stop_at=("step_end", 1))  # the second epoch's first step
+    result = tiny_trainer([EarlyStopping(10), rec]).fit()
+    assert [row["epoch"] for row in result.history] == [1]
+    assert ("epoch_end", 2) not in rec.calls and rec.calls[-1] == ("settle", 1)
+
+
+def test_the_history_rows_hold_every_curve_column_and_a_running_clock():
+    result = tiny_trainer([EarlyStopping(10)]).fit()
+    for row in result.history:
+        assert set(row) == {"epoch", "train_loss", "valid_metric", "lr", "seconds", "valid_seconds"}
+        assert math.isfinite(row["train_loss"]) and -1 <= row["valid_metric"] <= 1
+    seconds = [row["seconds"] for row in result.history]
+    assert seconds == sorted(seconds) and all(row["valid_seconds"] <= row["seconds"] for row in result.history)
+
+
+def test_without_valid_graphs_the_last_epoch_is_kept():
+    trainer = tiny_trainer([EarlyStopping(1)], valid=[])
+    result = trainer.fit()
+    assert len(result.history) == 3 and result.best_epoch == 3 and result.best_metric == -math.inf
+    assert all(math.isnan(row["valid_metric"]) for row in result.history)
+    assert all(torch.equal(result.state[k], v) for k, v in trainer.snapshot().items())
+
+
+def test_the_state_round_trips_through_a_checkpoint_dict():
+    state = TrainState(epoch=2, step=4, history=[{"epoch": 1.0}], best_metric=0.5, best_epoch=1, bad_epochs=1,
+                       stopped=TIME_BUDGET_STOP, swa_metric=0.25, swa_used=True)
+    ckpt: dict[str, Any] = {"settings": {}, "model": {}, **state.as_dict()}
+    assert TrainState.from_checkpoint(ckpt, steps_per_epoch=2) == state
+    older = {k: v for k, v in ckpt.items() if k != "step"}  # written before the step count was kept
+    assert TrainState.from_checkpoint(older, steps_per_epoch=3).step == 6
+
+
+def test_kept_weights_follow_what_the_run_chose():
+    best, other, tuned = ({"w": torch.tensor([float(v)])} for v in (1, 3, 7))
+    state = TrainState(best_state=best, swa_states=[best, other])
+    assert state.kept_weights() is best
+    state.swa_used = True
+    assert torch.equal(state.kept_weights()["w"], torch.tensor([2.0]))
+    state.finetune_used, state.finetune_state = True, tuned
+    assert state.kept_weights() is tuned
+
+
+class _Finished(Callback):
+    """Plays a checkpoint found finished: the state of a whole run, nothing to train."""
+
+    def __init__(self, state: TrainState) -> None:
+        self.state = state
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        trainer.state = self.state
+
+
+def test_a_finished_run_returns_its_outcome_without_training(monkeypatch: pytest.MonkeyPatch):
+    weights = tiny_trainer().snapshot()
+    done = TrainState(epoch=3, history=[{"epoch": 3}], best_state=weights, best_epoch=2, best_metric=0.4,
+                      stopped="early stopping (no gain for 1 epochs)")
+    trainer = tiny_trainer([_Finished(done)])
+    monkeypatch.setattr(trainer, "train_epoch", lambda epoch: pytest.fail("trained a finished run"))
+    result = trainer.fit()
+    assert result.state is weights and result.best_epoch == 2 and result.stopped == done.stopped
+
+
+def test_an_unfinished_state_resumes_after_its_last_epoch():
+    rec = Recorder()
+    partway = TrainState(epoch=2, history=[{"epoch": 1, "seconds": 1.0}, {"epoch": 2, "seconds": 2.0}],
+                         best_state=tiny_trainer().snapshot(), stopped=TIME_BUDGET_STOP)
+    result = tiny_trainer([_Finished(partway), EarlyStopping(10), rec]).fit()
+    assert [row["epoch"] for row in result.history] == [1, 2, 3]
+    assert rec.calls[1] == ("epoch_begin", 3)
+    assert result.history[-1]["seconds"] >= 2.0  # counted on from the resumed run's time
+
+
+def test_the_loop_refuses_training_graphs_without_two_configs():
+    one = replace(TRAIN[0], config_feat=TRAIN[0].config_feat[:1], y=TRAIN[0].y[:1])
+    with pytest.raises(ValueError, match="two or more configs"):
+        Trainer(CFG, [one], VALID, device="cpu", progress=False)
