@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from competition.collections import Collection, Split
+from competition.dataset import Dataset
 from competition.labels import SplitLabels, load_labels
 from competition.pipeline import predict_split
 from competition.protocol import DEFAULT_PROTOCOL
@@ -159,7 +160,8 @@ def _fit_predict(model: str, root: Any, collections: Sequence[Collection], param
     key = (str(root.root), model, repr(sorted(params.items())), " ".join(c.value for c in collections))
     if key not in _FITS:
         common = {**params, **({"runs_dir": None} if model.startswith("gnn") else {})}
-        _FITS[key] = predict_split(model, root, collections, params=ModelParams(common=common), progress=progress)
+        _FITS[key] = predict_split(model, Dataset.open(root, collections), params=ModelParams(common=common),
+                                   progress=progress)
     return _FITS[key]
 
 

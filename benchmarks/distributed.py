@@ -36,6 +36,7 @@ def part_steps(root: str, collection: str, cache: str, per_step: int, steps: int
     import torch
 
     from competition.collections import Collection, Split
+    from competition.dataset import open_collection
     from competition.reader import find_data_root, list_graphs
     from models.gnn import distributed
     from models.gnn.model import GNNModel
@@ -48,7 +49,8 @@ def part_steps(root: str, collection: str, cache: str, per_step: int, steps: int
         graphs = len(list_graphs(data, c, Split.TRAIN))
         steps_per_graph = math.ceil(steps * per_step / graphs)
         model = GNNModel(graphs_per_step=per_step, steps_per_graph=steps_per_graph, epochs=2, device=str(on),
-                         runs_dir=None, cache_dir=cache).fit(data, c, eval_split=None, progress=False)
+                         runs_dir=None, cache_dir=cache).fit(open_collection(data, c, eval_split=None),
+                                                             progress=False)
         done = math.ceil(graphs * steps_per_graph / per_step)
         seconds = model.history_[1]["seconds"] - model.history_[0]["seconds"]
         return {"world": distributed.world_size(), "steps": done, "seconds": seconds, "steps_per_s": done / seconds,

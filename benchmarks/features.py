@@ -34,12 +34,14 @@ def part_generate(out: Path, limit: int, workers: int | None) -> dict:
 
 
 def part_build(data: Path, cache: Path, hops: int, max_configs: int, workers: int | None) -> dict:
+    from competition.dataset import open_split
     from competition.reader import find_data_root
     from features import ProcessedGraphs, PruneToConfigurable
 
     def make() -> ProcessedGraphs:
-        return ProcessedGraphs(find_data_root(data), COLLECTION, "train", pre_transform=PruneToConfigurable(hops=hops),
-                               cache_dir=cache, max_configs=max_configs, workers=workers, progress=False)
+        return ProcessedGraphs(open_split(find_data_root(data), COLLECTION, "train"),
+                               pre_transform=PruneToConfigurable(hops=hops), cache_dir=cache, max_configs=max_configs,
+                               workers=workers, progress=False)
 
     ds = make()
     shutil.rmtree(ds.processed_dir, ignore_errors=True)

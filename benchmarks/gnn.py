@@ -175,6 +175,7 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
     import numpy as np
 
     from competition.collections import Collection
+    from competition.dataset import open_collection
     from competition.reader import find_data_root
     from models.gnn.model import GNNModel
 
@@ -186,7 +187,7 @@ def part_quality(world: Path, cache: Path, segment_size: int | None, epochs: int
                      keep_prob=keep_prob, gst_finetune_epochs=gst_finetune_epochs,
                      refit=False)  # the valid tau is the early-stopped network's; a refit would only add time
     t0 = time.perf_counter()
-    model.fit(root, c, progress=False)
+    model.fit(open_collection(root, c), progress=False)
     seconds = time.perf_counter() - t0
     taus = _valid_taus(model, root, c)
     return {"best_metric": model.best_metric_, "best_epoch": model.best_epoch_, "rescored": float(np.mean(taus)),
@@ -212,6 +213,7 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     from torch_geometric.transforms import Compose
 
     from competition.collections import Collection, Split
+    from competition.dataset import open_split
     from competition.reader import find_data_root
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs, DropConstantColumns, Normalize
@@ -227,8 +229,9 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     c = Collection(collection)
     d = default_config(c)
     pipeline = settings_pipeline(d)
-    ds = ProcessedGraphs(find_data_root(data), c, Split.TRAIN, pre_transform=Compose([pipeline, DedupConfigs("min")]),
-                         cache_dir=BENCH_CACHE, max_configs=d.max_train_configs, progress=False)
+    ds = ProcessedGraphs(open_split(find_data_root(data), c, Split.TRAIN),
+                         pre_transform=Compose([pipeline, DedupConfigs("min")]), cache_dir=BENCH_CACHE,
+                         max_configs=d.max_train_configs, progress=False)
     ds.build()
     datas = [ds[i] for i in range(min(len(ds), max_graphs))]
     columns = DropConstantColumns().fit(datas)
@@ -284,6 +287,7 @@ def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, 
     from torch_geometric.transforms import Compose
 
     from competition.collections import Collection, Split
+    from competition.dataset import open_collection, open_split
     from competition.reader import find_data_root
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs
@@ -295,10 +299,10 @@ def part_ablation(data: Path, hops: int | Literal["all"], pad: bool, seed: int, 
     model = GNNModel(hops=hops, pad=pad, epochs=epochs, patience=epochs, runs_dir=None, cache_dir=BENCH_CACHE,
                      seed=seed)
     t0 = time.perf_counter()
-    model.fit(root, c, progress=False)
+    model.fit(open_collection(root, c), progress=False)
     seconds = time.perf_counter() - t0
     taus = _valid_taus(model, root, c)
-    ds = ProcessedGraphs(root, c, Split.TRAIN,
+    ds = ProcessedGraphs(open_split(root, c, Split.TRAIN),
                          pre_transform=Compose([feature_pipeline("layout", hops, pad, False),
                                                 DedupConfigs("min")]),
                          cache_dir=BENCH_CACHE, max_configs=DEFAULTS["layout"].max_train_configs, progress=False)
@@ -492,6 +496,7 @@ def part_predict_quality(data: Path, collection: str, seed: int) -> dict:
     """Fit ``GNNAttentionModel`` (defaults) on ``collection``, then score every config of each valid and test graph
     (test runtimes from the world's ``secret/`` tree) with each setting of :data:`PREDICT_GRID`."""
     from competition.collections import Collection, Split
+    from competition.dataset import open_collection
     from competition.metrics import kendall_tau
     from competition.reader import find_data_root, list_graphs, load_graph, load_secret_runtime
     from models.gnn.model import GNNAttentionModel
@@ -500,7 +505,7 @@ def part_predict_quality(data: Path, collection: str, seed: int) -> dict:
     c = Collection(collection)
     model = GNNAttentionModel(runs_dir=None, cache_dir=BENCH_CACHE, seed=seed)
     t0 = time.perf_counter()
-    model.fit(root, c, progress=False)
+    model.fit(open_collection(root, c), progress=False)
     rows = []
     for split in (Split.VALID, Split.TEST):
         for path in list_graphs(root, c, split):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.measure import peak_mib, run_part
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.labels import graph_target
 from competition.metrics import graph_score
 from competition.pipeline import DEFAULT_SYNTH_DIR, resolve_data
@@ -49,9 +50,9 @@ def fit_table(data: str | None) -> None:
     print(f"{'collection':20s} {'train graphs':>12s} {'fit s':>7s} {'gbdt valid':>11s} {'default-first':>14s}")
     for c in Collection:
         t0 = time.perf_counter()
-        gbdt = make_model("gbdt").fit(root, c, progress=False)
+        gbdt = make_model("gbdt").fit(open_collection(root, c), progress=False)
         seconds = time.perf_counter() - t0
-        base = make_model("default-first").fit(root, c, progress=False)
+        base = make_model("default-first").fit(open_collection(root, c), progress=False)
         print(f"{c.value:20s} {len(list_graphs(root, c, Split.TRAIN)):12d} {seconds:7.2f} "
               f"{_valid_score(gbdt, root, c):11.4f} {_valid_score(base, root, c):14.4f}")
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.labels import load_labels
 from competition.metrics import graph_score
 from competition.opcodes import CONVOLUTION, DOT, RESHAPE
@@ -131,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     generate_world(path, scale=args.scale, seed=args.world_seed)
     root = find_data_root(path)
     collection = Collection(args.collection)
-    model = MODELS[args.model](**params).fit(root, collection, progress=False)
+    model = MODELS[args.model](**params).fit(open_collection(root, collection), progress=False)
     rows = [row for split in (Split.TRAIN, Split.VALID, Split.TEST)
             for row in graph_rows(model, root, collection, split)]
     print(format_rows(rows))

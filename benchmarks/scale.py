@@ -78,6 +78,7 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
     from torch_geometric.transforms import Compose
 
     from competition.collections import Collection, Split
+    from competition.dataset import open_split
     from competition.protocol import DEFAULT_PROTOCOL
     from features.cache import ProcessedGraphs
     from features.transforms import DedupConfigs
@@ -92,7 +93,7 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
                                      "max_configs": d.max_train_configs}),
                       (Split.VALID, {"pre_transform": pipeline, "protocol": DEFAULT_PROTOCOL})):
         t0 = time.perf_counter()
-        ds = ProcessedGraphs(root, c, split, cache_dir=cache, workers=1, progress=False, **kw)
+        ds = ProcessedGraphs(open_split(root, c, split), cache_dir=cache, workers=1, progress=False, **kw)
         ds.build()
         out[split.value] = {"seconds": time.perf_counter() - t0, "graphs": len(ds)}
     out["peak_mib"] = peak_mib()
@@ -102,9 +103,9 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
 
 def part_model(world: str, collection: str, model: str, cache: str, work: str, gnn_epochs: int,
                threads: int, device: str = "cpu") -> dict:
-    from competition.collections import Collection, Split
+    from competition.collections import Collection, Split, submission_id
+    from competition.dataset import open_collection
     from competition.labels import load_labels
-    from competition.pipeline import _ids
     from competition.protocol import DEFAULT_PROTOCOL
     from competition.reader import list_graphs, load_graph
     from competition.submission import score_predictions, write_submission
@@ -118,7 +119,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
                   "device": device}
     out: dict = {}
     t0 = time.perf_counter()
-    fitted = make_model(model, **params).fit(root, c, progress=False)
+    fitted = make_model(model, **params).fit(open_collection(root, c), progress=False)
     out["fit"] = {"seconds": time.perf_counter() - t0, "graphs": len(list_graphs(root, c, Split.TRAIN))}
     if model.startswith("gnn"):
         out["fit"]["epochs_run"] = len(fitted.history_)
@@ -135,7 +136,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
         paths = list_graphs(root, c, split)
         configs = 0
         preds[split.value] = {}
-        for path, gid in zip(paths, _ids(c, paths), strict=True):
+        for path, gid in zip(paths, (submission_id(c, p.stem) for p in paths), strict=True):
             g = DEFAULT_PROTOCOL.select(load_graph(path, c), c, split)
             preds[split.value][gid] = fitted.predict(g)
             configs += g.num_configs

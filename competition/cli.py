@@ -28,6 +28,7 @@ from competition.collections import Collection, Split
 if typing.TYPE_CHECKING:
     from competition.protocol import ValidProtocol
     from competition.reader import DataRoot
+    from models.base import RankingModel
     from models.registry import ModelParams
 
 log = logging.getLogger("fastslow")
@@ -460,7 +461,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from competition.display import printable
     from competition.labels import load_labels
     from competition.leaderboard import append_row
-    from competition.reader import find_data_root, list_graphs
+    from competition.reader import collections_with_graphs, find_data_root
     from competition.stats import oracle_scores
     from competition.submission import SubmissionError, problem_count, score_submission, validate_submission
 
@@ -472,7 +473,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         print(f"error: {SubmissionError(args.file, problems)}\nnot scored: `fastslow validate {args.file}` lists "
               "every problem; --partial scores the collections it holds in full", file=sys.stderr)
         return EXIT_PROBLEMS
-    labels = load_labels(root, [c for c in Collection if list_graphs(root, c, split)], split, protocol)
+    labels = load_labels(root, collections_with_graphs(root, split), split, protocol)
     report = score_submission(args.file, root, split, labels=labels)
     if not report.collections:
         print(f"error: {args.file}: nothing to score (no rows)", file=sys.stderr)
@@ -531,6 +532,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_prune_stats(args: argparse.Namespace) -> int:
+    from competition.dataset import open_split
     from competition.reader import find_data_root
     from features.prune_stats import format_pruning_stats, pruning_stats
     from features.transforms import CollapseChains, PruneToConfigurable
@@ -541,7 +543,7 @@ def _cmd_prune_stats(args: argparse.Namespace) -> int:
                                    through=args.through)
     else:
         transform = PruneToConfigurable(hops=args.hops, direction=args.direction)
-    rows = pruning_stats(root, transform, _collections(args.collections), Split(args.split),
+    rows = pruning_stats([open_split(root, c, args.split) for c in _collections(args.collections)], transform,
                          progress=not args.no_progress)
     print(format_pruning_stats(rows, transform))
     return 0
@@ -704,14 +706,14 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from competition.dataset import Dataset
     from competition.labels import load_labels
-    from competition.pipeline import check_writable, model_folders
-    from competition.reader import find_data_root, list_graphs, load_graph, validate_root
+    from competition.pipeline import check_writable, fit_collections, model_folders
+    from competition.reader import find_data_root, validate_root
     from competition.runlock import hold_run_folder
-    from competition.submission import score_predictions, submission_id
+    from competition.submission import score_predictions
     from models.gnn import distributed
     from models.gnn.steps import resolve_device
-    from models.registry import format_params, make_model
 
     launched = distributed.launched_world()  # above 1 in a process that torchrun started
     world = launched if launched > 1 else args.nproc
@@ -754,7 +756,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     missing = validate_root(root, asked, [Split.TRAIN])
     if missing:
         raise missing[0]
-    collections = [c for c in asked if list_graphs(root, c, Split.TRAIN)]
+    dataset = Dataset.open(root, asked, eval_split=Split.VALID, protocol=protocol)
+    collections = dataset.collections
     absent = [c.value for c in asked if c not in collections]
     if args.collections and absent:  # named on the command line, but the data has none of them
         raise UsageError(f"--collections: {root.root} holds no graphs of {', '.join(absent)}")
@@ -765,7 +768,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise refuse(f"--model {args.model} trains in one process; only the GNN models (gnn, gnn-attn) train "
                          "on several")
         for c in collections:
-            graphs = len(list_graphs(root, c, Split.TRAIN))
+            graphs = len(dataset[c].train)
             if graphs < world:
                 raise refuse(f"{c.value}: {graphs} train graphs for {world} processes, each of which trains a graph "
                              f"of its own at every step: launch at most {graphs}, or leave {c.value} out "
@@ -792,28 +795,32 @@ def _cmd_train(args: argparse.Namespace) -> int:
         main = distributed.is_main()
         say = print if main else (lambda *_, **__: None)
         say(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved", flush=True)
-        for c in collections:
-            t0 = time.perf_counter()
-            model = make_model(args.model, **params.for_collection(c))
-            say(f"{args.model} {c.value} settings: {format_params(model.resolved_params(c))}", flush=True)
-            paths = list_graphs(root, c, Split.VALID)
-            folder = Path(args.runs_dir) / args.model / c.slug
-            with distributed.collectives(f"{args.model} on {c.value}"), \
-                    (hold_run_folder(folder) if main else contextlib.nullcontext()):
-                model.fit(root, c, eval_split=Split.VALID, progress=not args.no_progress, valid=protocol)
-                seconds = time.perf_counter() - t0
-                saved = model.save(folder / "model.json") if main else None
-                # Each process scores its share of the valid graphs; the first gathers them.
-                mine = {submission_id(c, p.stem): model.predict(protocol.select(load_graph(p, c), c))
-                        for p in distributed.shard(paths)}
-                parts = distributed.gather_to_main(mine)
-            if parts is None:
+        saved: dict[Collection, Path] = {}
+
+        def holding(c: Collection) -> contextlib.ExitStack:
+            """Around each fit: the collectives watched, and (by the first process) the run folder held."""
+            stack = contextlib.ExitStack()
+            stack.enter_context(distributed.collectives(f"{args.model} on {c.value}"))
+            if main:
+                stack.enter_context(hold_run_folder(Path(args.runs_dir) / args.model / c.slug))
+            return stack
+
+        def save(c: Collection, model: RankingModel) -> None:
+            if main:
+                saved[c] = model.save(Path(args.runs_dir) / args.model / c.slug / "model.json")
+
+        # Each process predicts its share of the valid graphs; the first gathers them.
+        for fit in fit_collections(args.model, dataset, params=params, splits=(Split.VALID,),
+                                   progress=not args.no_progress, say=lambda line: say(line, flush=True),
+                                   holding=holding, after_fit=save, shard=distributed.shard,
+                                   gather=distributed.gather_to_main):
+            if Split.VALID not in fit.predictions:
                 continue
-            every = {k: v for part in parts for k, v in part.items()}
-            preds = {k: every[k] for k in (submission_id(c, p.stem) for p in paths)}
+            c = fit.collection
+            preds = fit.predictions[Split.VALID]
             report = score_predictions(preds, load_labels(root, [c], Split.VALID, protocol)) if preds else None
             valid = f"{report.scores()[c]:8.4f}" if report is not None else f"{'-':>8s}"
-            print(f"{c.value:20s} {valid} {len(preds):7d} {seconds:8.1f}  {saved}", flush=True)
+            print(f"{c.value:20s} {valid} {len(preds):7d} {fit.seconds:8.1f}  {saved.get(c)}", flush=True)
         say(f"valid scored on {protocol.describe()}")
     return 0
 

@@ -24,7 +24,8 @@ import multiprocessing
 import multiprocessing.context
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,14 +35,15 @@ from tqdm.auto import tqdm
 
 from competition.budget import FIT_FRACTION, TimeBudget, concurrent_slots, format_seconds
 from competition.collections import Collection, Split
+from competition.dataset import CollectionData, Dataset
 from competition.errors import DataRootNotFound
 from competition.labels import SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, append_row
-from competition.npzio import NpzReader, atomic_write_text, output_problem
+from competition.npzio import atomic_write_text, output_problem
 from competition.progress import LOG_INTERVAL_SECONDS, line_progress
 from competition.promotion import Promotion, SubmissionRecord, new_run_id, promote, save_ensemble
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
+from competition.reader import DataRoot, find_data_root
 from competition.stats import oracle_scores
 from competition.submission import (
     SubmissionError,
@@ -118,22 +120,10 @@ def resolve_data(data: str | Path | None, synth_dir: str | Path = DEFAULT_SYNTH_
     return root, root.is_synthetic
 
 
-def _ids(collection: Collection, paths: Sequence[Path]) -> list[str]:
-    return [submission_id(collection, p.stem) for p in paths]
-
-
-def collection_weights(root: DataRoot, collections: Sequence[Collection]) -> dict[Collection, float]:
+def collection_weights(dataset: Dataset) -> dict[Collection, float]:
     """A size measure of each collection's training work, from the npz headers: train graphs plus thousands of
     train nodes. Used to share a model's time out across collections."""
-    out: dict[Collection, float] = {}
-    for c in collections:
-        paths = list_graphs(root, c, Split.TRAIN)
-        nodes = 0
-        for path in paths:
-            with NpzReader(path) as r:
-                nodes += int(r.info("node_opcode").shape[0])
-        out[c] = len(paths) + nodes / 1000
-    return out
+    return {d.collection: len(d.train) + sum(d.train.header_rows("node_opcode")) / 1000 for d in dataset}
 
 
 MAX_AUTO_JOBS = 4
@@ -149,24 +139,21 @@ def default_jobs() -> int:
     return min(usable_cores(), MAX_AUTO_JOBS)
 
 
-def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collection], *,
-                  params: ModelParams | None = None, eval_split: Split | None = Split.VALID,
-                  settings_file: Path | None = None, progress: bool = True,
-                  protocol: ValidProtocol = DEFAULT_PROTOCOL, seconds: float = math.inf,
+def predict_split(model_name: str, dataset: Dataset, *, params: ModelParams | None = None,
+                  settings_file: Path | None = None, progress: bool = True, seconds: float = math.inf,
                   weights: dict[Collection, float] | None = None, jobs: int = 1) -> dict[str, dict[str, np.ndarray]]:
-    """Fit ``model_name`` per collection on train; predict valid (the protocol's configs) and test.
+    """Fit ``model_name`` per collection of ``dataset`` on its train graphs; predict valid (the protocol's configs)
+    and test.
 
     Args:
         model_name: a registered model.
-        root: the data root.
-        collections: the collections to fit and predict.
+        dataset: the collections to fit and predict, each with the graphs early stopping scores (the pipeline's
+            valid split, which also picks the best model and fits the ensemble) and the valid protocol (which
+            configs of each valid layout graph are predicted).
         params: the model's hyper-parameters, per collection (default: the model's defaults).
-        eval_split: the split early stopping scores (``None``: none); the pipeline's valid split, which also picks
-            the best model and fits the ensemble.
         settings_file: where the hyper-parameters used are written as JSON, per collection (``None``: nowhere);
             they are printed in any case, one line per collection.
         progress: show progress bars.
-        protocol: the valid protocol: which configs of each valid layout graph are predicted.
         seconds: this model's share of the run's time budget; each collection gets a part of what is left in
             proportion to ``weights`` (equal parts without them), of which :data:`~competition.budget.FIT_FRACTION`
             goes to fitting.
@@ -176,7 +163,7 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
             threads, where the model allows it (:meth:`~models.base.RankingModel.fits_concurrently`: the GNNs on
             the CPU); largest collection first, each with the slot :func:`~competition.budget.concurrent_slots`
             gives it when it starts, of what is left then (the time a fit leaves unused goes to those after it).
-            The same fits as one at a time on as many threads.
+            The same fits as one at a time (:func:`fit_collections`) on as many threads.
 
     Returns:
         ``{split: {submission ID: scores}}`` for ``valid`` and ``test``; a valid layout graph's scores follow
@@ -185,79 +172,170 @@ def predict_split(model_name: str, root: DataRoot, collections: Sequence[Collect
     from models.registry import ModelParams, make_model
 
     params = params or ModelParams()
-    end = time.monotonic() + seconds
-    models = {c: make_model(model_name, **params.for_collection(c)) for c in collections}
-    jobs = min(jobs, len(collections))
-    if jobs > 1 and all(m.fits_concurrently() for m in models.values()):
-        return _predict_concurrently(model_name, root, collections, models, params, jobs=jobs,
-                                     eval_split=eval_split, settings_file=settings_file, progress=progress,
-                                     protocol=protocol, end=end, weights=weights)
+    jobs = min(jobs, len(dataset))
+    if jobs > 1:
+        models = {c: make_model(model_name, **params.for_collection(c)) for c in dataset.collections}
+        if all(m.fits_concurrently() for m in models.values()):
+            return _predict_concurrently(model_name, dataset, models, params, jobs=jobs,
+                                         settings_file=settings_file, progress=progress,
+                                         end=time.monotonic() + seconds, weights=weights)
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
-    used: dict[str, dict[str, object]] = {}
-    weights = weights or {c: 1.0 for c in collections}
-    # The size measure times the model's work per unit of it with these settings (a seed ensemble's 3 networks, 4
-    # times the steps: 12 times the time of the kind's defaults on as many graphs).
-    weights = {c: weights[c] * models[c].work_factor(c) for c in collections}
-    for k, c in enumerate(collections):
-        left = sum(weights[x] for x in collections[k:])
-        slot = max(0.0, end - time.monotonic()) * (weights[c] / left if left > 0 else 1.0)
-        deadline = None if math.isinf(slot) else time.monotonic() + FIT_FRACTION * slot
-        predict_by = None if math.isinf(slot) else time.monotonic() + slot
-        if deadline is not None and slot > 0:
-            print(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until {format_seconds(FIT_FRACTION * slot)})",
-                  flush=True)
-        used[c.value] = _announce(model_name, models[c], c)
-        if settings_file is not None:
-            atomic_write_text(settings_file, json.dumps(used, indent=1, default=repr) + "\n")
-        valid, test = _fit_and_predict(model_name, models[c], root, c, eval_split=eval_split, progress=progress,
-                                       protocol=protocol, deadline=deadline, predict_by=predict_by)
-        out[Split.VALID.value].update(valid)
-        out[Split.TEST.value].update(test)
+    for fit in fit_collections(model_name, dataset, params=params, settings_file=settings_file, progress=progress,
+                               seconds=seconds, weights=weights):
+        for split, predictions in fit.predictions.items():
+            out[split.value].update(predictions)
     return out
 
 
-def _announce(model_name: str, model: RankingModel, collection: Collection) -> dict[str, object]:
+Gather = Callable[[dict[str, np.ndarray]], list[dict[str, np.ndarray]] | None]
+"""Gives one process the predictions of every process of a launch (``None`` to the others)."""
+
+
+def _say(line: str) -> None:
+    """Print ``line`` at once (beside the output of fits in other processes)."""
+    print(line, flush=True)
+
+
+@dataclass(frozen=True)
+class CollectionFit:
+    """One collection's fit and predictions (:func:`fit_collection`).
+
+    Attributes:
+        collection: the collection.
+        model: the fitted model (``None`` where the fit ran in another process).
+        seconds: the time the fit took.
+        predictions: per split predicted, ``{submission ID: scores}`` of the graphs predicted here (the valid
+            protocol's configs of a valid layout graph).
+    """
+
+    collection: Collection
+    model: RankingModel | None
+    seconds: float
+    predictions: dict[Split, dict[str, np.ndarray]]
+
+
+def fit_collections(model_name: str, dataset: Dataset, *, params: ModelParams | None = None,
+                    splits: Sequence[Split] = (Split.VALID, Split.TEST), progress: bool = True,
+                    seconds: float = math.inf, weights: Mapping[Collection, float] | None = None,
+                    settings_file: Path | None = None, say: Callable[[str], object] = _say,
+                    holding: Callable[[Collection], AbstractContextManager[object]] | None = None,
+                    after_fit: Callable[[Collection, RankingModel], object] | None = None,
+                    shard: Callable[[Sequence[int]], Sequence[int]] | None = None,
+                    gather: Gather | None = None) -> Iterator[CollectionFit]:
+    """Fit ``model_name`` on each collection of ``dataset`` in turn and predict the graphs of ``splits``: what the
+    pipeline (:func:`predict_split`, one fit at a time) and ``fastslow train`` both run.
+
+    Each collection's model is made with its hyper-parameters (``params``), its settings printed (and written to
+    ``settings_file``), then :func:`fit_collection` fits it and predicts.
+
+    Args:
+        model_name: a registered model.
+        dataset: the collections, with their graphs and valid protocol.
+        params: the model's hyper-parameters, per collection (default: the model's defaults).
+        splits: which of each collection's splits are predicted after its fit (``valid``, ``test``).
+        progress: show progress bars.
+        seconds: the time all the fits and predictions may take (:func:`predict_split`).
+        weights: relative size of each collection (:func:`predict_split`).
+        settings_file: where the hyper-parameters used are written as JSON, per collection (``None``: nowhere).
+        say: prints a line (by default at once; a process that must stay silent passes a function that does
+            nothing).
+        holding: a context entered around each collection's fit and predictions (a run folder held, collectives
+            watched), left before its result is yielded.
+        after_fit: called with the collection and the fitted model before the predictions (to save it).
+        shard: which of a split's graph indices this process predicts (default: all of them).
+        gather: with ``shard``, collects every process's predictions of a split (:func:`fit_collection`).
+
+    Yields:
+        One :class:`CollectionFit` per collection, in the dataset's order.
+    """
+    from models.registry import ModelParams, make_model
+
+    params = params or ModelParams()
+    end = time.monotonic() + seconds
+    collections = dataset.collections
+    models = {c: make_model(model_name, **params.for_collection(c)) for c in collections}
+    used: dict[str, dict[str, object]] = {}
+    sizes = weights or {c: 1.0 for c in collections}
+    # The size measure times the model's work per unit of it with these settings (a seed ensemble's 3 networks, 4
+    # times the steps: 12 times the time of the kind's defaults on as many graphs).
+    sizes = {c: sizes[c] * models[c].work_factor(c) for c in collections}
+    for k, c in enumerate(collections):
+        left = sum(sizes[x] for x in collections[k:])
+        slot = max(0.0, end - time.monotonic()) * (sizes[c] / left if left > 0 else 1.0)
+        deadline = None if math.isinf(slot) else time.monotonic() + FIT_FRACTION * slot
+        predict_by = None if math.isinf(slot) else time.monotonic() + slot
+        if deadline is not None and slot > 0:
+            say(f"[budget] {model_name} {c.value}: {format_seconds(slot)} (fit until "
+                f"{format_seconds(FIT_FRACTION * slot)})")
+        used[c.value] = _announce(model_name, models[c], c, say)
+        if settings_file is not None:
+            atomic_write_text(settings_file, json.dumps(used, indent=1, default=repr) + "\n")
+        with nullcontext() if holding is None else holding(c):
+            fit = fit_collection(model_name, models[c], dataset[c], splits=splits, progress=progress,
+                                 deadline=deadline, predict_by=predict_by, say=say, after_fit=after_fit,
+                                 shard=shard, gather=gather)
+        yield fit
+
+
+def _announce(model_name: str, model: RankingModel, collection: Collection,
+              say: Callable[[str], object] = _say) -> dict[str, object]:
     """Print the settings ``model`` fits ``collection`` with, and return them."""
     from models.registry import format_params
 
     used = model.resolved_params(collection)
-    print(f"{model_name} {collection.value} settings: {format_params(used)}", flush=True)
+    say(f"{model_name} {collection.value} settings: {format_params(used)}")
     return used
 
 
-def _fit_and_predict(model_name: str, model: RankingModel, root: DataRoot, collection: Collection, *,
-                     eval_split: Split | None, progress: bool, protocol: ValidProtocol,
-                     deadline: float | None, predict_by: float | None = None
-                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Fit ``model`` on one collection's train split (until ``deadline``, and early enough to predict by
-    ``predict_by`` where the model can tell) and predict its valid and test graphs: ``(valid, test)``, each
-    ``{submission ID: scores}``."""
+def fit_collection(model_name: str, model: RankingModel, data: CollectionData, *,
+                   splits: Sequence[Split] = (Split.VALID, Split.TEST), progress: bool = True,
+                   deadline: float | None = None, predict_by: float | None = None,
+                   say: Callable[[str], object] = _say,
+                   after_fit: Callable[[Collection, RankingModel], object] | None = None,
+                   shard: Callable[[Sequence[int]], Sequence[int]] | None = None,
+                   gather: Gather | None = None) -> CollectionFit:
+    """Fit ``model`` on one collection's train graphs (until ``deadline``, and early enough to predict by
+    ``predict_by`` where the model can tell), call ``after_fit``, and predict the graphs of ``splits`` (a valid
+    layout graph on the protocol's configs).
+
+    Several processes that fit together (a torchrun launch) share the predictions out: each predicts the graphs of
+    the indices ``shard`` keeps, and ``gather`` gives every process's predictions to one of them (``None`` to the
+    others), which puts them back in the graphs' order; the others' result then holds no predictions."""
+    collection = data.collection
     started = time.monotonic()
-    model.fit(root, collection, split=Split.TRAIN, eval_split=eval_split, progress=progress, valid=protocol,
-              deadline=deadline, predict_by=predict_by)
+    model.fit(data, progress=progress, deadline=deadline, predict_by=predict_by)
     fitted = time.monotonic()
-    out: list[dict[str, np.ndarray]] = []
-    for split in (Split.VALID, Split.TEST):
-        paths = list_graphs(root, collection, split)
-        out.append({gid: model.predict(protocol.select(load_graph(path, collection), collection, split))
-                    for path, gid in tqdm(list(zip(paths, _ids(collection, paths), strict=True)),
-                                          disable=not progress, desc=f"{model_name} {collection.value} {split.value}",
-                                          unit="graph", leave=False)})
-    print(f"{model_name} {collection.value}: fit {fitted - started:.1f} s, predict valid and test "
-          f"{time.monotonic() - fitted:.1f} s", flush=True)
-    return out[0], out[1]
+    if after_fit is not None:
+        after_fit(collection, model)
+    out: dict[Split, dict[str, np.ndarray]] = {}
+    for split in splits:
+        graphs = {Split.VALID: data.valid, Split.TEST: data.test}[Split(split)]
+        ids = [submission_id(collection, stem) for stem in graphs.stems]
+        chosen = list(range(len(graphs))) if shard is None else list(shard(range(len(graphs))))
+        mine = {ids[i]: model.predict(data.protocol.select(graphs[i], collection, graphs.split))
+                for i in tqdm(chosen, disable=not progress, unit="graph", leave=False,
+                              desc=f"{model_name} {collection.value} {graphs.split.value}")}
+        if gather is None:
+            out[Split(split)] = mine
+            continue
+        parts = gather(mine)
+        if parts is not None:
+            every = {k: v for part in parts for k, v in part.items()}
+            out[Split(split)] = {k: every[k] for k in ids}
+    say(f"{model_name} {collection.value}: fit {fitted - started:.1f} s, predict "
+        f"{' and '.join(Split(s).value for s in splits)} {time.monotonic() - fitted:.1f} s")
+    return CollectionFit(collection, model, fitted - started, out)
 
 
-def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence[Collection],
-                          models: dict[Collection, RankingModel], params: ModelParams, *, jobs: int,
-                          eval_split: Split | None, settings_file: Path | None, progress: bool,
-                          protocol: ValidProtocol, end: float,
+def _predict_concurrently(model_name: str, dataset: Dataset, models: dict[Collection, RankingModel],
+                          params: ModelParams, *, jobs: int, settings_file: Path | None, progress: bool, end: float,
                           weights: dict[Collection, float] | None) -> dict[str, dict[str, np.ndarray]]:
     """:func:`predict_split` with ``jobs`` collections fitted at once, in processes of their own."""
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
+    collections = dataset.collections
     # Largest first (the size measure is read from npz headers: cheap), so that the last fit to start is a short one.
-    size = weights or collection_weights(root, collections)
+    size = weights or collection_weights(dataset)
     size = {c: size[c] * models[c].work_factor(c) for c in collections}
     order = sorted(collections, key=lambda c: -size[c])
     used = {c.value: _announce(model_name, models[c], c) for c in collections}
@@ -295,8 +373,8 @@ def _predict_concurrently(model_name: str, root: DataRoot, collections: Sequence
         # server, started by the run's first submit, passes on the environment of its start.
         with child_environment(OMP_NUM_THREADS=str(threads),
                                TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
-            future = pool.submit(_collection_job, model_name, params.for_collection(c), root, c, eval_split,
-                                 progress, protocol, slot, end)
+            future = pool.submit(_collection_job, model_name, params.for_collection(c), dataset[c], progress, slot,
+                                 end)
         running[future] = (c, now + slot)
 
     try:
@@ -354,8 +432,7 @@ def _init_job(pipeline: int, threads: int, progress: bool) -> None:
         line_progress()
 
 
-def _collection_job(model_name: str, params: dict[str, object], root: DataRoot, collection: Collection,
-                    eval_split: Split | None, progress: bool, protocol: ValidProtocol, slot: float,
+def _collection_job(model_name: str, params: dict[str, object], data: CollectionData, progress: bool, slot: float,
                     end: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """One collection's fit and predictions in a concurrent fit's process: fitting stops after
     :data:`~competition.budget.FIT_FRACTION` of ``slot`` and early enough to predict by ``end`` (monotonic clock
@@ -366,8 +443,9 @@ def _collection_job(model_name: str, params: dict[str, object], root: DataRoot, 
     deadline = (None if math.isinf(slot)
                 else max(started, min(started + FIT_FRACTION * slot, end - (1 - FIT_FRACTION) * slot)))
     predict_by = None if math.isinf(slot) else max(started, min(started + slot, end))
-    return _fit_and_predict(model_name, make_model(model_name, **params), root, collection, eval_split=eval_split,
-                            progress=progress, protocol=protocol, deadline=deadline, predict_by=predict_by)
+    fit = fit_collection(model_name, make_model(model_name, **params), data, progress=progress, deadline=deadline,
+                         predict_by=predict_by)
+    return fit.predictions[Split.VALID], fit.predictions[Split.TEST]
 
 
 @dataclass
@@ -581,7 +659,8 @@ def run_pipeline(
     board = Path(leaderboard) if leaderboard else out_dir / DEFAULT_PATH.name
     root, synthetic = resolve_data(data, synth_dir, scale=synth_scale, progress=progress)
     preflight(root, synthetic)
-    collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
+    dataset = Dataset.open(root, eval_split=Split.VALID, protocol=protocol)
+    collections = dataset.collections
     print(f"data: {root.root} ({'synthetic world' if synthetic else 'real data'}; {root.source})")
     print(f"valid protocol: {protocol.describe()}; {budget.describe()}")
     names = sorted(models or default_models(), key=lambda n: COST_WEIGHTS.get(n, 1.0))
@@ -598,7 +677,7 @@ def run_pipeline(
                     **model_folders(names, params, collections)})
     run = new_run_id()
     scoring = _Scoring(root, load_labels(root, collections, Split.VALID, protocol), out_dir, board, synthetic)
-    weights = collection_weights(root, collections) if budget.limited else None
+    weights = collection_weights(dataset) if budget.limited else None
     valid_reports: dict[str, SubmissionScores] = {}
     valid_predictions: dict[str, dict[str, np.ndarray]] = {}
     test_predictions: dict[str, dict[str, np.ndarray]] = {}
@@ -610,9 +689,8 @@ def run_pipeline(
             print(f"\n[budget] {name}: skipped, the time budget is spent ({budget.describe()})")
             continue
         started = time.monotonic()
-        preds = predict_split(name, root, collections, params=params.get(name), eval_split=Split.VALID,
-                              settings_file=out_dir / f"settings-{name}.json", progress=progress,
-                              protocol=protocol, seconds=seconds, weights=weights,
+        preds = predict_split(name, dataset, params=params.get(name), settings_file=out_dir / f"settings-{name}.json",
+                              progress=progress, seconds=seconds, weights=weights,
                               jobs=default_jobs() if jobs is None else jobs)
         report = scoring.valid(name, preds[Split.VALID.value])
         valid_reports[name] = report
@@ -763,14 +841,15 @@ def evaluate_models(
     from models.registry import default_models
 
     root, synthetic = resolve_data(data, progress=progress)
-    collections = [c for c in Collection if list_graphs(root, c, Split.TRAIN)]
+    dataset = Dataset.open(root, eval_split=Split.VALID, protocol=protocol)
+    collections = dataset.collections
     splits = [s for s in splits if s != Split.TEST or synthetic]
     labels = {split: load_labels(root, collections, split, protocol) for split in splits}
     out: dict[Split, dict[str, SubmissionScores]] = {s: {} for s in splits}
     for name in models or default_models():
-        preds = predict_split(name, root, collections, params=(params or {}).get(name), eval_split=Split.VALID,
+        preds = predict_split(name, dataset, params=(params or {}).get(name),
                               settings_file=Path(out_dir) / f"settings-{name}.json", progress=progress,
-                              protocol=protocol, jobs=default_jobs() if jobs is None else jobs)
+                              jobs=default_jobs() if jobs is None else jobs)
         for split in splits:
             write_submission(Path(out_dir) / f"{split.value}-{name}.csv", preds[split.value], labels[split].rows())
             out[split][name] = score_predictions(preds[split.value], labels[split])

@@ -284,6 +284,16 @@ def list_graphs(root: DataRoot, collection: Collection, split: Split) -> list[Pa
     return sorted((p for p in d.iterdir() if p.suffix == ".npz" and not _hidden(p.name)), key=lambda p: p.stem)
 
 
+def collections_with_graphs(root: DataRoot, split: Split,
+                            collections: Sequence[Collection] | None = None) -> list[Collection]:
+    """The ``collections`` (default: all five), in order, whose ``split`` holds at least one graph.
+
+    Raises:
+        OSError: a folder exists but cannot be listed.
+    """
+    return [c for c in (list(Collection) if collections is None else collections) if list_graphs(root, c, split)]
+
+
 def hidden_files(root: DataRoot, collections: Sequence[Collection] | None = None,
                  splits: Sequence[Split] | None = None) -> list[Path]:
     """Hidden ``*.npz`` entries that :func:`list_graphs` leaves out (e.g. macOS ``._x.npz`` resource forks).

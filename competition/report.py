@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import html
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,12 +31,13 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.dataset import SplitGraphs, open_split
 from competition.display import plot_label, plots_plain_text
 from competition.labels import HiddenLabelsError, SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, read_rows
 from competition.npzio import atomic_write_text, first_free, temp_sibling
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
-from competition.reader import DATA_ROOT_HELP, DataRoot, find_data_root, list_graphs
+from competition.reader import DATA_ROOT_HELP, DataRoot, collections_with_graphs, find_data_root
 
 DEFAULT_OUT_DIR = Path("submissions") / "report"
 DEFAULT_RUNS_DIR = Path("runs")
@@ -450,21 +449,11 @@ def _rank_section(out: Path, report: Any | None, orders: dict[str, np.ndarray] |
     return sec
 
 
-def _sampled_root(root: DataRoot, collections: Sequence[Collection], split: Split, limit: int, tmp: Path
-                  ) -> tuple[DataRoot, dict[Collection, tuple[int, int]]]:
-    """A view of ``root`` holding at most ``limit`` evenly spread graphs per collection (symbolic links)."""
-    counts: dict[Collection, tuple[int, int]] = {}
-    for c in collections:
-        paths = list_graphs(root, c, split)
-        chosen = paths
-        if len(paths) > limit:
-            chosen = [paths[i] for i in np.linspace(0, len(paths) - 1, limit).round().astype(int)]
-        folder = tmp / c.relpath / split.value
-        folder.mkdir(parents=True, exist_ok=True)
-        for p in chosen:
-            (folder / p.name).symlink_to(p.resolve())
-        counts[c] = (len(chosen), len(paths))
-    return dataclasses.replace(root, npz_dir=tmp), counts
+def _sampled(graphs: SplitGraphs, limit: int) -> SplitGraphs:
+    """At most ``limit`` evenly spread graphs of ``graphs``."""
+    if len(graphs) <= limit:
+        return graphs
+    return graphs.subset(np.linspace(0, len(graphs) - 1, limit).round().astype(int).tolist())
 
 
 def _pruning_section(out: Path, root: DataRoot, collections: Sequence[Collection], progress: bool,
@@ -473,7 +462,8 @@ def _pruning_section(out: Path, root: DataRoot, collections: Sequence[Collection
                   "Models see only the configurable nodes of a layout graph and their 1-hop neighbours; this is how "
                   "many nodes and edges that keeps (tile graphs are kept whole).")
     split = Split.TRAIN
-    present = [c for c in collections if list_graphs(root, c, split)]
+    opened = [open_split(root, c, split) for c in collections]
+    present = [graphs for graphs in opened if len(graphs)]
     if not present:
         sec.missing(f"No {split.value} graphs under {root.npz_dir}.")
         return sec
@@ -484,10 +474,9 @@ def _pruning_section(out: Path, root: DataRoot, collections: Sequence[Collection
         sec.missing(f"The feature pipelines cannot be imported ({exc}); install the project with its extras.")
         return sec
     transform = PruneToConfigurable(hops=1, direction="both")
-    with tempfile.TemporaryDirectory(prefix="fastslow-prune-") as tmp:
-        view, counts = _sampled_root(root, present, split, max_graphs, Path(tmp))
-        rows = pruning_stats(view, transform, present, split, progress=progress)
-    sampled = {c: n for c, n in counts.items() if n[0] < n[1]}
+    chosen = [_sampled(graphs, max_graphs) for graphs in present]
+    rows = pruning_stats(chosen, transform, progress=progress)
+    sampled = {a.collection: (len(a), len(b)) for a, b in zip(chosen, present, strict=True) if len(a) < len(b)}
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     x = np.arange(len(rows))
@@ -748,7 +737,7 @@ def build_report(
     root = root if isinstance(root, DataRoot) else find_data_root(root)
     _check_out_dir(out_dir, force)
     synthetic = root.is_synthetic
-    collections = [c for c in Collection if list_graphs(root, c, split)]
+    collections = collections_with_graphs(root, split)
     labels: SplitLabels | None
     try:
         labels, hidden = load_labels(root, collections, split, protocol), ""

@@ -48,9 +48,10 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
+from competition.dataset import SplitGraphs
 from competition.npzio import atomic_write_stream, atomic_write_text, failures_named, remove_stale_temps
 from competition.protocol import ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, list_graphs, load_graph
+from competition.reader import LayoutGraph, load_graph
 from competition.workers import end_with_parent, pool_context
 from features.data import graph_to_data
 
@@ -194,9 +195,9 @@ class SourceFile:
         return f"{self.stem}-{self.key}.pt"
 
     @classmethod
-    def of(cls, path: Path, root: Path) -> SourceFile:
+    def of(cls, path: Path, rel: str) -> SourceFile:
+        """The file at ``path``, whose path relative to the data root is ``rel`` (POSIX form)."""
         st = path.stat()
-        rel = Path(os.path.relpath(path, root)).as_posix()
         ident = json.dumps([rel, st.st_size, st.st_mtime_ns, path.stem])
         return cls(path, rel, st.st_size, st.st_mtime_ns, hashlib.sha256(ident.encode()).hexdigest()[:_KEY_CHARS])
 
@@ -277,9 +278,9 @@ class ProcessedGraphs(Sequence[Data]):
     scores exactly what the pipeline scores.
 
     Args:
-        root: the data root.
-        collection: the collection.
-        split: the split.
+        graphs: the collection and split's graphs (:func:`competition.dataset.open_split`); their data root's
+            path names the cache folder (:attr:`~competition.dataset.SplitGraphs.data_id`) and their paths
+            relative to it the cached files.
         pre_transform: applied once per graph before caching; its ``repr`` names the cache, so it must show every
             setting that changes the output (every transform in :mod:`features.transforms` does), and it must
             pickle (no lambdas) when :meth:`build` uses worker processes.
@@ -292,19 +293,19 @@ class ProcessedGraphs(Sequence[Data]):
         progress: show a progress bar while building.
     """
 
-    def __init__(self, root: DataRoot, collection: Collection | str, split: Split | str,
-                 pre_transform: Transform | None = None, transform: Transform | None = None,
-                 cache_dir: str | os.PathLike[str] = DEFAULT_CACHE_DIR, max_configs: int | None = None,
-                 protocol: ValidProtocol | None = None, workers: int | None = None, progress: bool = True) -> None:
+    def __init__(self, graphs: SplitGraphs, pre_transform: Transform | None = None,
+                 transform: Transform | None = None, cache_dir: str | os.PathLike[str] = DEFAULT_CACHE_DIR,
+                 max_configs: int | None = None, protocol: ValidProtocol | None = None, workers: int | None = None,
+                 progress: bool = True) -> None:
         if max_configs is not None and max_configs < 1:
             raise ValueError(f"max_configs must be >= 1 or None, got {max_configs}")
-        if protocol is not None and Split(split) != Split.VALID:
-            raise ValueError(f"a valid protocol chooses configs of the valid split only; got split {split}")
+        if protocol is not None and graphs.split != Split.VALID:
+            raise ValueError(f"a valid protocol chooses configs of the valid split only; got split {graphs.split}")
         if protocol is not None:
             max_configs = None
-        self.root = root
-        self.collection = Collection.parse(collection) if isinstance(collection, str) else collection
-        self.split = Split(split)
+        self.graphs = graphs
+        self.collection = graphs.collection
+        self.split = graphs.split
         self.pre_transform = pre_transform
         self.transform = transform
         self.cache_dir = Path(cache_dir)
@@ -312,7 +313,7 @@ class ProcessedGraphs(Sequence[Data]):
         self.protocol = protocol
         self.workers = workers
         self.progress = progress
-        self.sources = [SourceFile.of(p, root.root) for p in list_graphs(root, self.collection, self.split)]
+        self.sources = [SourceFile.of(p, graphs.relpath(p)) for p in graphs.paths]
 
     @property
     def split_dir(self) -> Path:
@@ -324,7 +325,8 @@ class ProcessedGraphs(Sequence[Data]):
         """The folder of this pipeline on this data root: ``split_dir/<hash of both>``. Two data roots (two
         synthetic worlds, or the real data and a world) never share a folder, so building one never removes the
         other's files as leftovers (two processes on two worlds with one cache crashed on that)."""
-        return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs, self.protocol, self.root.root)
+        return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs, self.protocol,
+                                              self.graphs.data_id)
 
     @property
     def paths(self) -> list[Path]:
@@ -385,7 +387,7 @@ class ProcessedGraphs(Sequence[Data]):
         out.mkdir(parents=True, exist_ok=True)
         with failures_named(out / PIPELINE_FILE):  # the cache is no output argument: name the file that failed
             atomic_write_text(out / PIPELINE_FILE, pipeline_description(self.pre_transform, self.max_configs,
-                                                                        self.protocol, self.root.root))
+                                                                        self.protocol, self.graphs.data_id))
         removed = self._remove_leftovers()
         todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
         stats: dict[str, dict[str, Any]] = {}

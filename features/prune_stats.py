@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from torch_geometric.transforms import BaseTransform
 from tqdm.auto import tqdm
 
-from competition.collections import Collection, Split
-from competition.reader import DataRoot, list_graphs, load_graph
+from competition.collections import Collection
+from competition.dataset import SplitGraphs
 from features.data import graph_to_data
 
 
@@ -32,17 +32,20 @@ class PruningRow:
         return self.nodes_before / self.seconds if self.seconds > 0 else float("inf")
 
 
-def pruning_stats(root: DataRoot, transform: BaseTransform, collections: Sequence[Collection],
-                  split: Split = Split.TRAIN, *, progress: bool = True) -> list[PruningRow]:
-    """Apply ``transform`` to every graph (nodes and edges only: no configs are read) and total the sizes.
+def pruning_stats(splits: Sequence[SplitGraphs], transform: BaseTransform, *,
+                  progress: bool = True) -> list[PruningRow]:
+    """Apply ``transform`` to every graph of each of ``splits`` (nodes and edges only: no configs are read) and total
+    the sizes: one row per item of ``splits`` (one split of a collection each,
+    :func:`competition.dataset.open_split`).
 
     ``seconds`` counts the transform alone, not the reading.
     """
     rows = []
-    for c in collections:
+    for graphs in splits:
+        c = graphs.collection
         row = PruningRow(c)
-        for path in tqdm(list_graphs(root, c, split), desc=f"prune {c.value}", disable=not progress, leave=False):
-            data = graph_to_data(load_graph(path, c), config_rows=[])
+        for graph in tqdm(graphs, desc=f"prune {c.value}", disable=not progress, leave=False):
+            data = graph_to_data(graph, config_rows=[])
             row.nodes_before += data.num_nodes
             row.edges_before += data.edge_index.shape[1]
             t0 = time.perf_counter()

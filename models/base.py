@@ -23,10 +23,10 @@ import numpy as np
 import numpy.typing as npt
 import sklearn.exceptions
 
-from competition.collections import Collection, Split
+from competition.collections import Collection
+from competition.dataset import CollectionData
 from competition.npzio import atomic_write_text
-from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, TileGraph
+from competition.reader import LayoutGraph, TileGraph
 
 FORMAT_VERSION = 1
 
@@ -59,23 +59,21 @@ class RankingModel(abc.ABC):
     kept out of the ensemble when two learned models are there (see :func:`models.registry.ensemble_members`)."""
 
     @abc.abstractmethod
-    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None, predict_by: float | None = None) -> Self:
-        """Learn from the graphs of one collection and split.
+    def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
+            predict_by: float | None = None) -> Self:
+        """Learn from the graphs of one collection.
 
-        The caller decides which graphs the model learns from (``split``) and which graphs early stopping scores
-        (``eval_split``); a model never picks another split itself.
+        The caller decides which graphs the model learns from (``data.train``), which graphs early stopping scores
+        (``data.eval``) and on which configs (``data.protocol``); a model never lists a folder, picks another split
+        nor sees the data root itself.
 
         Args:
-            root: the data root.
-            collection: the collection this model will rank.
-            split: which split to learn from (its runtimes must be known).
-            eval_split: which split's labelled graphs early stopping scores, in models that stop early (the GBDT's
-                rounds, the GNN's kept epoch); ``None``, or the split learnt from, for no early stopping.
+            data: the collection's graphs (:class:`competition.dataset.CollectionData`): ``train`` to learn from
+                (their runtimes must be known); ``eval``, the graphs early stopping scores in models that stop early
+                (the GBDT's rounds, the GNN's kept epoch), ``None`` for no early stopping; ``protocol``, which
+                configs of those graphs it scores (the pipeline's valid protocol); ``valid`` and ``test``, the
+                graphs the caller predicts afterwards.
             progress: show a progress bar.
-            valid: which configs of the ``eval_split`` graphs early stopping scores (the pipeline's valid
-                protocol).
             deadline: a ``time.monotonic()`` value by which fitting stops, keeping the best state reached (a
                 share of the run's time budget); ``None`` for no limit.
             predict_by: a ``time.monotonic()`` value by which the caller's predictions of the collection's valid

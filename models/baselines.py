@@ -24,9 +24,8 @@ import numpy as np
 import numpy.typing as npt
 from tqdm.auto import tqdm
 
-from competition.collections import Collection, Split
-from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
+from competition.dataset import CollectionData
+from competition.reader import LayoutGraph, TileGraph
 from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE, MAX_RANK
 from features.tabular import tile_root
 from models.base import Graph, NotFittedError, RankingModel
@@ -57,11 +56,10 @@ class RandomModel(RankingModel):
         check_values(type(self), {"seed": seed})
         self.seed = seed
 
-    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None, predict_by: float | None = None) -> Self:
+    def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
+            predict_by: float | None = None) -> Self:
         """Nothing to learn; records the collection and returns ``self``."""
-        self.collection_ = Collection(collection)
+        self.collection_ = data.collection
         return self
 
     def predict(self, graph: Graph) -> npt.NDArray[np.float64]:
@@ -140,28 +138,25 @@ class DefaultFirstModel(RankingModel):
     def __init__(self) -> None:
         pass
 
-    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None, predict_by: float | None = None) -> Self:
-        """Layout: nothing to learn. Tile: learn the typical default from the split's graphs.
+    def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
+            predict_by: float | None = None) -> Self:
+        """Layout: nothing to learn. Tile: learn the typical default from the train graphs.
 
         Raises:
-            ValueError: a tile split without any graph with known runtimes.
+            ValueError: a tile collection without any train graph with known runtimes.
         """
-        collection = Collection(collection)
+        collection = data.collection
         self.collection_ = collection
         if collection.is_layout:
             return self
         rows = []
-        for path in tqdm(list_graphs(root, collection, split), desc=f"default-first {collection}",
-                         disable=not progress):
-            g = load_graph(path, collection)
+        for g in tqdm(data.train, desc=f"default-first {collection}", disable=not progress):
             if g.is_test or not isinstance(g, TileGraph):
                 continue
             rows.append(tile_default_features(g)[tile_default_index(g)])
         if not rows:
-            raise ValueError(f"{root.collection_dir(collection, split)}: expected tile graphs with known "
-                             f"runtimes to learn the default from; found none")
+            raise ValueError(f"{data.train.folder}: expected tile graphs with known runtimes to learn the default "
+                             "from; found none")
         x = np.stack(rows)
         present = ~np.isnan(x).all(axis=0)
         center = np.full(x.shape[1], np.nan)

@@ -10,9 +10,9 @@ the fastest config gets 30, the slowest 0, and configs with equal runtimes share
   lambdarank pairs (``lambdarank_truncation_level = max_configs_per_graph``), early stopping on NDCG over the whole
   query.
 
-Early stopping uses the labelled graphs of the split the caller names (``eval_split``, the valid split by default),
-when there are any. Their features are kept in memory (:attr:`GBDTModel._feature_memo`, never saved): predicting a
-valid graph's configs later reuses them instead of reading the file again.
+Early stopping uses the labelled graphs the caller gives (``data.eval`` of :meth:`GBDTModel.fit`, the valid split in
+the pipeline), when there are any. Their features are kept in memory (:attr:`GBDTModel._feature_memo`, never saved):
+predicting a valid graph's configs later reuses them instead of reading the file again.
 
 The booster is saved as LightGBM's model string inside the JSON file of :meth:`RankingModel.save`, with the feature
 names, so a loaded model predicts exactly as the saved one did.
@@ -34,10 +34,11 @@ from lightgbm.callback import CallbackEnv
 from scipy.stats import rankdata
 from tqdm.auto import tqdm
 
-from competition.collections import Collection, Split
+from competition.collections import Collection
+from competition.dataset import CollectionData, SplitGraphs
 from competition.labels import graph_target
-from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
+from competition.protocol import ValidProtocol
+from competition.reader import LayoutGraph, TileGraph
 from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
 from models.params import Param, check_values
@@ -109,7 +110,7 @@ class GBDTModel(RankingModel):
         num_leaves: leaves per tree.
         max_configs_per_graph: configs sampled per training (and early-stopping) graph; LightGBM refuses queries
             above 10000 rows.
-        early_stopping_rounds: rounds without NDCG gain on ``eval_split`` before stopping (0 disables).
+        early_stopping_rounds: rounds without NDCG gain on the eval graphs before stopping (0 disables).
         seed: seeds the config sampling and LightGBM.
         n_jobs: LightGBM threads.
 
@@ -151,21 +152,22 @@ class GBDTModel(RankingModel):
         self.seed = seed
         self.n_jobs = n_jobs
 
-    def _queries(self, root: DataRoot, collection: Collection, split: Split, rng: np.random.Generator,
-                 progress: bool, protocol: ValidProtocol | None = None, deadline: float | None = None,
+    def _queries(self, graphs: SplitGraphs, rng: np.random.Generator, progress: bool,
+                 protocol: ValidProtocol | None = None, deadline: float | None = None,
                  memo: dict[MemoKey, npt.NDArray[np.float32]] | None = None,
                  ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], list[int]]:
-        """Features ``[R, F]``, grades ``[R]`` and query sizes of the split's labelled graphs.
+        """Features ``[R, F]``, grades ``[R]`` and query sizes of the labelled ones of ``graphs``.
 
         On the valid split ``protocol`` chooses each graph's configs (capped at ``max_configs_per_graph``); past
         ``deadline`` no more graphs are read (one at least). Each graph's features go into ``memo`` too, if given.
         """
+        collection, split = graphs.collection, graphs.split
         xs, ys, groups = [], [], []
-        for path in tqdm(list_graphs(root, collection, split), desc=f"gbdt {collection} {split.value}",
-                         disable=not progress, leave=False):
+        for index in tqdm(range(len(graphs)), desc=f"gbdt {collection} {split.value}", disable=not progress,
+                          leave=False):
             if groups and deadline is not None and time.monotonic() > deadline:
                 break
-            graph = load_graph(path, collection)
+            graph = graphs[index]
             if graph.is_test or graph.num_configs == 0:
                 continue
             rows = np.arange(graph.num_configs)
@@ -186,21 +188,21 @@ class GBDTModel(RankingModel):
         y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int32)
         return x, y, groups
 
-    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None, predict_by: float | None = None) -> Self:
-        """Fit one ranker on the split's labelled graphs, early-stopping on ``eval_split``'s when it has some.
+    def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
+            predict_by: float | None = None) -> Self:
+        """Fit one ranker on the labelled train graphs, early-stopping on the labelled ``data.eval`` graphs when
+        there are some.
 
         Raises:
-            ValueError: the split has no graph with known runtimes.
+            ValueError: no train graph has known runtimes.
         """
-        collection = Collection(collection)
+        collection = data.collection
         rng = np.random.default_rng(self.seed)
         self._feature_memo: dict[MemoKey, npt.NDArray[np.float32]] = {}
-        x, y, groups = self._queries(root, collection, split, rng, progress, deadline=deadline)
+        x, y, groups = self._queries(data.train, rng, progress, deadline=deadline)
         if not groups:
-            raise ValueError(f"{root.collection_dir(collection, split)}: expected graphs with known runtimes to "
-                             f"fit the GBDT on; found none")
+            raise ValueError(f"{data.train.folder}: expected graphs with known runtimes to fit the GBDT on; found "
+                             "none")
         names = tile_feature_names() if collection.is_tile else layout_feature_names()
         # Layout is scored by Kendall tau over every config: linear gains, pairs beyond the top 30 (LightGBM's
         # default truncation) and NDCG over the whole query weigh every pair alike; on the demo world this lifts
@@ -218,9 +220,8 @@ class GBDTModel(RankingModel):
             num_leaves=self.num_leaves, random_state=self.seed, n_jobs=self.n_jobs, verbose=-1, **extra,
         )
         fit_kwargs: dict[str, object] = {}
-        if eval_split is not None and eval_split != split and self.early_stopping_rounds > 0:
-            vx, vy, vgroups = self._queries(root, collection, eval_split, rng, progress, valid,
-                                            memo=self._feature_memo)
+        if data.eval is not None and data.eval.split != data.train.split and self.early_stopping_rounds > 0:
+            vx, vy, vgroups = self._queries(data.eval, rng, progress, data.protocol, memo=self._feature_memo)
             if vgroups:
                 fit_kwargs = dict(eval_group=[vgroups], eval_at=eval_at,
                                   callbacks=[lightgbm.early_stopping(self.early_stopping_rounds, verbose=False)])

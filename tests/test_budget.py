@@ -14,6 +14,7 @@ import pytest
 from competition.budget import TimeBudget, concurrent_slots, format_seconds, parse_duration
 from competition.cli import main
 from competition.collections import Collection, Split
+from competition.dataset import Dataset, open_collection
 from competition.labels import load_labels
 from competition.metrics import graph_score
 from competition.pipeline import run_pipeline
@@ -49,8 +50,8 @@ def test_shares_of_a_budget():
 def test_gbdt_stops_boosting_at_its_deadline(tiny_world: Path):
     root = find_data_root(tiny_world)
     c = Collection.LAYOUT_XLA_RANDOM
-    free = GBDTModel(n_estimators=40, early_stopping_rounds=0, n_jobs=1).fit(root, c, progress=False)
-    late = GBDTModel(n_estimators=40, early_stopping_rounds=0, n_jobs=1).fit(root, c, progress=False,
+    free = GBDTModel(n_estimators=40, early_stopping_rounds=0, n_jobs=1).fit(open_collection(root, c), progress=False)
+    late = GBDTModel(n_estimators=40, early_stopping_rounds=0, n_jobs=1).fit(open_collection(root, c), progress=False,
                                                                              deadline=time.monotonic())
     assert free.best_iteration_ == 40 and late.best_iteration_ == 1
     graph = load_graph(list_graphs(root, c, Split.TEST)[0], c)
@@ -61,7 +62,7 @@ def test_gnn_stops_at_its_deadline_and_still_predicts(tiny_world: Path, tmp_path
     root = find_data_root(tiny_world)
     c = Collection.LAYOUT_NLP_RANDOM
     model = GNNModel(epochs=50, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache"))
-    model.fit(root, c, progress=False, deadline=time.monotonic())
+    model.fit(open_collection(root, c), progress=False, deadline=time.monotonic())
     assert model.stopped_ == "time budget" and len(model.history_) == 0
     graph = load_graph(list_graphs(root, c, Split.TEST)[0], c)
     assert np.isfinite(model.predict(graph)).all()
@@ -72,7 +73,7 @@ def test_gnn_early_stopping_scores_the_valid_protocols_configs(tiny_world: Path,
     c = Collection.LAYOUT_NLP_RANDOM
     protocol = ValidProtocol(20, seed=5)
     model = GNNModel(epochs=2, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache"))
-    model.fit(root, c, progress=False, valid=protocol)
+    model.fit(open_collection(root, c, protocol=protocol), progress=False)
     labels = load_labels(root, [c], Split.VALID, protocol)
     taus = []
     for path in list_graphs(root, c, Split.VALID):
@@ -163,7 +164,7 @@ def test_concurrent_fits_share_the_budget_largest_first(tiny_world: Path, tmp_pa
     small, large = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM
     params = ModelParams(common={"epochs": 1, "hidden": 8, "runs_dir": None, "steps_per_graph": 8},
                          per_collection={small: {"seeds": 1}, large: {"seeds": 3}})
-    predict_split("gnn", find_data_root(tiny_world), [small, large], params=params, progress=False,
+    predict_split("gnn", Dataset.open(find_data_root(tiny_world), [small, large]), params=params, progress=False,
                   seconds=1000.0, weights={small: 1.0, large: 1.0}, jobs=2)
     out = capsys.readouterr().out
     assert f"(largest first: {large.value}, {small.value})" in out
@@ -183,8 +184,8 @@ def test_a_concurrent_fit_that_ends_early_leaves_its_time_to_the_next(tiny_world
     monkeypatch.chdir(tmp_path)
     a, b, c = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_DEFAULT, Collection.LAYOUT_NLP_RANDOM
     params = ModelParams(common={"epochs": 1, "hidden": 8, "runs_dir": None, "steps_per_graph": 1, "seeds": 1})
-    predict_split("gnn", find_data_root(tiny_world), [a, b, c], params=params, progress=False, seconds=3000.0,
-                  weights={a: 1.0, b: 1.0, c: 1.0}, jobs=2)
+    predict_split("gnn", Dataset.open(find_data_root(tiny_world), [a, b, c]), params=params, progress=False,
+                  seconds=3000.0, weights={a: 1.0, b: 1.0, c: 1.0}, jobs=2)
     out = capsys.readouterr().out
     slots = _slots(out)
     assert set(slots) == {a.value, b.value, c.value}
@@ -251,8 +252,8 @@ def test_a_models_time_is_shared_by_collection_size_times_its_work(tiny_world: P
     params = ModelParams(common={"epochs": 1, "hidden": 8, "runs_dir": None, "cache_dir": str(tmp_path / "c"),
                                  "steps_per_graph": 8},
                          per_collection={first: {"seeds": 3}, second: {"seeds": 1}})
-    predict_split("gnn", find_data_root(tiny_world), [first, second], params=params, progress=False,
-                  seconds=1000.0, weights={first: 1.0, second: 1.0})
+    predict_split("gnn", Dataset.open(find_data_root(tiny_world), [first, second]), params=params,
+                  progress=False, seconds=1000.0, weights={first: 1.0, second: 1.0})
     out = capsys.readouterr().out
     # 3 networks against 1 on graphs of the same size measure: the first gets 3/4 of the 1,000 s.
     assert f"[budget] gnn {first.value}: 12m30s (fit until 10m00s)" in out
@@ -268,10 +269,14 @@ def test_prediction_factor_counts_the_configs_predicted(tiny_world: Path):
     test = [load_graph(p, c).num_configs for p in list_graphs(root, c, Split.TEST)]
     assert max(valid) > 20  # the protocol subsets some
     predicted = sum(min(n, 20) for n in valid) + sum(test)
-    assert prediction_factor(root, c, protocol, 50, tta=2) == pytest.approx(PREDICT_OVERHEAD * 2 * predicted / 50)
+    assert prediction_factor(open_collection(root, c, protocol=protocol), 50, tta=2) == pytest.approx(
+        PREDICT_OVERHEAD * 2 * predicted / 50)
     everything = sum(valid) + sum(test)
-    assert prediction_factor(root, c, ValidProtocol(None), 50, tta=1) == pytest.approx(
+    assert prediction_factor(open_collection(root, c, protocol=ValidProtocol(None)), 50, tta=1) == pytest.approx(
         PREDICT_OVERHEAD * everything / 50)
+    # The graphs predicted are the dataset's, whatever the graphs early stopping scores.
+    assert prediction_factor(open_collection(root, c, eval_split=None, protocol=protocol), 50, tta=2) == (
+        prediction_factor(open_collection(root, c, protocol=protocol), 50, tta=2))
 
 
 def test_gnn_fit_keeps_its_prediction_time_free(tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -291,7 +296,7 @@ def test_gnn_fit_keeps_its_prediction_time_free(tiny_world: Path, tmp_path: Path
     c = Collection.LAYOUT_NLP_RANDOM
     model = GNNModel(epochs=1, hidden=8, seeds=2, runs_dir=None, cache_dir=str(tmp_path / "cache"))
     now = time.monotonic()
-    model.fit(root, c, progress=False, deadline=now + 800, predict_by=now + 1000)
+    model.fit(open_collection(root, c), progress=False, deadline=now + 800, predict_by=now + 1000)
     assert len(calls) == 2
     first, second = calls
     assert 990 < first["max_seconds"] <= 1000
@@ -302,7 +307,7 @@ def test_gnn_fit_keeps_its_prediction_time_free(tiny_world: Path, tmp_path: Path
     # Without predict_by, the fit deadline alone, as before.
     calls.clear()
     GNNModel(epochs=1, hidden=8, runs_dir=None, cache_dir=str(tmp_path / "cache")).fit(
-        root, c, progress=False, deadline=time.monotonic() + 800)
+        open_collection(root, c), progress=False, deadline=time.monotonic() + 800)
     assert 790 < calls[0]["max_seconds"] <= 800 and calls[0]["keep_free"] is None
 
 

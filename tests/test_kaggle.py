@@ -97,11 +97,12 @@ def no_api(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture(scope="module")
 def valid_submission(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from competition.dataset import Dataset
     from competition.pipeline import predict_split
     from competition.submission import write_submission
 
     root = find_data_root(tiny_world)
-    preds = predict_split("random", root, list(Collection), progress=False)
+    preds = predict_split("random", Dataset.open(root), progress=False)
     path = write_submission(tmp_path_factory.mktemp("subs") / "submission.csv", preds[Split.TEST.value])
     assert validate_submission(path, root, Split.TEST) == []
     return path

@@ -15,6 +15,7 @@ from torch import nn
 
 from competition.cli import main
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.reader import find_data_root
 from models.gbdt import GBDTModel
 from models.gnn.config import DEFAULTS, TrainConfig
@@ -119,7 +120,8 @@ def test_one_sentinel_for_the_default():
 def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tiny_world: Path, cache_dir: str,
                                                                             tmp_path: Path):
     root = find_data_root(tiny_world)
-    first = GNNModel(**QUICK, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(root, LAYOUT, progress=False)
+    first = GNNModel(**QUICK, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(open_collection(root, LAYOUT),
+                                                                               progress=False)
     run = tmp_path / "gnn" / LAYOUT.slug
     saved = json.loads((run / SETTINGS_FILE).read_text())
     # The run's settings: the model's but for how many runs it makes (ENSEMBLE_SETTINGS)
@@ -127,8 +129,8 @@ def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tin
         k: v for k, v in first.settings_.items() if k not in ENSEMBLE_SETTINGS}
     assert TrainConfig(**saved) == TrainConfig(**first.settings_)  # seeds 1, the default
     assert saved["epochs"] == 1 and saved["hidden"] == 8 and saved["num_features"] > 0
-    second = GNNModel(**{**QUICK, "epochs": 2}, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(root, LAYOUT,
-                                                                                                 progress=False)
+    second = GNNModel(**{**QUICK, "epochs": 2}, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(
+        open_collection(root, LAYOUT), progress=False)
     assert json.loads((run / SETTINGS_FILE).read_text()) == run_settings(TrainConfig(**second.settings_))
     assert json.loads((run / settings_hash(saved) / SETTINGS_FILE).read_text()) == saved  # moved, not lost
 
@@ -139,9 +141,9 @@ def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tin
 def test_the_caller_names_the_early_stopping_split(tiny_world: Path):
     root = find_data_root(tiny_world)
     params = dict(n_estimators=30, num_leaves=7, max_configs_per_graph=100, early_stopping_rounds=1, n_jobs=1)
-    default = GBDTModel(**params).fit(root, LAYOUT, progress=False)
-    named = GBDTModel(**params).fit(root, LAYOUT, eval_split=Split.VALID, progress=False)
-    unstopped = GBDTModel(**params).fit(root, LAYOUT, eval_split=None, progress=False)
+    default = GBDTModel(**params).fit(open_collection(root, LAYOUT), progress=False)
+    named = GBDTModel(**params).fit(open_collection(root, LAYOUT, eval_split=Split.VALID), progress=False)
+    unstopped = GBDTModel(**params).fit(open_collection(root, LAYOUT, eval_split=None), progress=False)
     assert named.booster_ == default.booster_  # the default is the valid split, as before
     assert default.best_iteration_ < 30 and unstopped.best_iteration_ == 30
 

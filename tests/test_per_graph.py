@@ -63,7 +63,7 @@ def test_param_reaches_the_model_and_a_bad_one_is_refused(tiny_world: Path, monk
 
     made: list[dict] = []
 
-    def fit(self, root, collection, **kwargs):  # records the model's hyper-parameters, fits nothing
+    def fit(self, data, **kwargs):  # records the model's hyper-parameters, fits nothing
         made.append(self.get_params())
         return self
 

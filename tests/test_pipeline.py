@@ -160,11 +160,12 @@ _QUICK_GNN = {"epochs": 1, "seeds": 1, "runs_dir": None}  # no run folder: nothi
 
 
 def _quick_split(root, collections, jobs: int, **kw):
+    from competition.dataset import Dataset
     from competition.pipeline import predict_split
     from models.registry import ModelParams
 
-    return predict_split("gnn-attn", root, collections, params=ModelParams(common=_QUICK_GNN), progress=False,
-                         jobs=jobs, **kw)
+    return predict_split("gnn-attn", Dataset.open(root, collections), params=ModelParams(common=_QUICK_GNN),
+                         progress=False, jobs=jobs, **kw)
 
 
 def test_concurrent_fits_predict_what_one_fit_at_a_time_does(tiny_world: Path, tmp_path: Path,

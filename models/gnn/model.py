@@ -1,12 +1,12 @@
 """The GNN rankers as :class:`models.base.RankingModel` s: ``gnn`` (the TpuGraphs baseline with bidirectional SAGE)
 and ``gnn-attn`` (the same with cross-configuration attention).
 
-:meth:`GNNModel.fit` builds the feature pipeline's disk cache for the train split and the split early stopping
-scores (the valid split unless the caller says otherwise), fits the column selection and normalisation on the train
-graphs (stored with the model), trains with :func:`models.gnn.train.train`, and keeps the best weights; with
-``refit``, it then trains a second network from scratch on the train and eval graphs for the best epoch count, which
-scores the graphs of every other split (test); with ``seeds`` N > 1, it trains N such networks with successive seeds
-(a seed ensemble).
+:meth:`GNNModel.fit` builds the feature pipeline's disk cache for the train graphs and the graphs early stopping
+scores (those the caller gives in :class:`competition.dataset.CollectionData`: the valid split's in the pipeline),
+fits the column selection and normalisation on the train graphs (stored with the model), trains with
+:func:`models.gnn.train.train`, and keeps the best weights; with ``refit``, it then trains a second network from
+scratch on the train and eval graphs for the best epoch count, which scores the graphs of every other split (test);
+with ``seeds`` N > 1, it trains N such networks with successive seeds (a seed ensemble).
 :meth:`GNNModel.predict` runs the same pipeline on one graph and streams a layout graph's configs block by block, so
 a 100,000-config graph is never in memory whole; a seed ensemble's networks each score every block, and their
 rank-normalised scores are averaged.
@@ -35,10 +35,9 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform, Compose
 
-from competition.collections import Collection, Split
-from competition.npzio import NpzReader
-from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs
+from competition.collections import Collection
+from competition.dataset import CollectionData, SplitGraphs
+from competition.reader import LayoutGraph, TileGraph
 from competition.runlock import hold_run_folder
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
@@ -381,9 +380,8 @@ class GNNModel(RankingModel):
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
-    def fit(self, root: DataRoot, collection: Collection, *, split: Split = Split.TRAIN,
-            eval_split: Split | None = Split.VALID, progress: bool = True, valid: ValidProtocol = DEFAULT_PROTOCOL,
-            deadline: float | None = None, predict_by: float | None = None) -> Self:
+    def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
+            predict_by: float | None = None) -> Self:
         """See :meth:`RankingModel.fit`. With ``predict_by``, each network's training also ends early enough for
         the predictions of the valid and test graphs by then, forecast from its last validation pass
         (:func:`prediction_factor`: the configs predicted over those scored in a pass, times the networks
@@ -392,36 +390,37 @@ class GNNModel(RankingModel):
         The run folder (``runs_dir/<name>/<collection>``) is held for the whole fit
         (:func:`competition.runlock.hold_run_folder`): a second live fit into it is refused before any work.
         """
-        collection = Collection(collection)
         if self.runs_dir is None or not distributed.is_main():
-            return self._fit(root, collection, split=split, eval_split=eval_split, progress=progress, valid=valid,
-                             deadline=deadline, predict_by=predict_by)
-        with hold_run_folder(Path(self.runs_dir) / self.name / collection.slug):
-            return self._fit(root, collection, split=split, eval_split=eval_split, progress=progress, valid=valid,
-                             deadline=deadline, predict_by=predict_by)
+            return self._fit(data, progress=progress, deadline=deadline, predict_by=predict_by)
+        with hold_run_folder(Path(self.runs_dir) / self.name / data.collection.slug):
+            return self._fit(data, progress=progress, deadline=deadline, predict_by=predict_by)
 
-    def _fit(self, root: DataRoot, collection: Collection, *, split: Split, eval_split: Split | None,
-             progress: bool, valid: ValidProtocol, deadline: float | None, predict_by: float | None) -> Self:
-        collection = Collection(collection)
+    def _fit(self, data: CollectionData, *, progress: bool, deadline: float | None,
+             predict_by: float | None) -> Self:
+        collection = data.collection
         kind = collection.kind
+        split = data.train.split
+        eval_graphs = data.eval if data.eval is not None and data.eval.split != split else None
+        eval_split = None if eval_graphs is None else eval_graphs.split
+        valid = data.protocol
         settings = self.train_config(collection)
         pipeline = settings_pipeline(settings)
         progress = progress and distributed.is_main()
 
-        def training_set(of: Split) -> ProcessedGraphs:
-            """The graphs of split ``of`` processed for training (deduplicated, ``train_configs`` kept)."""
-            return ProcessedGraphs(root, collection, of, pre_transform=Compose([pipeline, DedupConfigs("min")]),
+        def training_set(graphs: SplitGraphs) -> ProcessedGraphs:
+            """``graphs`` processed for training (deduplicated, ``train_configs`` kept)."""
+            return ProcessedGraphs(graphs, pre_transform=Compose([pipeline, DedupConfigs("min")]),
                                    cache_dir=self.cache_dir, max_configs=settings.max_train_configs,
                                    progress=progress)
 
-        train_set = training_set(split)
+        train_set = training_set(data.train)
         if not len(train_set):
-            raise ValueError(f"no {collection.value} graphs in the {split.value} split of {root.root}")
+            raise ValueError(f"no {collection.value} graphs in the {split.value} split ({data.train.folder})")
         datas = _built(train_set)
         valid_datas: list[Data] = []
-        if eval_split is not None and eval_split != split and list_graphs(root, collection, eval_split):
-            valid_set = ProcessedGraphs(root, collection, eval_split, pre_transform=pipeline,
-                                        cache_dir=self.cache_dir, protocol=valid, progress=progress)
+        if eval_graphs is not None and len(eval_graphs):
+            valid_set = ProcessedGraphs(eval_graphs, pre_transform=pipeline, cache_dir=self.cache_dir,
+                                        protocol=valid, progress=progress)
             valid_datas = _built(valid_set)
         columns = DropConstantColumns().fit(datas)
         normalize = Normalize().fit(columns(d.clone()) for d in datas)
@@ -436,7 +435,7 @@ class GNNModel(RankingModel):
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
                        for it in map(item, valid_datas)]
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
-        data_key = _data_key(repr(pipeline), str(root.root), str(settings.max_train_configs), stopping,
+        data_key = _data_key(repr(pipeline), data.train.data_id, str(settings.max_train_configs), stopping,
                              *sorted(d.stem for d in datas))
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
@@ -446,8 +445,7 @@ class GNNModel(RankingModel):
             max_seconds = remaining if max_seconds is None else min(max_seconds, remaining)
         end = None if max_seconds is None else time.monotonic() + max_seconds  # the rest get what is left
         factor = (None if predict_by is None or not valid_items
-                  else prediction_factor(root, collection, valid, sum(it.num_configs for it in valid_items),
-                                         self.tta))
+                  else prediction_factor(data, sum(it.num_configs for it in valid_items), self.tta))
 
         def budget(seconds: float | None, networks: int) -> tuple[float | None, Callable[[float], float] | None]:
             """A network's ``max_seconds`` and ``keep_free`` for :func:`train`: ``seconds`` at most, and ending
@@ -476,14 +474,14 @@ class GNNModel(RankingModel):
             limit, keep_free = budget(seconds, seed - settings.seed + 1)
             result = train(member, train_items, valid_items, run_dir=member_dir, device=self.device,
                            progress=progress, max_seconds=limit, keep_free=keep_free, title=title)
-            if not (settings.refit and valid_datas and eval_split is not None and result.best_epoch >= 1):
+            if not (settings.refit and valid_datas and eval_graphs is not None and result.best_epoch >= 1):
                 return result, None
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
             # split's are, through the column selection and normalisation fitted on train) for the best epoch count,
             # without early stopping: the last epoch is kept.
-            extra = _built(training_set(eval_split))
+            extra = _built(training_set(eval_graphs))
             refit_cfg = replace(member, epochs=result.best_epoch,
-                                data_key=_data_key(data_key, f"refit:{eval_split.value}",
+                                data_key=_data_key(data_key, f"refit:{eval_graphs.split.value}",
                                                    *sorted(d.stem for d in extra)))
             refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
                           run_dir=None if member_dir is None else member_dir / "refit", device=self.device,
@@ -491,7 +489,7 @@ class GNNModel(RankingModel):
             if len(refit.history) < refit_cfg.epochs:
                 if distributed.is_main():
                     log.warning("%s: the refit on %s + %s ran out of time after %d of %d epochs; only the "
-                                "early-stopped weights are kept", title, split.value, eval_split.value,
+                                "early-stopped weights are kept", title, split.value, eval_graphs.split.value,
                                 len(refit.history), refit_cfg.epochs)
                 return result, None
             return result, refit
@@ -525,8 +523,7 @@ class GNNModel(RankingModel):
         self.stopped_ = result.stopped
         self.swa_used_ = result.swa_used
         self.finetune_used_ = result.finetune_used
-        self.fit_splits_ = [split.value] + ([eval_split.value] if eval_split is not None and eval_split != split
-                                            else [])
+        self.fit_splits_ = [split.value] + ([eval_split.value] if eval_split is not None else [])
         for name in ("refit_weights_", "refit_epochs_", "members_"):  # a previous fit's
             vars(self).pop(name, None)
         if refit is not None:
@@ -656,18 +653,15 @@ the scoring: the largest ratio seen on full-scale world parts, the tile GNN's be
 kept: a forecast too short overruns the budget."""
 
 
-def prediction_factor(root: DataRoot, collection: Collection, valid: ValidProtocol, validated: int,
-                      tta: int) -> float:
-    """Seconds one network takes to predict the valid and test graphs of ``collection`` (the configs ``valid``
+def prediction_factor(data: CollectionData, validated: int, tta: int) -> float:
+    """Seconds one network takes to predict the valid and test graphs of ``data`` (the configs its valid protocol
     scores, every test config) per second of a validation pass over ``validated`` configs: the count of configs
     predicted over ``validated``, times ``tta`` and :data:`PREDICT_OVERHEAD`. Config counts come from the npz
     headers."""
     predicted = 0
-    for split in (Split.VALID, Split.TEST):
-        for path in list_graphs(root, collection, split):
-            with NpzReader(path) as r:
-                count = int(r.info("config_runtime").shape[0])
-            chosen = valid.configs(collection, path.stem, count, split)
+    for graphs in data.predicted:
+        for stem, count in zip(graphs.stems, graphs.header_rows("config_runtime"), strict=True):
+            chosen = data.protocol.configs(data.collection, stem, count, graphs.split)
             predicted += count if chosen is None else len(chosen)
     return PREDICT_OVERHEAD * max(1, tta) * predicted / max(1, validated)
 

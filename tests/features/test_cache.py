@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -13,6 +15,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import Compose
 
 from competition.collections import Collection, Split
+from competition.dataset import open_split
 from competition.reader import DataRoot, find_data_root, load_graph
 from features import (
     PadLayoutMinusOne,
@@ -21,7 +24,7 @@ from features import (
     evenly_spaced_configs,
     graph_to_data,
 )
-from features.cache import MANIFEST_FILE, PIPELINE_FILE
+from features.cache import MANIFEST_FILE, PIPELINE_FILE, pipeline_description, pipeline_hash
 
 LAYOUT = Collection.LAYOUT_XLA_RANDOM
 
@@ -51,7 +54,7 @@ def assert_same(a: Data, b: Data) -> None:
 
 def make(world: DataRoot, cache: Path, **kw: object) -> ProcessedGraphs:
     kw = {"pre_transform": pipeline(), "workers": 1, "progress": False, "max_configs": 16, **kw}
-    return ProcessedGraphs(world, LAYOUT, Split.TRAIN, cache_dir=cache, **kw)  # type: ignore[arg-type]
+    return ProcessedGraphs(open_split(world, LAYOUT, Split.TRAIN), cache_dir=cache, **kw)  # type: ignore[arg-type]
 
 
 
@@ -88,6 +91,21 @@ def test_build_reuse_and_items(world: DataRoot, tmp_path: Path) -> None:
         assert stats["num_nodes_before"] == graph.num_nodes and stats["num_nodes"] == expected.num_nodes
     with pytest.raises(IndexError):
         ds[len(ds)]
+
+
+def test_cache_keys_are_those_the_data_root_gave(world: DataRoot, tmp_path: Path) -> None:
+    """Built from the dataset's split, the cache keeps the names it had when it took the data root itself: the
+    pipeline folder hashes the root's resolved path, each file's key its path relative to the root, size, mtime and
+    stem (so caches built before stay valid)."""
+    ds = make(world, tmp_path)
+    assert ds.processed_dir == ds.split_dir / pipeline_hash(pipeline(), 16, None, world.root)
+    assert f"data root: {world.root.resolve()}\n" in pipeline_description(pipeline(), 16, None, ds.graphs.data_id)
+    for source, path in zip(ds.sources, sorted(world.collection_dir(LAYOUT, Split.TRAIN).glob("*.npz")),
+                            strict=True):
+        rel = path.relative_to(world.root).as_posix()
+        st = path.stat()
+        key = hashlib.sha256(json.dumps([rel, st.st_size, st.st_mtime_ns, path.stem]).encode()).hexdigest()[:12]
+        assert (source.path, source.relpath, source.cache_name) == (path, rel, f"{path.stem}-{key}.pt")
 
 
 def test_transform_applied_per_access(world: DataRoot, tmp_path: Path) -> None:
@@ -173,8 +191,8 @@ def test_parallel_build_matches_serial(world: DataRoot, tmp_path: Path) -> None:
 
 
 def test_tile_graphs(world: DataRoot, tmp_path: Path) -> None:
-    ds = ProcessedGraphs(world, "tile:xla", "valid", pre_transform=pipeline(), cache_dir=tmp_path, workers=1,
-                         progress=False, max_configs=1)
+    ds = ProcessedGraphs(open_split(world, "tile:xla", "valid"), pre_transform=pipeline(), cache_dir=tmp_path,
+                         workers=1, progress=False, max_configs=1)
     assert ds.build().built == len(ds) > 0
     graph = load_graph(ds.sources[0].path, Collection.TILE_XLA)
     # Tile graphs keep every config, and pruning leaves them unchanged (they have no configurable nodes).

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.metrics import kendall_tau, predicted_order
 from competition.npzio import write_npz
 from competition.reader import LayoutGraph, TileGraph, find_data_root, list_graphs, load_graph
@@ -112,7 +113,7 @@ def test_layout_distance_is_the_same_streamed_one_config_at_a_time(tmp_path: Pat
 def test_layout_fit_learns_nothing_and_returns_self(tmp_path: Path):
     write_layout(tmp_path, [0, 1])
     model = DefaultFirstModel()
-    assert model.fit(find_data_root(tmp_path), LAYOUT, progress=False) is model
+    assert model.fit(open_collection(find_data_root(tmp_path), LAYOUT), progress=False) is model
     assert model.learned_state() == {"collection_": LAYOUT}
 
 
@@ -126,7 +127,7 @@ def test_tile_features_count_dims_from_the_minor_end(tmp_path: Path):
 
 def test_tile_learns_the_default_and_ranks_it_first_on_a_held_out_graph(tile_root_dir: Path):
     model = DefaultFirstModel()
-    assert model.fit(find_data_root(tile_root_dir), TILE, progress=False) is model
+    assert model.fit(open_collection(find_data_root(tile_root_dir), TILE), progress=False) is model
     assert model.n_graphs_ == 3
     np.testing.assert_array_equal(model.tile_center_[:2], [-1.0, 0.0])  # minor dim halved, major dim whole
     np.testing.assert_array_equal(model.tile_spread_[:2], [MIN_SPREAD, MIN_SPREAD])
@@ -145,17 +146,17 @@ def test_tile_predict_before_fit_raises_a_clear_error(tmp_path: Path):
     with pytest.raises(NotFittedError, match="fit"):
         DefaultFirstModel().predict(g)
     with pytest.raises(NotFittedError):
-        DefaultFirstModel().fit(find_data_root(tmp_path), LAYOUT, progress=False).predict(g)
+        DefaultFirstModel().fit(open_collection(find_data_root(tmp_path), LAYOUT), progress=False).predict(g)
 
 
 def test_tile_fit_without_graphs_says_where_it_looked(tmp_path: Path):
     write_layout(tmp_path, [0])
     with pytest.raises(ValueError, match="tile/xla/train"):
-        DefaultFirstModel().fit(find_data_root(tmp_path), TILE, progress=False)
+        DefaultFirstModel().fit(open_collection(find_data_root(tmp_path), TILE), progress=False)
 
 
 def test_predict_does_not_refit(tile_root_dir: Path):
-    model = DefaultFirstModel().fit(find_data_root(tile_root_dir), TILE, progress=False)
+    model = DefaultFirstModel().fit(open_collection(find_data_root(tile_root_dir), TILE), progress=False)
     before = {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in model.learned_state().items()}
     g = load_graph(list_graphs(find_data_root(tile_root_dir), TILE, Split.TRAIN)[0], TILE)
     model.predict(g)
@@ -188,7 +189,7 @@ def test_random_is_deterministic_per_stem_and_differs_across_stems(tmp_path: Pat
 def test_random_fit_returns_self(tmp_path: Path):
     write_layout(tmp_path, [0, 1])
     model = RandomModel()
-    assert model.fit(find_data_root(tmp_path), LAYOUT) is model
+    assert model.fit(open_collection(find_data_root(tmp_path), LAYOUT)) is model
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ def test_save_load_round_trip_gives_identical_predictions(tile_root_dir: Path, t
     held = write_tile(tile_root_dir, "new", (32, 2048), [(32, 2048), (8, 1024), (32, 1024)],
                       runtime=[1, 1, 1], normalizer=1, split="valid")
     layout = write_layout(tmp_path / "layout", [0, 2, 1, 0])
-    tile_model = DefaultFirstModel().fit(find_data_root(tile_root_dir), TILE, progress=False)
+    tile_model = DefaultFirstModel().fit(open_collection(find_data_root(tile_root_dir), TILE), progress=False)
     random_model = RandomModel(seed=11)
     for model, graph in [(tile_model, held), (random_model, held), (random_model, layout)]:
         path = model.save(tmp_path / "models" / f"{model.name}.json")
@@ -240,8 +241,8 @@ def test_params_are_stored_unchanged_and_registry_makes_models():
 
 def test_default_first_beats_random_on_tiny_world_layout(tiny_world: Path):
     root = find_data_root(tiny_world)
-    default_first = DefaultFirstModel().fit(root, LAYOUT, progress=False)
-    random = RandomModel().fit(root, LAYOUT)
+    default_first = DefaultFirstModel().fit(open_collection(root, LAYOUT), progress=False)
+    random = RandomModel().fit(open_collection(root, LAYOUT))
     taus: dict[str, list[float]] = {"default-first": [], "random": []}
     for split in (Split.TRAIN, Split.VALID):
         for path in list_graphs(root, LAYOUT, split):

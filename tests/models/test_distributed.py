@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 
 from competition.cli import build_parser, main
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.reader import find_data_root, list_graphs, load_graph
 from features.cache import ProcessedGraphs
 from models.gnn import distributed
@@ -40,7 +41,8 @@ gnn_callbacks = importlib.import_module("models.gnn.callbacks")
 
 
 def _fit(root: Path, cache: str, runs: str | None, **params: Any) -> GNNModel:
-    return GNNModel(**params, runs_dir=runs, cache_dir=cache).fit(find_data_root(root), LAYOUT, progress=False)
+    return GNNModel(**params, runs_dir=runs, cache_dir=cache).fit(open_collection(find_data_root(root), LAYOUT),
+                                                                  progress=False)
 
 
 def _valid_predictions(model: GNNModel, root: Path) -> dict[str, np.ndarray] | None:

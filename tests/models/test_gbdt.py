@@ -10,6 +10,7 @@ import pytest
 
 import models.gbdt
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.metrics import kendall_tau
 from competition.protocol import ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph
@@ -36,14 +37,14 @@ def test_predict_before_fit_raises(tiny_world: Path):
 @pytest.fixture(scope="module")
 def fitted(tiny_world: Path) -> GBDTModel:
     model = GBDTModel(**SMALL)
-    assert model.fit(find_data_root(tiny_world), LAYOUT, progress=False) is model
+    assert model.fit(open_collection(find_data_root(tiny_world), LAYOUT), progress=False) is model
     return model
 
 
 def test_fit_beats_random_on_its_training_graphs(tiny_world: Path, fitted: GBDTModel):
     root = find_data_root(tiny_world)
     graphs = [load_graph(p, LAYOUT) for p in list_graphs(root, LAYOUT, Split.TRAIN)]
-    rnd = RandomModel().fit(root, LAYOUT, progress=False)
+    rnd = RandomModel().fit(open_collection(root, LAYOUT), progress=False)
     gbdt_tau = np.mean([kendall_tau(fitted.predict(g), g.config_runtime) for g in graphs])
     rnd_tau = np.mean([kendall_tau(rnd.predict(g), g.config_runtime) for g in graphs])
     assert gbdt_tau > rnd_tau + 0.1
@@ -63,7 +64,7 @@ def test_save_load_predicts_identically(tiny_world: Path, fitted: GBDTModel, tmp
 
 def test_tile_fit_and_kind_mismatch(tiny_world: Path, fitted: GBDTModel):
     root = find_data_root(tiny_world)
-    tile = GBDTModel(**SMALL).fit(root, Collection.TILE_XLA, progress=False)
+    tile = GBDTModel(**SMALL).fit(open_collection(root, Collection.TILE_XLA), progress=False)
     graph = load_graph(list_graphs(root, Collection.TILE_XLA, Split.VALID)[0], Collection.TILE_XLA)
     assert tile.predict(graph).shape == (graph.num_configs,)
     with pytest.raises(ValueError, match="expected a graph of layout"):
@@ -82,7 +83,7 @@ def test_valid_features_computed_once_across_fit_and_predict(tiny_world: Path, t
     monkeypatch.setattr(models.gbdt, "_features", counting)
     root = find_data_root(tiny_world)
     protocol = ValidProtocol(40)  # the tiny valid graphs hold 59 and 100 configs: a fixed subset of each
-    model = GBDTModel(**SMALL).fit(root, LAYOUT, progress=False, valid=protocol)
+    model = GBDTModel(**SMALL).fit(open_collection(root, LAYOUT, protocol=protocol), progress=False)
     valid = [load_graph(p, LAYOUT) for p in list_graphs(root, LAYOUT, Split.VALID)]
     assert len(model._feature_memo) == len(valid)  # only the valid graphs' features are kept
     subsets = [g.select_configs(protocol.configs(LAYOUT, g.stem, g.num_configs)) for g in valid]

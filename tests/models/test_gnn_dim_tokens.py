@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.reader import find_data_root, list_graphs, load_graph
 from competition.schema import COLS_SHAPE
 from models.base import load_model
@@ -25,7 +26,7 @@ QUICK = dict(hidden=16, layers=2, device="cpu", seed=0, epochs=1, steps_per_grap
 def model(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> GNNAttentionModel:
     cache = str(tmp_path_factory.mktemp("dim-cache"))
     model = GNNAttentionModel(**QUICK, cache_dir=cache)  # dim_tokens is the layout default
-    return model.fit(find_data_root(tiny_world), LAYOUT, progress=False)
+    return model.fit(open_collection(find_data_root(tiny_world), LAYOUT), progress=False)
 
 
 def test_prepared_graph_carries_the_named_sizes(tiny_world: Path, model: GNNAttentionModel):
@@ -53,7 +54,7 @@ def test_streamed_prediction_equals_the_forward_pass_and_survives_save_load(tiny
         np.testing.assert_allclose(scores, net(segments, cf).double().numpy(), rtol=1e-5, atol=1e-5)
     loaded = load_model(model.save(tmp_path / "m"))
     np.testing.assert_array_equal(loaded.predict(graph), scores)
-    plain = GNNAttentionModel(**QUICK, dim_tokens=False, cache_dir=model.cache_dir).fit(find_data_root(tiny_world), LAYOUT,
-                                                                       progress=False)
+    plain = GNNAttentionModel(**QUICK, dim_tokens=False, cache_dir=model.cache_dir).fit(
+        open_collection(find_data_root(tiny_world), LAYOUT), progress=False)
     assert plain.network().config_dims is None
     assert "config_dim_sizes" not in plain.prepare(graph)

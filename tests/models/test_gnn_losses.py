@@ -168,14 +168,15 @@ def test_pair_tolerance_reaches_training(tiny_world, tmp_path):
     """A tolerance wider than any runtime gap of the tiny world (every pair a tie) leaves every training step a
     zero loss; without it the same fit's losses are positive."""
     from competition.collections import Collection
+    from competition.dataset import open_collection
     from competition.reader import find_data_root
     from models.gnn.model import GNNModel
 
     quick = dict(hidden=8, layers=1, device="cpu", epochs=1, steps_per_graph=1, configs_per_graph=8,
                  runs_dir=None, cache_dir=str(tmp_path))
-    root = find_data_root(tiny_world)
-    ties = GNNModel(**quick, pair_tolerance=1e9).fit(root, Collection.LAYOUT_XLA_DEFAULT, progress=False)
-    plain = GNNModel(**quick).fit(root, Collection.LAYOUT_XLA_DEFAULT, progress=False)
+    data = open_collection(find_data_root(tiny_world), Collection.LAYOUT_XLA_DEFAULT)
+    ties = GNNModel(**quick, pair_tolerance=1e9).fit(data, progress=False)
+    plain = GNNModel(**quick).fit(data, progress=False)
     assert ties.settings_["pair_tolerance"] == 1e9
     assert [h["train_loss"] for h in ties.history_] == [0.0]
     assert plain.history_[0]["train_loss"] > 0.0

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.reader import LayoutGraph, find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
 from models.gnn.config import TrainConfig
@@ -39,7 +40,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _fit(root: Path, cache_dir: str, runs_dir: str | None = None, **params) -> GNNModel:
     return GNNModel(**{**QUICK, **params}, runs_dir=runs_dir, cache_dir=cache_dir).fit(
-        find_data_root(root), LAYOUT, progress=False)
+        open_collection(find_data_root(root), LAYOUT), progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -171,14 +172,14 @@ def test_refit_cut_by_the_time_budget_is_left_out(tiny_world: Path, cache_dir: s
                                                   monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
     model = GNNModel(**QUICK, refit=True, max_seconds=1e5, runs_dir=None, cache_dir=cache_dir)
     root = find_data_root(tiny_world)
-    model.fit(root, LAYOUT, progress=False)
+    model.fit(open_collection(root, LAYOUT), progress=False)
     assert hasattr(model, "refit_weights_")  # the budget is ample
     # The clock jumps past the budget between the early-stopped fit and the refit: the refit gets 0 s, so it stops
     # inside its first epoch, and this fit's model has no refitted network (nor the previous fit's).
     ticks = itertools.chain([0.0], itertools.repeat(1e6))
     monkeypatch.setattr(gnn_model, "time", SimpleNamespace(monotonic=lambda: next(ticks)))
     with caplog.at_level(logging.WARNING, logger="models.gnn.model"):
-        model.fit(root, LAYOUT, progress=False)
+        model.fit(open_collection(root, LAYOUT), progress=False)
     assert not hasattr(model, "refit_weights_") and not hasattr(model, "refit_epochs_")
     _assert_same(model.weights_, plain.weights_)
     assert [r.getMessage() for r in caplog.records if r.name == "models.gnn.model"] == [

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.reader import find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
 from models.ensemble import normalize_scores
@@ -36,7 +37,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _fit(root: Path, cache_dir: str, collection: Collection = LAYOUT, runs_dir: str | None = None,
          **params) -> GNNModel:
     return GNNModel(**{**QUICK, **params}, runs_dir=runs_dir, cache_dir=cache_dir).fit(
-        find_data_root(root), collection, progress=False)
+        open_collection(find_data_root(root), collection), progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +147,14 @@ def test_networks_the_time_budget_cuts_short_are_left_out(tiny_world: Path, cach
                                                           caplog: pytest.LogCaptureFixture):
     model = GNNModel(**QUICK, seeds=3, max_seconds=1e5, runs_dir=None, cache_dir=cache_dir)
     root = find_data_root(tiny_world)
-    model.fit(root, LAYOUT, progress=False)
+    model.fit(open_collection(root, LAYOUT), progress=False)
     assert model.num_networks == 3  # the budget is ample
     # The clock jumps past the budget after the first network: the second gets 0 s and stops inside its first
     # epoch, so the model keeps the first alone (and none of the previous fit's members).
     ticks = itertools.chain([0.0], itertools.repeat(1e6))
     monkeypatch.setattr(gnn_model, "time", SimpleNamespace(monotonic=lambda: next(ticks)))
     with caplog.at_level(logging.WARNING, logger="models.gnn.model"):
-        model.fit(root, LAYOUT, progress=False)
+        model.fit(open_collection(root, LAYOUT), progress=False)
     assert model.num_networks == 1 and not hasattr(model, "members_")
     _assert_same(model.weights_, singles[0].weights_)
     assert [r.getMessage() for r in caplog.records if r.name == "models.gnn.model"] == [

@@ -15,6 +15,7 @@ import torch
 from torch_geometric.data import Data
 
 from competition.collections import Collection, Split
+from competition.dataset import open_collection
 from competition.metrics import kendall_tau
 from competition.reader import find_data_root, list_graphs, load_graph
 from models.base import NotFittedError, load_model
@@ -59,7 +60,7 @@ def train_only_root(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) 
 def learned(train_only_root: Path, cache_dir: str) -> GNNModel:
     model = GNNModel(**SMALL, epochs=20, steps_per_graph=8, configs_per_graph=64, lr=1e-2, runs_dir=None,
                      cache_dir=cache_dir)
-    assert model.fit(find_data_root(train_only_root), LAYOUT, progress=False) is model
+    assert model.fit(open_collection(find_data_root(train_only_root), LAYOUT), progress=False) is model
     return model
 
 
@@ -195,7 +196,7 @@ def _assert_same_weights(a: GNNModel, b: GNNModel) -> None:
 
 def _fit(root: Path, cache_dir: str, runs_dir: str | None, **params) -> GNNModel:
     return GNNModel(**{**QUICK, **params}, runs_dir=runs_dir, cache_dir=cache_dir).fit(
-        find_data_root(root), LAYOUT, progress=False)
+        open_collection(find_data_root(root), LAYOUT), progress=False)
 
 
 def test_same_seed_same_weights_and_resume_after_interrupt(tiny_world: Path, cache_dir: str, tmp_path: Path,
@@ -273,8 +274,8 @@ def test_gst_training_runs_and_predicts(tiny_world: Path, cache_dir: str, monkey
 
 def test_tile_model_fits_and_predicts(tiny_world: Path, cache_dir: str):
     root = find_data_root(tiny_world)
-    model = GNNModel(**QUICK, runs_dir=None, cache_dir=cache_dir, join="late").fit(root, Collection.TILE_XLA,
-                                                                                     progress=False)
+    model = GNNModel(**QUICK, runs_dir=None, cache_dir=cache_dir, join="late").fit(
+        open_collection(root, Collection.TILE_XLA), progress=False)
     assert model.settings_["kind"] == "tile"
     for split in (Split.VALID, Split.TEST):
         for path in list_graphs(root, Collection.TILE_XLA, split):
@@ -333,7 +334,7 @@ def test_predict_scores_without_attention_ignores_batching():
 def test_attention_model_predicts_deterministically(tiny_world: Path, cache_dir: str):
     root = find_data_root(tiny_world)
     model = GNNAttentionModel(**{**QUICK, "epochs": 1}, predict_batch=16, tta=3, runs_dir=None,
-                              cache_dir=cache_dir).fit(root, LAYOUT, progress=False)
+                              cache_dir=cache_dir).fit(open_collection(root, LAYOUT), progress=False)
     assert model.settings_["attention"] is True
     graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
     assert graph.num_configs > 16  # several batches, so the orderings matter
@@ -353,8 +354,8 @@ def test_reference_context_scores_stream_like_the_whole_graph(tiny_world: Path, 
     monkeypatch.setattr(importlib.import_module("models.gnn.infer"), "REFERENCE_WINDOW", 5)
     root = find_data_root(tiny_world)
     model = GNNAttentionModel(**{**QUICK, "epochs": 1}, predict_batch=4, tta=2, predict_context="reference",
-                              reference_configs=3, runs_dir=None, cache_dir=cache_dir).fit(root, LAYOUT,
-                                                                                              progress=False)
+                              reference_configs=3, runs_dir=None, cache_dir=cache_dir).fit(open_collection(root, LAYOUT),
+                                                                                           progress=False)
     graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
     assert graph.num_configs > 8  # several blocks of 5
     net = model.network()

@@ -14,6 +14,7 @@ from torch_geometric.data import Data
 
 from competition.cli import main
 from competition.collections import Collection, Split
+from competition.dataset import open_collection, open_split
 from competition.reader import find_data_root
 from features.cache import FORMAT_VERSION, ProcessedGraphs, pipeline_description
 from features.transforms import PruneToConfigurable
@@ -54,7 +55,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _fit(world: Path, cache_dir: str, runs_dir: Path, **params: Any) -> GNNModel:
     return GNNModel(**{**QUICK, **params}, runs_dir=str(runs_dir), cache_dir=cache_dir).fit(
-        find_data_root(world), LAYOUT, progress=False)
+        open_collection(find_data_root(world), LAYOUT), progress=False)
 
 
 def _run(runs_dir: Path) -> Path:
@@ -133,8 +134,9 @@ def test_checkpoint_without_its_keys_is_set_aside(tiny_world: Path, cache_dir: s
 
 
 def _cache(world: Path, cache: Path) -> ProcessedGraphs:
-    ds = ProcessedGraphs(find_data_root(world), LAYOUT, Split.TRAIN, pre_transform=PruneToConfigurable(hops=1),
-                         cache_dir=cache, max_configs=16, workers=1, progress=False)
+    ds = ProcessedGraphs(open_split(find_data_root(world), LAYOUT, Split.TRAIN),
+                         pre_transform=PruneToConfigurable(hops=1), cache_dir=cache, max_configs=16, workers=1,
+                         progress=False)
     ds.build()
     return ds
 
@@ -226,7 +228,7 @@ def test_saved_models_are_json_and_a_damaged_one_is_named(tiny_world: Path, cach
     from models.ensemble import Ensemble
 
     path = GNNModel(**{**QUICK, "epochs": 1}, runs_dir=None, cache_dir=cache_dir).fit(
-        find_data_root(tiny_world), LAYOUT, progress=False).save(tmp_path / "model.json")
+        open_collection(find_data_root(tiny_world), LAYOUT), progress=False).save(tmp_path / "model.json")
     text = path.read_text()
     json.loads(text)  # plain JSON: nothing to unpickle
     doc = json.loads(text)

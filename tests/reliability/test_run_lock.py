@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from competition.cli import EXIT_ERROR, EXIT_OK
+from competition.dataset import open_collection
 from competition.runlock import FolderBusy, hold_run_folder, lock_path
 from models.base import load_model
 from tests.reliability.helpers import run, snapshot
@@ -107,6 +108,6 @@ def test_a_gnn_fit_holds_its_run_folder(tiny_world: Path, tmp_path: Path, holder
     model = GNNModel(runs_dir=str(tmp_path / "runs"), cache_dir=str(tmp_path / "cache"), epochs=1)
     start = time.monotonic()
     with pytest.raises(FolderBusy, match="in use by another run"):
-        model.fit(find_data_root(tiny_world), Collection.TILE_XLA, progress=False)
+        model.fit(open_collection(find_data_root(tiny_world), Collection.TILE_XLA), progress=False)
     assert time.monotonic() - start < 60 and not (tmp_path / "cache").exists()
     assert os.listdir(tmp_path / "runs" / "gnn" / "tile-xla") == []
