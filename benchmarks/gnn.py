@@ -137,12 +137,13 @@ def part_gst(path: Path, segment_size: int | None, steps: int, configs: int, hid
     data = normalize(columns(data))
     item = Item(path.stem, make_segments(data, segment_size), data.config_feat, data.y.double())
     del graph, data
-    cfg = replace(DEFAULTS["layout"], num_features=int(item.segments[0].x.shape[1]), hidden=hidden, layers=layers,
-                  configs_per_graph=configs, segment_size=segment_size, backprop_segments=1, keep_prob=0.5)
-    seed_everything(cfg.seed)
+    cfg = replace(DEFAULTS["layout"].with_(hidden=hidden, layers=layers, configs_per_graph=configs,
+                                           segment_size=segment_size, backprop_segments=1, keep_prob=0.5),
+                  num_features=int(item.segments[0].x.shape[1]))
+    seed_everything(cfg.train.seed)
     net = cfg.make_net().to(device)
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loss_fn = get_loss(cfg.loss)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    loss_fn = get_loss(cfg.train.loss)
     gen = torch.Generator().manual_seed(0)
     np_rng = np.random.default_rng(0)
     table = HistoryTable()
@@ -252,14 +253,14 @@ def part_throughput(data: Path, collection: str, attention: bool, max_graphs: in
     t0 = time.perf_counter()
     for it in items:
         segs = [s.to(device) for s in it.segments]
-        predict_scores(net, segs, it.config_feat, batch=cfg.predict_batch, orderings=1, device=device)
+        predict_scores(net, segs, it.config_feat, batch=cfg.predict.predict_batch, orderings=1, device=device)
         predicted += it.num_configs
     if device.type == "cuda":
         torch.cuda.synchronize()
     predict_s = time.perf_counter() - t0
     return {"device": str(device), "graphs": len(items), "steps": len(items),
             "mean_nodes": sum(it.num_nodes for it in items) / len(items),
-            "train_cps": sum(min(cfg.configs_per_graph, it.num_configs) for it in items) / seconds,
+            "train_cps": sum(min(cfg.train.configs_per_graph, it.num_configs) for it in items) / seconds,
             "train_s": seconds,
             "predict_cps": predicted / predict_s, "predicted": predicted, "peak_mib": peak_mib(),
             "threads": torch.get_num_threads()}
@@ -386,12 +387,12 @@ def part_train_scale(path: Path, dedup: bool, steps: int) -> dict:
     net = model.network()
     net.train()
     cfg = replace(model.train_config("layout"), num_features=int(data.x.shape[1]))
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr)
-    loss_fn = get_loss(cfg.loss)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.train.lr)
+    loss_fn = get_loss(cfg.train.loss)
     gen, np_rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
     table = HistoryTable()
     structure = LayoutStructure(item.segments, bidirectional=True)
-    pos = torch.randperm(item.num_configs, generator=torch.Generator().manual_seed(0))[:cfg.configs_per_graph]
+    pos = torch.randperm(item.num_configs, generator=torch.Generator().manual_seed(0))[:cfg.train.configs_per_graph]
     by_slot = layout_codes(item.config_feat[pos].float()).t().contiguous()
     ids, distinct = structure.keys(by_slot, 0, structure.num_components)
     sizes = structure.comp_nodes[1:] - structure.comp_nodes[:-1]
@@ -402,7 +403,7 @@ def part_train_scale(path: Path, dedup: bool, steps: int) -> dict:
         training_step(net, [Slot(k, item, gen, np_rng)], cfg, opt, loss_fn, table, device=device)
     seconds = (time.perf_counter() - t0) / steps
     return {"nodes": int(graph.num_nodes), "pruned_nodes": item.num_nodes, "slots": int(item.config_feat.shape[1]),
-            "components": structure.num_components, "rows_plain": item.num_nodes * cfg.configs_per_graph,
+            "components": structure.num_components, "rows_plain": item.num_nodes * cfg.train.configs_per_graph,
             "rows_dedup": int((sizes * distinct).sum()) + int(structure.static.numel()),
             "s_per_step": seconds, "peak_mib": peak_mib(), "threads": torch.get_num_threads()}
 

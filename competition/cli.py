@@ -559,15 +559,15 @@ class UsageError(SystemExit):
 
 
 PARAM_HELP = (
-    "a hyper-parameter, repeatable: KEY=VALUE for every model of the run that takes KEY, MODEL.KEY=VALUE for one "
-    "model, MODEL.COLLECTION.KEY=VALUE for one model on one collection (e.g. --param epochs=3 --param "
-    "gnn-attn.hidden=64 --param gnn-attn.layout:xla:default.epochs=20); values are Python literals, else text. "
-    "Overrides --config at the same level"
+    "a hyper-parameter, repeatable: [MODEL.][COLLECTION.]KEY=VALUE. KEY is SECTION.NAME of the model's settings tree "
+    "(`fastslow params` lists them; the NAME alone when it is unique), e.g. --param gnn-attn.train.lr=3e-3, "
+    "--param gnn-attn.layout:xla:random.train.steps_per_graph=16, --param train.epochs=3 (every model of the run "
+    "that has it); values are Python literals, else text. Overrides --config at the same level"
 )
 CONFIG_HELP = (
-    "a TOML file of hyper-parameters: a table per model, with an optional sub-table per collection, e.g. "
-    "[gnn-attn] epochs = 3 and [gnn-attn.\"layout:xla:default\"] epochs = 20 (keys outside a table apply to every "
-    "model that takes them); per-collection values override per-model ones, which override the defaults"
+    "a TOML file of hyper-parameters, tables nesting as --param's addresses do: [gnn-attn.train] lr = 3e-3, "
+    "[gnn-attn.\"layout:xla:random\".train] steps_per_graph = 16 (keys outside a model's table apply to every model "
+    "that has them); per-collection values override per-model ones, which override the defaults"
 )
 
 
@@ -613,7 +613,12 @@ def _literal(text: str) -> object:
 
 def _given_params(args: argparse.Namespace) -> list[tuple[str, str | None, str | None, str, object]]:
     """Every hyper-parameter of ``--config`` then ``--param``, in that order, as ``(where, model, collection, key,
-    value)``; ``where`` names the origin for an error (``--param epochs=abc``, ``params.toml [gnn] epochs``)."""
+    value)``; ``where`` names the origin for an error (``--param epochs=abc``, ``params.toml [gnn.train] epochs``).
+
+    An address is ``[MODEL.][COLLECTION.]KEY``: a model's name, then a collection's (it holds a colon), then the
+    key, which may itself be dotted (``train.lr``). In a TOML file, tables nest the same way
+    (``[gnn-attn.train]``, ``[gnn-attn."layout:xla:random".train]``).
+    """
     import tomllib
 
     out: list[tuple[str, str | None, str | None, str, object]] = []
@@ -624,27 +629,43 @@ def _given_params(args: argparse.Namespace) -> list[tuple[str, str | None, str |
                 doc = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
             raise _refused(args, f"--config {path}: expected TOML; found invalid TOML ({exc})") from None
-        for key, value in doc.items():
-            if not isinstance(value, dict):
-                out.append((f"{path}: {key}", None, None, key, value))
-                continue
-            for name, inner in value.items():
-                if not isinstance(inner, dict):
-                    out.append((f"{path} [{key}] {name}", key, None, name, inner))
+
+        def walk(table: dict[str, object], prefix: list[str]) -> None:
+            for name, value in table.items():
+                if isinstance(value, dict):
+                    walk(value, [*prefix, name])
                     continue
-                for k, v in inner.items():
-                    if isinstance(v, dict):
-                        raise _refused(args, f"--config {path}: [{key}.\"{name}\".{k}]: expected a model's table and "
-                                         "at most one collection's table inside it; found a deeper table")
-                    out.append((f"{path} [{key}.\"{name}\"] {k}", key, name, k, v))
+                where = f"{path} [{'.'.join(_toml_name(p) for p in prefix)}] {name}" if prefix else f"{path}: {name}"
+                model, collection, key, _ = _address(args, [*prefix, name], where)
+                out.append((where, model, collection, key, value))
+        walk(doc, [])
     for item in args.param:
         key, sep, value = item.partition("=")
         parts = key.split(".")
-        if not sep or not all(parts) or len(parts) > 3:
-            raise _refused(args, f"--param expects [MODEL.[COLLECTION.]]KEY=VALUE, got {item!r}")
-        model, collection = (parts[0] if len(parts) > 1 else None), (parts[1] if len(parts) == 3 else None)
-        out.append((f"--param {item}", model, collection, parts[-1], _literal(value)))
+        if not sep or not all(parts):
+            raise _refused(args, f"--param expects [MODEL.][COLLECTION.]KEY=VALUE, got {item!r}")
+        model, collection, name, _ = _address(args, parts, f"--param {item}")
+        out.append((f"--param {item}", model, collection, name, _literal(value)))
     return out
+
+
+def _toml_name(name: str) -> str:
+    return f'"{name}"' if ":" in name else name
+
+
+def _address(args: argparse.Namespace, parts: list[str], where: str) -> tuple[str | None, str | None, str, object]:
+    """``(model, collection, key, value placeholder)`` of a dotted address (see :func:`_given_params`); the value
+    is filled in by the caller (TOML values come with the address)."""
+    from competition.pipeline import ENSEMBLE
+    from models.registry import MODELS
+
+    model = parts[0] if len(parts) > 1 and (parts[0] in MODELS or parts[0] == ENSEMBLE) else None
+    rest = parts[1:] if model is not None else parts
+    collection = rest[0] if len(rest) > 1 and ":" in rest[0] else None
+    rest = rest[1:] if collection is not None else rest
+    if not rest:
+        raise _refused(args, f"{where}: no key after {'.'.join(parts)!r}")
+    return model, collection, ".".join(rest), None
 
 
 def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: bool = False) -> dict[str, ModelParams]:
@@ -657,7 +678,7 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
     """
     from competition.pipeline import ENSEMBLE
     from models.ensemble import Ensemble
-    from models.registry import MODELS, ModelParams, hyper_parameters, param_problem
+    from models.registry import MODELS, ModelParams, canonical_key, hyper_parameters, param_problem
 
     unknown = [m for m in models if m not in MODELS]
     if unknown:
@@ -671,7 +692,7 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
     for where, model, collection, key, value in _given_params(args):
         typed = where.startswith("--param")  # typed on the command line, where values are Python literals
         if model is None:
-            targets = [m for m in owners if key in hyper_parameters(owners[m])]
+            targets = [m for m in owners if _takes(owners[m], key, hyper_parameters)]
             if not targets:
                 raise _refused(args, f"{where}: none of the models of this run ({', '.join(owners)}) takes {key!r}")
         elif model not in owners:
@@ -684,8 +705,9 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
                 hint = (" (values are Python literals: --param epochs=20, --param device='cpu')"
                         if typed and " must be " not in problem else "")
                 raise _refused(args, f"{where}: {problem}{hint}")
+            stored = canonical_key(owners[m], key)
             if collection is None:
-                common[m][key] = value
+                common[m][stored] = value
                 continue
             if m == ENSEMBLE:
                 raise _refused(args, f"{where}: the ensemble takes one value for all collections; drop the collection")
@@ -693,7 +715,7 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
                 c = Collection.parse(collection)
             except ValueError as exc:
                 raise _refused(args, f"{where}: {exc}") from None
-            per_collection[m].setdefault(c, {})[key] = value
+            per_collection[m].setdefault(c, {})[stored] = value
     out = {m: ModelParams(common[m], per_collection[m]) for m in owners}
     for m, params in out.items():
         for c in Collection:
@@ -703,6 +725,20 @@ def _model_params(args: argparse.Namespace, models: Sequence[str], *, ensemble: 
                 scope = f" on {c.value}" if params.per_collection.get(c) else ""
                 raise _refused(args, f"{m}{scope}: {exc}") from None
     return out
+
+
+def _takes(cls: type, key: str, hyper_parameters: typing.Callable[[type], dict[str, object]]) -> bool:
+    """Whether the model class ``cls`` has the hyper-parameter ``key`` (by ``section.name`` or name, for a settings
+    tree)."""
+    if hasattr(cls, "CONFIG"):
+        from models.settings import resolve
+
+        try:
+            resolve(cls.CONFIG, key)
+        except KeyError:
+            return False
+        return True
+    return key in hyper_parameters(cls)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -773,7 +809,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 raise refuse(f"{c.value}: {graphs} train graphs for {world} processes, each of which trains a graph "
                              f"of its own at every step: launch at most {graphs}, or leave {c.value} out "
                              "(--collections)")
-            per_step = params.for_collection(c).get("graphs_per_step")
+            per_step = params.for_collection(c).get("train.graphs_per_step")
             if isinstance(per_step, int) and per_step < world:
                 raise refuse(f"graphs_per_step={per_step} on {c.value}: less than the {world} processes, each of "
                              f"which trains a graph of its own at every step; set it to {world} or more, or leave "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from competition.collections import Collection
+from models import settings as settings_tree
 from models.base import RankingModel, register_names
 from models.baselines import DefaultFirstModel, RandomModel
 from models.gbdt import GBDTModel
@@ -92,8 +93,11 @@ class ModelParams:
 
 
 def hyper_parameters(cls: type) -> dict[str, Any]:
-    """The arguments of ``cls.__init__`` (a model's or the ensemble's hyper-parameters), each with its annotation
-    (``Any`` where it cannot be resolved: such values are not type-checked)."""
+    """A model's or the ensemble's hyper-parameters, each with its annotation: the leaves of its settings tree by
+    ``section.name`` (a class with a ``CONFIG`` tree, :mod:`models.settings`), else the arguments of
+    ``cls.__init__`` (``Any`` where an annotation cannot be resolved: such values are not type-checked)."""
+    if hasattr(cls, "CONFIG"):
+        return {key: leaf.hint for key, leaf in settings_tree.leaves(cls.CONFIG).items()}
     names = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     try:
         hints = typing.get_type_hints(cls.__init__)
@@ -106,46 +110,32 @@ def param_problem(cls: type, key: str, value: object) -> str | None:
     """Why ``value`` cannot be ``cls``'s hyper-parameter ``key`` (an unknown name, a value that does not fit its
     annotation: int for a float, not bool for an int; a value outside its range or choices, or a number that is
     not finite: :func:`models.params.value_problem`), or ``None`` when it can."""
+    if hasattr(cls, "CONFIG"):
+        problem = settings_tree.problem(cls.CONFIG, key, value)
+        return None if problem is None else f"{cls.__name__}: {problem}"
     known = hyper_parameters(cls)
     if key not in known:
         return f"{cls.__name__} takes no hyper-parameter {key!r} (it takes {', '.join(known) or 'none'})"
     hint = known[key]
     kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    if any(_accepts(k, value) for k in kinds):
+    if any(settings_tree.accepts(k, value) for k in kinds):
         return value_problem(cls, key, value)
-    expected = " or ".join(_kind_name(k) for k in kinds)
+    expected = " or ".join(settings_tree.kind_name(k) for k in kinds)
     found = f"the text {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
     return f"{cls.__name__} takes {expected} for {key}, not {found}"
+
+
+def canonical_key(cls: type, key: str) -> str:
+    """The key a hyper-parameter is stored by: a settings tree's ``section.name`` for a name alone (``lr`` is
+    ``train.lr``), else ``key`` itself."""
+    if hasattr(cls, "CONFIG"):
+        return settings_tree.resolve(cls.CONFIG, key).key
+    return key
 
 
 def format_params(params: Mapping[str, Any]) -> str:
     """``key=value, ...`` on one line, values as Python literals (``(none)`` for a model without any)."""
     return ", ".join(f"{k}={v!r}" for k, v in params.items()) or "(none)"
-
-
-def _kind_name(kind: object) -> str:
-    if kind is type(None):
-        return "None"
-    if typing.get_origin(kind) is typing.Literal:
-        return " or ".join(repr(a) for a in typing.get_args(kind))
-    return getattr(kind, "__name__", str(kind))
-
-
-def _accepts(kind: object, value: object) -> bool:
-    """Whether ``value`` fits the annotation ``kind`` (int for float; not bool for int); others are not checked."""
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    if typing.get_origin(kind) is typing.Literal:
-        return value in typing.get_args(kind)
-    return True
 
 
 def _defaults_by_scope(name: str) -> dict[str, dict[str, Any]]:
@@ -182,14 +172,15 @@ def parameter_rows(names: Sequence[str] | None = None) -> list[tuple[str, str, s
     rows = []
     for name in names or [*available_models(), Ensemble.name]:
         cls = Ensemble if name == Ensemble.name else MODELS[name]
-        entries = params_of(cls)
+        entries = ({k: leaf.param for k, leaf in settings_tree.leaves(cls.CONFIG).items()} if hasattr(cls, "CONFIG")
+                   else params_of(cls))
         hints = hyper_parameters(cls)
         for key, defaults in _defaults_by_scope(name).items():
             scopes = {w: repr(v) for w, v in defaults.items()}
             kinds = typing.get_args(hints[key]) if typing.get_origin(hints[key]) in (typing.Union, types.UnionType) \
                 else (hints[key],)
             shown = [k for k in kinds if k is not type(None) or any(v == "None" for v in scopes.values())]
-            kind = " or ".join(_kind_name(k) for k in shown)
+            kind = " or ".join(settings_tree.kind_name(k) for k in shown)
             rows.append((name, key, kind, scopes,
                          entries.get(key, Param(key, "(not described)"))))
     return rows

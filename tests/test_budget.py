@@ -240,7 +240,7 @@ def test_work_factors_of_the_gnn_settings():
     assert GNNModel(epochs=5).work_factor(Collection.TILE_XLA) == 5 / 12
     # A collection's own defaults count against its kind's: xla:random's networks x steps.
     xr = default_config(Collection.LAYOUT_XLA_RANDOM)
-    assert GNNModel().work_factor(Collection.LAYOUT_XLA_RANDOM) == xr.seeds * xr.steps_per_graph / 8
+    assert GNNModel().work_factor(Collection.LAYOUT_XLA_RANDOM) == xr.run.seeds * xr.train.steps_per_graph / 8
 
 
 def test_a_models_time_is_shared_by_collection_size_times_its_work(tiny_world: Path, tmp_path: Path,

@@ -103,7 +103,7 @@ def test_train_fits_saves_and_reports_each_collection(tiny_world, tmp_path, caps
     from models.base import load_model
 
     model = load_model(run / "model.json")
-    assert model.settings_["hidden"] == 8 and model.settings_["epochs"] == 1
+    assert model.settings_["network"]["hidden"] == 8 and model.settings_["train"]["epochs"] == 1
 
 
 def test_train_rejects_unknown_params(tiny_world, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from competition.cli import EXIT_ERROR, EXIT_OK
 from competition.pipeline import ENSEMBLE
+from models import settings as settings_tree
 from models.ensemble import Ensemble
 from models.params import Param, missing_entries, value_problem
 from models.registry import MODELS, hyper_parameters, parameter_reference
@@ -21,6 +22,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "parameters.md"
 
 @pytest.mark.parametrize("cls", [*MODELS.values(), Ensemble], ids=lambda c: c.__name__)
 def test_every_hyper_parameter_is_declared(cls: type):
+    if hasattr(cls, "CONFIG"):  # a settings tree: every leaf is declared with its Param
+        assert all(leaf.param.help for leaf in settings_tree.leaves(cls.CONFIG).values())
+        return
     assert missing_entries(cls, hyper_parameters(cls)) == []
 
 
@@ -71,8 +75,8 @@ def test_an_undeclared_number_must_be_finite():
     ("gnn.device='x'", "device must be 'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'; got 'x'"),
     ("gnn.epochs=-1", "epochs must be 1 to 100,000; got -1"),
     ("gnn.steps_per_graph=0", "steps_per_graph must be 1 to 100,000; got 0"),
-    ("gnn.patience=-1", "patience must be >= 0; got -1"),
-    ("gnn.predict_batch=0", "predict_batch must be >= 1; got 0"),
+    ("gnn.patience=-1", "train.patience must be 0 to 100,000; got -1"),
+    ("gnn.predict_batch=0", "predict.predict_batch must be 1 to 1,000,000; got 0"),
     ("gnn.lr=1e999", "lr must be > 0 and <= 10; got inf"),
     ("gnn.layout:nlp:random.seeds=0", "seeds must be 1 to 100; got 0"),
     ("ensemble.folds=1", "folds must be 2 to 1,000; got 1"),

@@ -17,12 +17,13 @@ from competition.cli import main
 from competition.collections import Collection, Split
 from competition.dataset import open_collection
 from competition.reader import find_data_root
+from models import settings as settings_tree
 from models.gbdt import GBDTModel
-from models.gnn.config import DEFAULTS, TrainConfig
+from models.gnn.config import DEFAULTS, GNNConfig
 from models.gnn.layers import GNNBlock
-from models.gnn.model import SETTINGS, GNNAttentionModel, GNNModel
+from models.gnn.model import GNNAttentionModel, GNNModel
 from models.gnn.net import RankNet
-from models.gnn.runs import CURVES_CSV, ENSEMBLE_SETTINGS, SETTINGS_FILE, run_settings, settings_hash
+from models.gnn.runs import CURVES_CSV, SETTINGS_FILE, run_settings, settings_hash
 from models.registry import MODELS, ModelParams, param_problem
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
@@ -42,16 +43,16 @@ def test_gnn_defaults_live_in_one_place(kind: str):
     """A model given nothing trains with DEFAULTS[kind]; the network and its layers have no defaults of their own
     that could disagree, so the net a run builds has exactly the default dropout, width and depth."""
     assert GNNModel().train_config(kind) == DEFAULTS[kind]
-    assert GNNAttentionModel().train_config(kind) == replace(DEFAULTS[kind], attention=True)
+    assert GNNAttentionModel().train_config(kind) == DEFAULTS[kind].with_(attention=True)
     for cls in (RankNet, GNNBlock):
         defaulted = [p.name for p in inspect.signature(cls.__init__).parameters.values()
                      if p.default is not inspect.Parameter.empty]
         assert defaulted == [], f"{cls.__name__} has its own defaults for {defaulted}"
     cfg = replace(DEFAULTS[kind], num_features=7)
     net = cfg.make_net()
-    assert [m.p for m in net.modules() if isinstance(m, nn.Dropout)] == [cfg.dropout] * (cfg.layers + 1)
-    assert net.hidden == cfg.hidden and len(net.blocks) == cfg.layers
-    assert net.opcode.embedding_dim == cfg.opcode_dim
+    assert [m.p for m in net.modules() if isinstance(m, nn.Dropout)] == [cfg.network.dropout] * (cfg.network.layers + 1)
+    assert net.hidden == cfg.network.hidden and len(net.blocks) == cfg.network.layers
+    assert net.opcode.embedding_dim == cfg.network.opcode_dim
 
 
 def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytest.CaptureFixture[str]):
@@ -61,60 +62,66 @@ def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytes
     collection or for one."""
     from competition.pipeline import with_quick_params
     from models.base import RankingModel
-    from models.gnn.config import COLLECTION_DEFAULTS, default_config, quick_settings
+    from models.gnn.config import COLLECTION_PRESETS, default_config, quick_settings
 
-    raised = {Collection.LAYOUT_XLA_DEFAULT: {"seeds": 3}, Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 32,
-                                                                                         "seeds": 3}}
-    quick = {Collection.LAYOUT_XLA_DEFAULT: {"seeds": 1}, Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 8,
-                                                                                        "seeds": 1}}
-    assert COLLECTION_DEFAULTS == {c.value: v for c, v in raised.items()}
+    raised = {Collection.LAYOUT_XLA_DEFAULT: {"run.seeds": 3},
+              Collection.LAYOUT_XLA_RANDOM: {"train.steps_per_graph": 32, "run.seeds": 3}}
+    quick = {Collection.LAYOUT_XLA_DEFAULT: {"run.seeds": 1},
+             Collection.LAYOUT_XLA_RANDOM: {"train.steps_per_graph": 8, "run.seeds": 1}}
+    assert COLLECTION_PRESETS == {c.value: v for c, v in raised.items()}
     for c in Collection:
-        expected = replace(DEFAULTS[c.kind], **raised.get(c, {}))
+        expected = DEFAULTS[c.kind].with_(**raised.get(c, {}))
         assert default_config(c) == expected and default_config(c.value) == expected
         assert GNNModel().train_config(c) == expected
-        assert GNNModel(steps_per_graph=5).train_config(c).steps_per_graph == 5
-        assert GNNModel(seeds=2).train_config(c).seeds == 2
-        assert GNNModel().resolved_params(c)["steps_per_graph"] == expected.steps_per_graph
-        assert GNNModel().resolved_params(c)["seeds"] == expected.seeds
+        assert GNNModel(steps_per_graph=5).train_config(c).train.steps_per_graph == 5
+        assert GNNModel(seeds=2).train_config(c).run.seeds == 2
+        assert GNNModel().resolved_params(c)["train.steps_per_graph"] == expected.train.steps_per_graph
+        assert GNNModel().resolved_params(c)["run.seeds"] == expected.run.seeds
         assert quick_settings(c) == quick.get(c, {})
         assert GNNAttentionModel.quick_params(c) == quick_settings(c) and GBDTModel.quick_params(c) == {}
     assert RankingModel.quick_params(Collection.TILE_XLA) == {}
     assert GNNModel().train_config("layout") == DEFAULTS["layout"]  # a kind: its own defaults
     collections = list(Collection)
     params = with_quick_params("gnn-attn", None, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 8, "seeds": 1}
-    assert params.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {"seeds": 1}
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"train.steps_per_graph": 8, "run.seeds": 1}
+    assert params.for_collection(Collection.LAYOUT_XLA_DEFAULT) == {"run.seeds": 1}
     assert params.for_collection(Collection.LAYOUT_NLP_RANDOM) == {}
     assert capsys.readouterr().out.splitlines() == [
         f"gnn-attn {c.value}: {', '.join(f'{k}={v}' for k, v in quick[c].items())} on the demo world (its quick "
         "settings, so that the run stays short; --param sets them)" for c in collections if c in quick]
-    given = ModelParams(common={"hidden": 16})
+    given = ModelParams(common={"network.hidden": 16})
     params = with_quick_params("gnn-attn", given, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 8, "seeds": 1}
-    assert params.for_collection(Collection.LAYOUT_NLP_DEFAULT) == {"hidden": 16}
-    given = ModelParams(common={"hidden": 16}, per_collection={Collection.LAYOUT_XLA_RANDOM: {"steps_per_graph": 2}})
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"network.hidden": 16, "train.steps_per_graph": 8,
+                                                                   "run.seeds": 1}
+    assert params.for_collection(Collection.LAYOUT_NLP_DEFAULT) == {"network.hidden": 16}
+    given = ModelParams(common={"network.hidden": 16},
+                        per_collection={Collection.LAYOUT_XLA_RANDOM: {"train.steps_per_graph": 2}})
     params = with_quick_params("gnn-attn", given, collections, "demo")
-    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"hidden": 16, "steps_per_graph": 2, "seeds": 1}
-    common = with_quick_params("gnn-attn", ModelParams(common={"steps_per_graph": 4}), collections, "demo")
-    assert common.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"steps_per_graph": 4, "seeds": 1}
+    assert params.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"network.hidden": 16, "train.steps_per_graph": 2,
+                                                                   "run.seeds": 1}
+    common = with_quick_params("gnn-attn", ModelParams(common={"train.steps_per_graph": 4}), collections, "demo")
+    assert common.for_collection(Collection.LAYOUT_XLA_RANDOM) == {"train.steps_per_graph": 4, "run.seeds": 1}
     assert with_quick_params("gbdt", None, collections, "demo") == ModelParams()
 
 
-def test_one_sentinel_for_the_default():
-    """Every GNN hyper-parameter that is a run setting defaults to None, the one "use the default" value; "all" (a
-    value, not a sentinel) keeps whole graphs and every config."""
+def test_one_tree_for_the_settings():
+    """The GNN takes a settings tree or settings by name, no keyword list of its own; a setting not given takes the
+    collection's default; "all" (a value, not a sentinel) keeps whole graphs and every config."""
     params = inspect.signature(GNNModel.__init__).parameters
-    assert set(SETTINGS) <= set(params)
-    assert {name: params[name].default for name in SETTINGS} == dict.fromkeys(SETTINGS)
+    assert [p.kind for p in params.values()] == [inspect.Parameter.POSITIONAL_ONLY,
+                                                 inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_KEYWORD]
+    assert GNNModel().get_params() == {} and GNNModel(hidden=8).get_params() == {"network.hidden": 8}
+    tree = DEFAULTS["layout"].with_(hidden=8)
+    assert GNNModel(tree).train_config("layout") == tree.with_(graphs_per_step=1)
     assert not [p for cls in MODELS.values() for p in inspect.signature(cls.__init__).parameters.values()
                 if p.default == "default"]
     assert GNNModel(hops="all", train_configs="all").train_config("layout").max_train_configs is None
-    with pytest.raises(ValueError, match="hops must be 1 to 5 or 'all'"):
+    with pytest.raises(ValueError, match="features.hops must be 1 to 5 or 'all'"):
         GNNModel(hops=9)
-    with pytest.raises(ValueError, match="loss must be 'hinge' or 'listmle' or 'margin'; got 'nope'"):
+    with pytest.raises(ValueError, match="train.loss must be 'hinge' or 'listmle' or 'margin'; got 'nope'"):
         GNNModel(loss="nope")
     with pytest.raises(AttributeError):  # frozen: a run's settings are changed with dataclasses.replace only
-        DEFAULTS["layout"].epochs = 3  # type: ignore[misc]
+        DEFAULTS["layout"].train.epochs = 3  # type: ignore[misc]
 
 
 def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tiny_world: Path, cache_dir: str,
@@ -124,14 +131,15 @@ def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tin
                                                                                progress=False)
     run = tmp_path / "gnn" / LAYOUT.slug
     saved = json.loads((run / SETTINGS_FILE).read_text())
-    # The run's settings: the model's but for how many runs it makes (ENSEMBLE_SETTINGS)
-    assert saved == run_settings(TrainConfig(**first.settings_)) == {
-        k: v for k, v in first.settings_.items() if k not in ENSEMBLE_SETTINGS}
-    assert TrainConfig(**saved) == TrainConfig(**first.settings_)  # seeds 1, the default
-    assert saved["epochs"] == 1 and saved["hidden"] == 8 and saved["num_features"] > 0
+    # The run's settings: the tree it trained with but for how it ran (the run section, test-time orderings)
+    trained = settings_tree.from_dict(GNNConfig, first.settings_)
+    assert saved == run_settings(trained) and "run" not in saved and "tta" not in saved["predict"]
+    assert settings_tree.from_dict(GNNConfig, saved) == trained
+    assert saved["train"]["epochs"] == 1 and saved["network"]["hidden"] == 8 and saved["num_features"] > 0
     second = GNNModel(**{**QUICK, "epochs": 2}, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(
         open_collection(root, LAYOUT), progress=False)
-    assert json.loads((run / SETTINGS_FILE).read_text()) == run_settings(TrainConfig(**second.settings_))
+    assert json.loads((run / SETTINGS_FILE).read_text()) == run_settings(
+        settings_tree.from_dict(GNNConfig, second.settings_))
     assert json.loads((run / settings_hash(saved) / SETTINGS_FILE).read_text()) == saved  # moved, not lost
 
 
@@ -172,11 +180,11 @@ def test_submit_params_and_config_change_what_is_trained(tiny_world: Path, tmp_p
     for c in Collection:
         epochs = 2 if c == LAYOUT else 1
         assert _epochs_run(runs, "gnn", c) == epochs
-        assert json.loads((runs / "gnn" / c.slug / SETTINGS_FILE).read_text())["epochs"] == epochs
+        assert json.loads((runs / "gnn" / c.slug / SETTINGS_FILE).read_text())["train"]["epochs"] == epochs
         line = next(s for s in printed.splitlines() if s.startswith(f"gnn {c.value} settings: "))
         assert f"epochs={epochs}," in line and "hidden=8," in line and "dropout=0.0," in line
     beside = json.loads((out / "settings-gnn.json").read_text())
-    assert {c: s["epochs"] for c, s in beside.items()} == {c.value: 2 if c == LAYOUT else 1 for c in Collection}
+    assert {c: s["train.epochs"] for c, s in beside.items()} == {c.value: 2 if c == LAYOUT else 1 for c in Collection}
 
 
 def test_evaluate_takes_params_for_every_model_that_has_them(tiny_world: Path, tmp_path: Path,
@@ -196,19 +204,19 @@ def test_evaluate_takes_params_for_every_model_that_has_them(tiny_world: Path, t
 
 @pytest.mark.parametrize(("args", "config", "expected"), [
     (["--param", "gnn-attn.epochs=abc"], None,
-     "--param gnn-attn.epochs=abc: GNNAttentionModel takes int or None for epochs, not the text 'abc'"),
+     "--param gnn-attn.epochs=abc: GNNAttentionModel: train.epochs takes int, not the text 'abc'"),
     (["--param", "gbdt.bogus=1"], None, "--param gbdt.bogus=1: GBDTModel takes no hyper-parameter 'bogus'"),
     (["--models", "random", "gbdt", "--param", "epochs=3"], None,
      "--param epochs=3: none of the models of this run (random, gbdt, ensemble) takes 'epochs'"),
     (["--param", "gnn.epochs=1"], None, "--param gnn.epochs=1: 'gnn' is not among the models of this run"),
     (["--param", "gnn-attn.layout:xla:foo.epochs=1"], None, "unknown collection 'layout:xla:foo'"),
-    (["--param", "gnn-attn.loss='nope'"], None, "--param gnn-attn.loss='nope': GNNAttentionModel: loss must be"),
+    (["--param", "gnn-attn.loss='nope'"], None, "--param gnn-attn.loss='nope': GNNAttentionModel: train.loss must be"),
     (["--param", "gnn-attn.layout:xla:default.hops=9"], None,
-     "--param gnn-attn.layout:xla:default.hops=9: GNNAttentionModel: hops must be 1 to 5 or 'all'; got 9"),
+     "--param gnn-attn.layout:xla:default.hops=9: GNNAttentionModel: features.hops must be 1 to 5 or 'all'; got 9"),
     (["--param", "ensemble.layout:xla:default.method='best'"], None, "the ensemble takes one value"),
-    (["--param", "epochs"], None, "--param expects [MODEL.[COLLECTION.]]KEY=VALUE"),
+    (["--param", "epochs"], None, "--param expects [MODEL.][COLLECTION.]KEY=VALUE"),
     ([], '[gbdt]\nn_estimators = "many"\n', '[gbdt] n_estimators: GBDTModel takes int for n_estimators'),
-    ([], '[gnn-attn."layout:xla:default"]\nepochs = 1.5\n', 'epochs: GNNAttentionModel takes int or None'),
+    ([], '[gnn-attn."layout:xla:default"]\nepochs = 1.5\n', 'epochs: GNNAttentionModel: train.epochs takes int, not float 1.5'),
     ([], "[gbdt\n", "expected TOML; found invalid TOML"),
 ])
 def test_a_wrong_key_or_value_is_refused_before_any_fitting(tiny_world: Path, tmp_path: Path, args: list[str],
@@ -226,7 +234,7 @@ def test_a_wrong_key_or_value_is_refused_before_any_fitting(tiny_world: Path, tm
 
 
 def test_train_and_evaluate_refuse_like_submit(tiny_world: Path, tmp_path: Path):
-    with pytest.raises(SystemExit, match=r"--param gnn\.hidden=big: GNNModel takes int or None for hidden"):
+    with pytest.raises(SystemExit, match=r"--param gnn\.hidden=big: GNNModel: network.hidden takes int"):
         main(["train", "--data", str(tiny_world), "--model", "gnn", "--param", "gnn.hidden=big",
               "--runs-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match="'gnn-attn' is not among the models of this run"):

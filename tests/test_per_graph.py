@@ -72,9 +72,10 @@ def test_param_reaches_the_model_and_a_bad_one_is_refused(tiny_world: Path, monk
     monkeypatch.setattr(per_graph, "world_dir", lambda *a: tiny_world)
     monkeypatch.setattr("competition.synthetic.world.generate_world", lambda *a, **k: None)
     assert per_graph.main(["--param", "dim_tokens=False", "--param", "steps_per_graph=16", "--param", "loss=margin"]) == 0
-    assert len(made) == 1 and made[0]["runs_dir"] is None
-    assert (made[0]["dim_tokens"], made[0]["steps_per_graph"], made[0]["loss"]) == (False, 16, "margin")
-    for bad, message in (("nope=1", "takes no hyper-parameter 'nope'"), ("dim_tokens", "expected KEY=VALUE"),
+    assert len(made) == 1 and made[0]["run.runs_dir"] is None
+    assert (made[0]["network.dim_tokens"], made[0]["train.steps_per_graph"], made[0]["train.loss"]) == (False, 16,
+                                                                                                         "margin")
+    for bad, message in (("nope=1", "no setting 'nope'"), ("dim_tokens", "expected KEY=VALUE"),
                          ("steps_per_graph=abc", "steps_per_graph")):
         with pytest.raises(SystemExit):
             per_graph.main(["--param", bad])

@@ -42,10 +42,10 @@ def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest
     # a tiny world runs quickly: one network of the layout kind's 8 steps per graph, not the xla collections' seed
     # ensemble of 3 (xla:random: 32 steps)
     settings = json.loads((tmp_path / "settings-gnn-attn.json").read_text())
-    assert {c.value: (settings[c.value]["steps_per_graph"], settings[c.value]["seeds"]) for c in Collection
+    assert {c.value: (settings[c.value]["train.steps_per_graph"], settings[c.value]["run.seeds"]) for c in Collection
             if not c.is_tile} == {c.value: (8, 1) for c in Collection if not c.is_tile}
-    assert "gnn-attn layout:xla:random: steps_per_graph=8, seeds=1 on the tiny world" in out
-    assert "gnn-attn layout:xla:default: seeds=1 on the tiny world" in out
+    assert "gnn-attn layout:xla:random: train.steps_per_graph=8, run.seeds=1 on the tiny world" in out
+    assert "gnn-attn layout:xla:default: run.seeds=1 on the tiny world" in out
 
 
 def test_without_data_the_synthetic_world_is_generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

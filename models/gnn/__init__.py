@@ -1,7 +1,7 @@
 """GNN rankers (PyTorch Geometric data, PyTorch layers): bidirectional SAGE, cross-configuration attention, ranking
 losses, Graph Segment Training, and the training loop."""
 
-from models.gnn.config import DEFAULTS, TrainConfig
+from models.gnn.config import DEFAULTS, GNNConfig
 from models.gnn.gst import HistoryTable, gst_scores
 from models.gnn.layers import BiSAGEConv, CrossConfigAttention, GNNBlock, mean_adjacency, propagate
 from models.gnn.losses import LOSSES, get_loss, list_mle, margin_ranking, pairwise_hinge
@@ -22,7 +22,7 @@ __all__ = [
     "Item",
     "RankNet",
     "Segment",
-    "TrainConfig",
+    "GNNConfig",
     "TrainResult",
     "feature_pipeline",
     "get_loss",

@@ -55,7 +55,7 @@ from models.gnn.steps import (
 )
 
 if TYPE_CHECKING:
-    from models.gnn.config import TrainConfig
+    from models.gnn.config import GNNConfig
     from models.gnn.train import Trainer
 
 log = logging.getLogger(__name__)
@@ -147,8 +147,8 @@ class HeadFinetune(Callback):
     """After Graph Segment Training, the head fine-tuned alone (the GST paper's "+EFD") for ``epochs`` epochs.
 
     The weights chosen so far have their head (``head``, and ``late_attention`` when there is one) trained, every
-    other parameter frozen: a new AdamW at ``cfg.lr`` with the training's schedule (warm-up, cosine) over the
-    training's visits (``steps_per_graph``, ``configs_per_graph``, ``graphs_per_step``, seeded by ``cfg.seed``),
+    other parameter frozen: a new AdamW at ``cfg.train.lr`` with the training's schedule (warm-up, cosine) over the
+    training's visits (``steps_per_graph``, ``configs_per_graph``, ``graphs_per_step``, seeded by ``cfg.train.seed``),
     where each step computes every segment's sum afresh, without gradients and in eval mode, and trains the head on
     their total (:class:`models.gnn.steps.FreshHeadScores`). The fine-tuned weights are kept when they score at
     least as well on the valid graphs as those before, or when there is no valid metric. Skipped when the time
@@ -177,11 +177,11 @@ class HeadFinetune(Callback):
         for m in heads:
             m.requires_grad_(True).train()
         steps = self.epochs * trainer.steps_per_epoch
-        opt = torch.optim.AdamW([p for m in heads for p in m.parameters()], lr=cfg.lr, weight_decay=cfg.weight_decay)
+        opt = torch.optim.AdamW([p for m in heads for p in m.parameters()], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine_schedule(steps, max(1, steps // 50)))
         forward = distributed.wrap(FreshHeadScores(probe)) if trainer.world > 1 else FreshHeadScores(probe)
-        gen, np_rng = torch.Generator().manual_seed(cfg.seed), np.random.default_rng(cfg.seed)
-        with dropout_seed(cfg.seed, trainer.device):  # the head's dropout, when each slot has no seed of its own
+        gen, np_rng = torch.Generator().manual_seed(cfg.train.seed), np.random.default_rng(cfg.train.seed)
+        with dropout_seed(cfg.train.seed, trainer.device):  # the head's dropout, when each slot has no seed of its own
             for _ in range(self.epochs):
                 order = visit_order(trainer.steps_per_epoch, cfg, len(trainer.usable), gen)
                 for step in range(trainer.steps_per_epoch):
@@ -332,7 +332,7 @@ class DistributedSync(Callback):
         trainer.ddp = distributed.wrap(GraphScores(trainer.net), partial=trainer.cfg.uses_gst)
 
 
-def default_callbacks(cfg: TrainConfig, *, run_dir: Path | None = None, max_seconds: float | None = None,
+def default_callbacks(cfg: GNNConfig, *, run_dir: Path | None = None, max_seconds: float | None = None,
                       keep_free: Callable[[float], float] | None = None) -> list[Callback]:
     """The callbacks of a run of ``cfg``, in the order they are called: the run folder first (it may resume the
     run), the distributed hooks, early stopping, weight averaging, the head fine-tuning, the curves after the
@@ -342,11 +342,11 @@ def default_callbacks(cfg: TrainConfig, *, run_dir: Path | None = None, max_seco
         callbacks.append(Checkpoint(run_dir))
     if distributed.world_size() > 1:
         callbacks.append(DistributedSync(checkpointed=run_dir is not None))
-    callbacks.append(EarlyStopping(cfg.patience))
-    if cfg.swa_epochs:
-        callbacks.append(WeightAveraging(cfg.swa_epochs))
-    if cfg.uses_gst and cfg.gst_finetune_epochs:
-        callbacks.append(HeadFinetune(cfg.gst_finetune_epochs))
+    callbacks.append(EarlyStopping(cfg.train.patience))
+    if cfg.train.swa_epochs:
+        callbacks.append(WeightAveraging(cfg.train.swa_epochs))
+    if cfg.uses_gst and cfg.train.gst_finetune_epochs:
+        callbacks.append(HeadFinetune(cfg.train.gst_finetune_epochs))
     if run_dir is not None:
         callbacks.append(Curves(run_dir))
     if max_seconds is not None:

@@ -1,106 +1,174 @@
-"""The GNN's training settings (:class:`TrainConfig`), their defaults per kind and per collection, and the settings
-that earlier versions had for ideas that left the code."""
+"""The GNN's settings tree (:class:`GNNConfig`: features, network, train, predict, run), its presets per kind and
+per collection, and the settings that earlier versions had for ideas that left the code.
+
+Every leaf is declared once below (:func:`models.settings.setting`): its type, its default, its allowed values and
+one line of help. The defaults are the layout collections' (but for the layout-only ``network.dim_tokens``);
+:data:`KIND_PRESETS` and :data:`COLLECTION_PRESETS`
+hold, as data, where a kind or a collection differs.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from competition.collections import Collection
-from models.gnn.infer import DEFAULT_PREDICT_CONTEXT, DEFAULT_REFERENCE_CONFIGS, PREDICT_CONTEXTS
+from models import settings as tree
+from models.gnn.infer import DEFAULT_PREDICT_CONTEXT, DEFAULT_REFERENCE_CONFIGS, DEFAULT_TTA, PREDICT_CONTEXTS
 from models.gnn.losses import LOSSES, loss_function
 from models.gnn.net import RankNet
+from models.settings import Section, section, setting
+
+INF = math.inf
+
+
+def _is_device(name: str) -> bool:
+    """Whether torch takes ``name`` as a device (``auto``: CUDA when available, else the CPU)."""
+    import torch
+
+    try:
+        torch.device("cpu" if name == "auto" else name)
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Every setting of one GNN training run, frozen: a changed value starts the run over instead of resuming it, and
-    :func:`settings_hash` of it names the folder the run is moved to when a run with other settings takes its place.
+class FeatureSettings(Section):
+    """How graphs become the network's inputs."""
 
-    The GNN hyper-parameters' defaults live here and nowhere else: the fields without a default differ by kind of
-    collection and come from :data:`DEFAULTS`; the others are the same for both kinds.
-    :class:`models.gnn.model.GNNModel` builds a run's settings from the kind's :data:`DEFAULTS` entry with
-    ``dataclasses.replace`` (its hyper-parameters left at ``None`` keep these values), and :meth:`make_net` passes
-    them to :class:`RankNet`, which has no defaults of its own.
+    hops: int | Literal["all"] = setting(
+        1, "layout pruning: neighbours kept this many hops from the configurable nodes, or whole graphs",
+        low=1, high=5, choices=("all",))
+    train_configs: int | Literal["all"] = setting(
+        1000, "configs per training graph kept in the cache (evenly spaced), or all", low=2, choices=("all",))
+    pad: bool = setting(True, "-1 padding of layouts and tile bounds")
 
-    ``hops="all"`` keeps whole graphs (no pruning), ``train_configs="all"`` every config of a training graph.
-    ``graphs_per_step`` counts the graphs of one optimiser step over all processes (see the module's docstring).
-    ``num_features`` and ``data_key`` come from the data (set by :meth:`GNNModel.fit`).
+
+@dataclass(frozen=True)
+class NetworkSettings(Section):
+    """The network (:class:`models.gnn.net.RankNet`, which has no defaults of its own)."""
+
+    attention: bool = setting(False, "cross-configuration attention in every layer")
+    hidden: int = setting(32, "channels of every layer", low=1, high=4096)
+    layers: int = setting(3, "message-passing layers", low=1, high=32)
+    opcode_dim: int = setting(16, "width of the opcode embedding", low=1, high=1024)
+    bidirectional: bool = setting(True, "message passing producer-to-consumer and back, with separate weights")
+    join: str = setting("early", "tile: the config joined to every node (early) or after pooling (late)",
+                        choices=("early", "late"))
+    dropout: float = setting(0.0, "dropout probability", low=0, high=0.99)
+    dim_tokens: bool = setting(False, "layout: each config slot is encoded by the dimension it names")
+
+
+@dataclass(frozen=True)
+class TrainingSettings(Section):
+    """The optimisation: AdamW with warm-up and a cosine schedule, early stopping, the extras at its end."""
+
+    loss: str = setting("hinge", "the ranking loss", choices=tuple(LOSSES))
+    lr: float = setting(1e-2, "AdamW peak learning rate (cosine schedule)", low=0, high=10, low_open=True)
+    weight_decay: float = setting(1e-5, "AdamW weight decay", low=0, high=10)
+    pair_tolerance: float = setting(
+        0.0, "pairwise losses: configs whose runtimes differ by at most this fraction count as ties", low=0)
+    epochs: int = setting(10, "training epochs at most (early stopping may end sooner)", low=1, high=100_000)
+    patience: int = setting(4, "epochs without a better valid score before stopping", low=0, high=100_000)
+    configs_per_graph: int = setting(64, "configs sampled per graph per step", low=2, high=1_000_000)
+    steps_per_graph: int = setting(8, "training steps per graph per epoch, each with freshly sampled configs",
+                                   low=1, high=100_000)
+    graphs_per_step: int = setting(1, "graphs per optimiser step over all processes, their losses averaged",
+                                   low=1, high=100_000)
+    segment_size: int | None = setting(
+        None, "Graph Segment Training with segments of this many nodes (None: whole graphs)", low=2)
+    backprop_segments: int = setting(1, "segments backpropagated per step under Graph Segment Training", low=1)
+    keep_prob: float = setting(0.5, "Graph Segment Training: keep probability of stale segments", low=0, high=1,
+                               low_open=True)
+    gst_finetune_epochs: int = setting(
+        0, "Graph Segment Training: epochs fine-tuning the head alone (0: off)", low=0, high=100_000)
+    swa_epochs: int = setting(0, "average the weights of the last this-many epochs (0: off)", low=0, high=100_000)
+    refit: bool = setting(False, "after early stopping, train again on train and valid for the test predictions")
+    seed: int = setting(0, "seeds initialisation and sampling", low=0)
+
+
+@dataclass(frozen=True)
+class PredictSettings(Section):
+    """Scoring configs: in validation (which picks the kept epoch) and prediction."""
+
+    predict_batch: int = setting(128, "configs per batch at prediction (exactly this many with attention)", low=1,
+                                 high=1_000_000)
+    predict_context: str = setting(DEFAULT_PREDICT_CONTEXT,
+                                   "with attention: what each config is compared with at prediction",
+                                   choices=tuple(PREDICT_CONTEXTS))
+    reference_configs: int = setting(DEFAULT_REFERENCE_CONFIGS, "configs drawn per reference set at prediction",
+                                     low=1, high=1_000_000)
+    tta: int = setting(DEFAULT_TTA, "with attention: random orderings or reference sets averaged at prediction",
+                       low=1, high=64, runtime=True)
+
+
+@dataclass(frozen=True)
+class RunSettings(Section):
+    """How a model runs, not what one network learns: the seed ensemble, the device, the folders, the time cap."""
+
+    seeds: int = setting(1, "a seed ensemble of this many networks, their rank-normalised scores averaged", low=1,
+                         high=100)
+    device: str = setting("auto", "where to train and predict", runtime=True,
+                          allowed="'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'", valid=_is_device)
+    runs_dir: str | None = setting("runs", "training runs (settings, checkpoints, curves) go to "
+                                           "runs_dir/<model>/<collection> (None: none kept)", runtime=True)
+    cache_dir: str = setting(".cache/processed", "the processed-graph cache", runtime=True)
+    max_seconds: float | None = setting(None, "a training time cap per collection (None: none)", low=0,
+                                        runtime=True)
+
+
+@dataclass(frozen=True)
+class GNNConfig:
+    """Every setting of a GNN model, as a tree: :attr:`features`, :attr:`network`, :attr:`train`, :attr:`predict`
+    and :attr:`run` (see each section). Frozen: a changed value that trains differently starts a run over instead of
+    resuming it (:func:`models.gnn.runs.run_settings`).
+
+    ``kind`` (``tile`` or ``layout``) comes from the collection, ``num_features`` and ``data_key`` from the data
+    (set by :meth:`models.gnn.model.GNNModel.fit`); they are not settings.
     """
 
-    kind: str
-    hidden: int
-    layers: int
-    lr: float
-    loss: str
-    epochs: int
-    configs_per_graph: int
-    steps_per_graph: int
-    patience: int
-    hops: int | Literal["all"]
-    train_configs: int | Literal["all"]
-    opcode_dim: int = 16
-    bidirectional: bool = True
-    attention: bool = False
-    join: str = "early"
-    dropout: float = 0.0
-    weight_decay: float = 1e-5
-    pair_tolerance: float = 0.0  # pairwise losses: pairs whose runtimes differ by at most this fraction count as ties
-    pad: bool = True
-    segment_size: int | None = None  # None: full-graph training (no Graph Segment Training)
-    backprop_segments: int = 1
-    keep_prob: float = 0.5
-    graphs_per_step: int = 1  # graphs per optimiser step, over all processes; their losses are averaged
-    predict_batch: int = 128
-    predict_context: str = DEFAULT_PREDICT_CONTEXT
-    reference_configs: int = DEFAULT_REFERENCE_CONFIGS
-    dim_tokens: bool = False  # layout: each config slot also carries the size features of the dimension it names
-    swa_epochs: int = 0  # average the weights of the last this-many epochs (0: off)
-    refit: bool = False  # after early stopping, train again on train + valid for the test split's predictions
-    seeds: int = 1  # a seed ensemble: this many networks (seeds seed, seed+1, ...), their rank-normalised scores averaged
-    gst_finetune_epochs: int = 0  # GST: epochs fine-tuning the head on every segment's fresh embeddings (0: off)
-    seed: int = 0
+    kind: str = "layout"
+    features: FeatureSettings = section(FeatureSettings)
+    network: NetworkSettings = section(NetworkSettings)
+    train: TrainingSettings = section(TrainingSettings)
+    predict: PredictSettings = section(PredictSettings)
+    run: RunSettings = section(RunSettings)
     num_features: int = 0  # node feature columns after the feature pipeline
     data_key: str = ""  # identifies the training data (pipeline hash and graphs), so other data starts over
 
     def __post_init__(self) -> None:
-        choices = {"kind": ("tile", "layout"), "join": ("early", "late"), "loss": tuple(LOSSES),
-                   "predict_context": PREDICT_CONTEXTS}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
-        if self.hops != "all" and not (isinstance(self.hops, int) and 1 <= self.hops <= 5):
-            raise ValueError(f"hops must be 1 to 5 or 'all' (whole graphs); got {self.hops!r}")
-        if self.train_configs != "all" and not (isinstance(self.train_configs, int) and self.train_configs >= 1):
-            raise ValueError(f"train_configs must be a positive count or 'all'; got {self.train_configs!r}")
-        if not (isinstance(self.graphs_per_step, int) and self.graphs_per_step >= 1):
-            raise ValueError(f"graphs_per_step must be a positive count; got {self.graphs_per_step!r}")
-        if not (isinstance(self.swa_epochs, int) and self.swa_epochs >= 0):
-            raise ValueError(f"swa_epochs must be a count of epochs, 0 for no weight averaging; got "
-                             f"{self.swa_epochs!r}")
-        if not (isinstance(self.seeds, int) and self.seeds >= 1):
-            raise ValueError(f"seeds must be a positive count of networks, 1 for no seed ensemble; got {self.seeds!r}")
-        if not (isinstance(self.gst_finetune_epochs, int) and self.gst_finetune_epochs >= 0):
-            raise ValueError(f"gst_finetune_epochs must be a count of epochs, 0 for no head fine-tuning; got "
-                             f"{self.gst_finetune_epochs!r}")
-        loss_function(self.loss, self.pair_tolerance)  # refuses a tolerance it cannot take
-        if self.gst_finetune_epochs and self.segment_size is None:
-            raise ValueError("gst_finetune_epochs fine-tunes the head after Graph Segment Training: set segment_size "
-                             "too (full-graph training has no stale embeddings to make up for)")
+        if self.kind not in ("tile", "layout"):
+            raise ValueError(f"kind must be 'tile' or 'layout'; got {self.kind!r}")
+        loss_function(self.train.loss, self.train.pair_tolerance)  # refuses a tolerance it cannot take
+        if self.train.gst_finetune_epochs and self.train.segment_size is None:
+            raise ValueError("train.gst_finetune_epochs fine-tunes the head after Graph Segment Training: set "
+                             "train.segment_size too (full-graph training has no stale embeddings to make up for)")
+
+    @classmethod
+    def of(cls, kind: str = "layout", num_features: int = 0, data_key: str = "", **values: Any) -> GNNConfig:
+        """The defaults of ``kind`` with ``values`` (by name or ``section.name``) in their place."""
+        return tree.updated(cls(kind=kind, num_features=num_features, data_key=data_key), values)
+
+    def with_(self, **values: Any) -> GNNConfig:
+        """This tree with ``values`` (by name) in place (:func:`models.settings.updated`)."""
+        return tree.updated(self, values)
 
     def make_net(self) -> RankNet:
-        return RankNet(self.kind, self.num_features, hidden=self.hidden, layers=self.layers,
-                       opcode_dim=self.opcode_dim, bidirectional=self.bidirectional, attention=self.attention,
-                       join=self.join, dropout=self.dropout, dim_tokens=self.dim_tokens)
+        n = self.network
+        return RankNet(self.kind, self.num_features, hidden=n.hidden, layers=n.layers, opcode_dim=n.opcode_dim,
+                       bidirectional=n.bidirectional, attention=n.attention, join=n.join, dropout=n.dropout,
+                       dim_tokens=n.dim_tokens)
 
     @property
     def uses_gst(self) -> bool:
-        return self.segment_size is not None
+        return self.train.segment_size is not None
 
     @property
     def max_train_configs(self) -> int | None:
-        """``train_configs`` as the cache's ``max_configs`` (``None`` for every config)."""
-        return None if self.train_configs == "all" else self.train_configs
+        """``features.train_configs`` as the cache's ``max_configs`` (``None`` for every config)."""
+        return None if self.features.train_configs == "all" else self.features.train_configs
 
 
 RETIRED_SETTINGS: tuple[str, ...] = ("sibling", "kin", "bridge", "flow", "key_dims", "layout_match", "runtime_head",
@@ -126,21 +194,21 @@ def without_retired(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k not in RETIRED_SETTINGS}
 
 
-DEFAULTS: dict[str, TrainConfig] = {
-    "tile": TrainConfig(kind="tile", hidden=64, layers=3, lr=1e-3, loss="listmle", epochs=12, configs_per_graph=32,
-                        steps_per_graph=1, patience=3, hops="all", train_configs="all"),
-    "layout": TrainConfig(kind="layout", hidden=32, layers=3, lr=1e-2, loss="hinge", epochs=10,
-                          configs_per_graph=64, steps_per_graph=8, patience=4, hops=1, train_configs=1000,
-                          dim_tokens=True),
+KIND_PRESETS: dict[str, dict[str, Any]] = {
+    "layout": {"network.dim_tokens": True},
+    "tile": {"network.hidden": 64, "train.loss": "listmle", "train.lr": 1e-3,
+             "train.epochs": 12, "train.patience": 3, "train.configs_per_graph": 32, "train.steps_per_graph": 1,
+             "features.hops": "all", "features.train_configs": "all"},
 }
-"""Each kind's default settings (sized to train all five collections of the demo world on a 2-core CPU within the
-``make submit`` budget); ``num_features`` and ``data_key`` are filled in from the data."""
+"""Where a kind's defaults differ from the tree's (which are the layout collections', but for the layout-only
+``network.dim_tokens``), sized to train all five
+collections of the demo world on a 2-core CPU within the ``make submit`` budget."""
 
-COLLECTION_DEFAULTS: dict[str, dict[str, Any]] = {
-    "layout:xla:default": {"seeds": 3},
-    "layout:xla:random": {"steps_per_graph": 32, "seeds": 3},
+COLLECTION_PRESETS: dict[str, dict[str, Any]] = {
+    "layout:xla:default": {"run.seeds": 3},
+    "layout:xla:random": {"train.steps_per_graph": 32, "run.seeds": 3},
 }
-"""Where a collection's defaults differ from its kind's in :data:`DEFAULTS`. The xla collections hold a third of
+"""Where a collection's defaults differ from its kind's in :data:`KIND_PRESETS`. The xla collections hold a third of
 the nlp ones' train graphs (61-69 real ones against 198-207; on a bench world the same 61-69 against 28), and their
 fits under-fit their own train graphs and vary with the training seed. On xla:random, 32 steps per graph and epoch
 instead of 8 scored higher on every bench world and training seed pair it was measured on; on xla:default the same
@@ -151,18 +219,34 @@ xla fits are the cheap ones on the real data. The demo world trains with the kin
 instead (:func:`quick_settings`)."""
 
 
-def default_config(of: str | Collection) -> TrainConfig:
+def default_config(of: str | Collection) -> GNNConfig:
     """The default settings of a kind (``"tile"``, ``"layout"``) or of a collection (its kind's, with its
-    :data:`COLLECTION_DEFAULTS`)."""
+    :data:`COLLECTION_PRESETS`)."""
     if of in ("tile", "layout"):
-        return DEFAULTS[str(of)]
+        return GNNConfig.of(str(of), **KIND_PRESETS[str(of)])
     collection = Collection(of)
-    return replace(DEFAULTS[collection.kind], **COLLECTION_DEFAULTS.get(collection.value, {}))
+    return GNNConfig.of(collection.kind, **KIND_PRESETS[collection.kind],
+                        **COLLECTION_PRESETS.get(collection.value, {}))
+
+
+DEFAULTS: dict[str, GNNConfig] = {kind: default_config(kind) for kind in ("tile", "layout")}
+"""Each kind's default settings; ``num_features`` and ``data_key`` are filled in from the data."""
 
 
 def quick_settings(collection: str | Collection) -> dict[str, Any]:
-    """The settings that give a collection back its kind's defaults where :data:`COLLECTION_DEFAULTS` raised them:
+    """The settings that give a collection back its kind's defaults where :data:`COLLECTION_PRESETS` raised them:
     what a quick run (the demo world, which ``make submit`` must finish in 5 minutes) trains with."""
     collection = Collection(collection)
-    return {name: getattr(DEFAULTS[collection.kind], name) for name in COLLECTION_DEFAULTS.get(collection.value, {})}
+    return {key: tree.get(DEFAULTS[collection.kind], key) for key in COLLECTION_PRESETS.get(collection.value, {})}
 
+
+def from_flat(kind: str, values: dict[str, Any]) -> GNNConfig:
+    """The tree of settings stored flat by name (a model or run saved by a version before the tree), without the
+    :data:`RETIRED_SETTINGS` it holds off.
+
+    Raises:
+        ValueError: a retired idea on, or a name this version does not know.
+    """
+    values = {k: v for k, v in without_retired(values).items() if k not in ("kind",)}
+    plain = {k: values.pop(k) for k in ("num_features", "data_key") if k in values}
+    return GNNConfig.of(kind, **plain, **values)

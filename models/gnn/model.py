@@ -16,7 +16,7 @@ rank 0 builds the processed-graph cache while the others wait, then all read it 
 
 Hyper-parameters left at ``None`` take the collection's default: its kind's from :data:`models.gnn.train.DEFAULTS`,
 with :data:`models.gnn.train.COLLECTION_DEFAULTS` where a collection differs, the one place the GNN defaults live
-(:class:`models.gnn.train.TrainConfig`).
+(:class:`models.gnn.train.GNNConfig`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
@@ -52,12 +52,18 @@ from features.transforms import (
     PruneToConfigurable,
     ShapeAlignmentFeatures,
 )
+from models import settings as tree
 from models.base import NotFittedError, RankingModel
 from models.gnn import distributed
-from models.gnn.config import TrainConfig, default_config, quick_settings, without_retired
+from models.gnn.config import (
+    GNNConfig,
+    RunSettings,
+    default_config,
+    from_flat,
+    quick_settings,
+    without_retired,
+)
 from models.gnn.infer import (
-    DEFAULT_TTA,
-    PREDICT_CONTEXTS,
     REFERENCE_WINDOW,
     LayoutPlan,
     ReferenceContext,
@@ -65,16 +71,9 @@ from models.gnn.infer import (
     iter_code_blocks,
     reference_sets,
 )
-from models.gnn.losses import LOSSES
 from models.gnn.net import RankNet, make_segments
 from models.gnn.steps import Item, predict_scores, resolve_device
 from models.gnn.train import TrainResult, finished, train
-from models.params import Param, check_values
-
-SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in ("kind", "num_features",
-                                                                                         "data_key"))
-"""The hyper-parameters of :class:`GNNModel` that are :class:`models.gnn.train.TrainConfig` fields (the rest,
-``tta``, ``device``, ``runs_dir``, ``cache_dir`` and ``max_seconds``, do not change what is trained)."""
 
 log = logging.getLogger(__name__)
 
@@ -104,95 +103,33 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
     return Compose(steps)
 
 
-def settings_pipeline(settings: TrainConfig) -> BaseTransform:
+def settings_pipeline(settings: GNNConfig) -> BaseTransform:
     """:func:`feature_pipeline` with a run's settings (:meth:`GNNModel.train_config`, or a saved model's)."""
-    return feature_pipeline(settings.kind, settings.hops, settings.pad, settings.dim_tokens)
+    return feature_pipeline(settings.kind, settings.features.hops, settings.features.pad, settings.network.dim_tokens)
 
 
-def _is_device(name: str) -> bool:
-    """Whether torch takes ``name`` as a device (``auto`` included: :func:`~models.gnn.train.resolve_device`)."""
-    try:
-        resolve_device(name)
-    except (RuntimeError, ValueError):
-        return False
-    return True
+def stored_settings(cfg: GNNConfig) -> dict[str, Any]:
+    """What a fitted model keeps of the tree it trained with (``settings_``): all but the ``run`` section (how it
+    ran: device, folders, time cap, seed-ensemble size)."""
+    return tree.as_dict(cfg, skip=("run",))
 
 
 class GNNModel(RankingModel):
     """A GNN ranker, one per collection.
 
-    Every hyper-parameter that shapes training defaults to ``None``: the collection's value
-    (:func:`models.gnn.train.default_config`: its kind's in :data:`models.gnn.train.DEFAULTS`, with
-    :data:`models.gnn.train.COLLECTION_DEFAULTS`; see :meth:`train_config`); ``attention`` defaults to the class's
-    :attr:`default_attention`. A model saved by an earlier version, whose settings still held those of
-    :data:`models.gnn.train.RETIRED_SETTINGS`, loads when they were off and is refused when one was on.
-
-    Args:
-        attention: cross-configuration attention in every layer.
-        hidden: channels.
-        layers: message-passing layers.
-        opcode_dim: width of the opcode embedding.
-        bidirectional: message passing producer-to-consumer and back, with separate weights.
-        join: tile only: config joined ``"early"`` (to every node) or ``"late"`` (after pooling).
-        loss: ``hinge``, ``listmle`` or ``margin``.
-        epochs: training epochs (at most; early stopping may end sooner).
-        configs_per_graph: configs sampled per graph per step.
-        steps_per_graph: training steps per graph per epoch (each with freshly sampled configs).
-        lr: AdamW peak learning rate (cosine schedule).
-        weight_decay: AdamW weight decay.
-        pair_tolerance: the pairwise losses (``hinge``, ``margin``) count two configs whose runtimes differ by at
-            most this fraction (``1e-3``: 0.1%) as a tie, an order measurement noise may have made; 0: every strict
-            order counts.
-        dropout: dropout probability.
-        patience: epochs without valid gain before stopping.
-        hops: layout pruning depth, 1 to 5, or ``"all"`` to keep whole graphs.
-        pad: -1 padding of layouts and tile bounds.
-        segment_size: Graph Segment Training with segments of this many nodes (default: full-graph training). The
-            historical table holds ``hidden`` floats per config per segment of every graph, so keep
-            ``train_configs`` a count (1000 configs x 20 segments x 32 channels is 2.5 MB per graph).
-        backprop_segments: segments backpropagated per step under GST.
-        keep_prob: GST segment-dropout keep probability for stale segments.
-        graphs_per_step: graphs per optimiser step, over all processes, their losses averaged (default: 1, or the
-            number of processes when launched on several, each of which trains at least one graph per step).
-        train_configs: configs per training graph kept in the cache (evenly spaced), or ``"all"``.
-        predict_batch: configs per batch at prediction (exactly this many when attention is on).
-        tta: with attention, random orderings (``predict_context="batches"``) or reference sets
-            (``"reference"``) averaged at prediction.
-        predict_context: with attention, what each layout config is compared with at prediction
-            (:data:`models.gnn.infer.PREDICT_CONTEXTS`): ``"reference"``, one fixed seeded set of
-            ``predict_batch - 1`` configs of the graph, so every config is scored in the same context (one pass,
-            deduplicated like a model without attention); ``"batches"``, random batches of ``predict_batch``.
-        reference_configs: configs drawn per reference set; more than ``predict_batch - 1`` estimate the same
-            context with less variance (see :class:`models.gnn.infer.ReferenceContext`).
-        dim_tokens: layout: each of a configurable node's 18 config slots is encoded by the dimension it names as
-            well as by its index: the size features of that dimension of the output or operand tensor
-            (:class:`features.transforms.ConfigDimensionSizes`).
-        swa_epochs: stochastic weight averaging: the weights at the end of the last ``swa_epochs`` epochs are
-            averaged, and the average is kept when it scores at least as well on the valid split as the best
-            single epoch (0: off).
-        refit: after the early-stopped fit, train again from scratch on the train and valid graphs for the best
-            epoch count; the refitted network scores the graphs of every other split (test), the early-stopped one
-            the train and valid graphs, so valid scores stay honest.
-        seeds: a seed ensemble of this many networks: the first trained with ``seed``, each other as it is with the
-            next seed (``seed + 1``, ...; with ``refit``, each refitted too), in a run folder of its own
-            (``seed-<seed>`` inside the first's), resumable like it; every graph is scored by each network and the
-            mean of their rank-normalised scores returned (:meth:`predict`). A network the time budget cuts short is
-            left out, with the ones after it (a warning says so); the first is always kept. 1: one network.
-        gst_finetune_epochs: under Graph Segment Training, epochs of fine-tuning the head alone on the fresh
-            embeddings of every segment after the training (the GST paper's "+EFD"); kept when it scores at least as
-            well on the valid split (0: off).
-        seed: seeds initialisation and sampling.
-        device: ``auto`` (CUDA if available), ``cpu`` or ``cuda``.
-        runs_dir: training runs (settings, checkpoints, curves) go to ``runs_dir/<name>/<collection>``, which holds
-            the latest run; a run with other settings found there is moved into a subfolder named by its settings
-            hash (:func:`models.gnn.train.settings_hash`) and brought back when those settings train again.
-            ``None`` keeps none.
-        cache_dir: the processed-graph cache.
-        max_seconds: a training time cap per collection (``None``: none).
+    Its settings are a :class:`models.gnn.config.GNNConfig` tree (features, network, train, predict, run; each
+    leaf's type, default, range and help declared there once): ``GNNModel(config)`` trains every collection with
+    that tree (its kind set by the collection), and ``GNNModel(**settings)`` with each collection's defaults
+    (:func:`models.gnn.config.default_config`: :data:`~models.gnn.config.KIND_PRESETS`, then
+    :data:`~models.gnn.config.COLLECTION_PRESETS`) and ``settings`` in their place, by ``section.name`` or name
+    (``GNNModel(**{"train.lr": 3e-3})``, ``GNNModel(hidden=64)``). ``network.attention`` defaults to the class's
+    :attr:`default_attention`. A value a tree refuses is refused here. A model saved by an earlier version (its
+    settings by name, some ``None`` for "the default", maybe with :data:`~models.gnn.config.RETIRED_SETTINGS`
+    off) loads; one that turned a retired idea on is refused.
 
     Attributes:
         collection_: the collection fitted on.
-        settings_: the run's settings (:class:`models.gnn.train.TrainConfig` as a dict; ``settings.json`` in the
+        settings_: the run's settings (:class:`models.gnn.train.GNNConfig` as a dict; ``settings.json`` in the
             run folder).
         weights_: the network's weights, name to array.
         columns_: the fitted column selection (``DropConstantColumns`` state).
@@ -214,120 +151,63 @@ class GNNModel(RankingModel):
     name: ClassVar[str] = "gnn"
     default_attention: ClassVar[bool] = False
 
-    PARAMS: ClassVar[tuple[Param, ...]] = (
-        Param("attention", "cross-configuration attention in every layer"),
-        Param("hidden", "channels of every layer", low=1, high=4096),
-        Param("layers", "message-passing layers", low=1, high=32),
-        Param("opcode_dim", "width of the opcode embedding", low=1, high=1024),
-        Param("bidirectional", "message passing producer-to-consumer and back, with separate weights"),
-        Param("join", "tile: the config joined to every node (early) or after pooling (late)",
-              choices=("early", "late")),
-        Param("loss", "the ranking loss", choices=tuple(LOSSES)),
-        Param("epochs", "training epochs at most (early stopping may end sooner)", low=1, high=100_000),
-        Param("configs_per_graph", "configs sampled per graph per step", low=2, high=1_000_000),
-        Param("steps_per_graph", "training steps per graph per epoch, each with freshly sampled configs", low=1,
-              high=100_000),
-        Param("lr", "AdamW peak learning rate (cosine schedule)", low=0, high=10, low_open=True),
-        Param("weight_decay", "AdamW weight decay", low=0, high=10),
-        Param("pair_tolerance", "pairwise losses: configs whose runtimes differ by at most this fraction count as "
-                                "ties", low=0),
-        Param("dropout", "dropout probability", low=0, high=0.99),
-        Param("patience", "epochs without a better valid score before stopping", low=0),
-        Param("hops", "layout pruning: neighbours kept this many hops from the configurable nodes, or whole "
-                      "graphs", low=1, high=5, choices=("all",)),
-        Param("pad", "-1 padding of layouts and tile bounds"),
-        Param("segment_size", "Graph Segment Training with segments of this many nodes (None: whole graphs)",
-              low=2),
-        Param("backprop_segments", "segments backpropagated per step under Graph Segment Training", low=1),
-        Param("keep_prob", "Graph Segment Training: keep probability of stale segments", low=0, high=1,
-              low_open=True),
-        Param("graphs_per_step", "graphs per optimiser step over all processes, their losses averaged", low=1),
-        Param("train_configs", "configs per training graph kept in the cache (evenly spaced), or all", low=2,
-              choices=("all",)),
-        Param("predict_batch", "configs per batch at prediction (exactly this many with attention)", low=1),
-        Param("tta", "with attention: random orderings or reference sets averaged at prediction", low=1, high=64),
-        Param("predict_context", "with attention: what each config is compared with at prediction",
-              choices=tuple(PREDICT_CONTEXTS)),
-        Param("reference_configs", "configs drawn per reference set at prediction", low=1),
-        Param("dim_tokens", "layout: each config slot is encoded by the dimension it names"),
-        Param("swa_epochs", "average the weights of the last this-many epochs (0: off)", low=0),
-        Param("refit", "after early stopping, train again on train and valid for the test predictions"),
-        Param("seeds", "a seed ensemble of this many networks, their rank-normalised scores averaged", low=1,
-              high=100),
-        Param("gst_finetune_epochs", "Graph Segment Training: epochs fine-tuning the head alone (0: off)", low=0),
-        Param("seed", "seeds initialisation and sampling", low=0),
-        Param("device", "where to train and predict", runtime=True,
-              allowed="'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'", valid=_is_device),
-        Param("runs_dir", "training runs (settings, checkpoints, curves) go to runs_dir/<model>/<collection> "
-                          "(None: none kept)", runtime=True),
-        Param("cache_dir", "the processed-graph cache", runtime=True),
-        Param("max_seconds", "a training time cap per collection (None: none)", low=0, runtime=True),
-    )
+    CONFIG: ClassVar[type[GNNConfig]] = GNNConfig
 
-    def __init__(self, attention: bool | None = None, hidden: int | None = None, layers: int | None = None,
-                 opcode_dim: int | None = None, bidirectional: bool | None = None, join: str | None = None,
-                 loss: str | None = None, epochs: int | None = None, configs_per_graph: int | None = None,
-                 steps_per_graph: int | None = None, lr: float | None = None, weight_decay: float | None = None,
-                 pair_tolerance: float | None = None,
-                 dropout: float | None = None, patience: int | None = None,
-                 hops: int | Literal["all"] | None = None, pad: bool | None = None, segment_size: int | None = None,
-                 backprop_segments: int | None = None, keep_prob: float | None = None,
-                 graphs_per_step: int | None = None, train_configs: int | Literal["all"] | None = None,
-                 predict_batch: int | None = None, tta: int = DEFAULT_TTA, predict_context: str | None = None,
-                 reference_configs: int | None = None, dim_tokens: bool | None = None, swa_epochs: int | None = None,
-                 refit: bool | None = None, seeds: int | None = None, gst_finetune_epochs: int | None = None,
-                 seed: int | None = None, device: str = "auto", runs_dir: str | None = "runs",
-                 cache_dir: str = ".cache/processed", max_seconds: float | None = None) -> None:
-        check_values(type(self), {k: v for k, v in locals().items() if k not in ("self", "__class__")})
-        self.attention = attention
-        self.hidden = hidden
-        self.layers = layers
-        self.opcode_dim = opcode_dim
-        self.bidirectional = bidirectional
-        self.join = join
-        self.loss = loss
-        self.epochs = epochs
-        self.configs_per_graph = configs_per_graph
-        self.steps_per_graph = steps_per_graph
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.pair_tolerance = pair_tolerance
-        self.dropout = dropout
-        self.patience = patience
-        self.hops = hops
-        self.pad = pad
-        self.segment_size = segment_size
-        self.backprop_segments = backprop_segments
-        self.keep_prob = keep_prob
-        self.graphs_per_step = graphs_per_step
-        self.train_configs = train_configs
-        self.predict_batch = predict_batch
-        self.tta = tta
-        self.predict_context = predict_context
-        self.reference_configs = reference_configs
-        self.dim_tokens = dim_tokens
-        self.swa_epochs = swa_epochs
-        self.refit = refit
-        self.seeds = seeds
-        self.gst_finetune_epochs = gst_finetune_epochs
-        self.seed = seed
-        self.device = device
-        self.runs_dir = runs_dir
-        self.cache_dir = cache_dir
-        self.max_seconds = max_seconds
-        self.train_config("layout")  # a value no run could take is refused now, not after the data is processed
+    def __init__(self, config: GNNConfig | None = None, /, **settings: Any) -> None:
+        if config is not None and not isinstance(config, GNNConfig):
+            raise TypeError(f"{type(self).__name__} takes a GNNConfig or settings by name; got "
+                            f"{type(config).__name__}")
+        self.config = config
+        self.settings = {tree.resolve(GNNConfig, k).key if tree.problem(GNNConfig, k, v) is None else k: v
+                         for k, v in settings.items()}
+        self.train_config("layout")  # a value no run could take is refused now, not after the data is read
+
+    def get_params(self) -> dict[str, Any]:
+        """The settings given, by ``section.name`` (a whole tree's, when built from one)."""
+        if self.config is not None:
+            return {k: tree.get(self.config, k) for k in tree.leaves(GNNConfig)}
+        return dict(self.settings)
+
+    @property
+    def run_settings(self) -> RunSettings:
+        """How this model runs (device, folders, time cap): the same for every collection."""
+        return self.train_config("layout").run
+
+    @property
+    def device(self) -> str:
+        return self.run_settings.device
+
+    @property
+    def runs_dir(self) -> str | None:
+        return self.run_settings.runs_dir
+
+    @property
+    def cache_dir(self) -> str:
+        return self.run_settings.cache_dir
+
+    @property
+    def max_seconds(self) -> float | None:
+        return self.run_settings.max_seconds
+
+    @property
+    def tta(self) -> int:
+        return self.train_config("layout").predict.tta
 
     @classmethod
     def upgrade_saved(cls, params: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A model saved by an earlier version holds the settings of :data:`models.gnn.train.RETIRED_SETTINGS` in its
-        hyper-parameters and its ``settings_``: dropped when off, refused when on (:func:`without_retired`)."""
-        if isinstance(state.get("settings_"), dict):
-            state = {**state, "settings_": without_retired(state["settings_"])}
-        return without_retired(params), state
+        """A model saved by an earlier version holds its hyper-parameters by name, ``None`` for "the default", and
+        its ``settings_`` flat, maybe with :data:`~models.gnn.config.RETIRED_SETTINGS`: read as the tree (retired
+        settings dropped when off, refused when on: :func:`~models.gnn.config.without_retired`)."""
+        if isinstance(state.get("settings_"), dict) and "train" not in state["settings_"]:
+            old = state["settings_"]
+            state = {**state, "settings_": stored_settings(from_flat(str(old.get("kind", "layout")), old))}
+        if any("." in k for k in params):
+            return params, state
+        return {k: v for k, v in without_retired(params).items() if v is not None}, state
 
     # -- settings -------------------------------------------------------------------------------------------------
 
-    def train_config(self, of: str | Collection) -> TrainConfig:
+    def train_config(self, of: str | Collection) -> GNNConfig:
         """The settings this model trains a collection (or any collection of a kind, ``"tile"`` or ``"layout"``)
         with: :func:`~models.gnn.train.default_config` (the kind's :data:`~models.gnn.train.DEFAULTS` with the
         collection's :data:`~models.gnn.train.COLLECTION_DEFAULTS`), with :attr:`default_attention` and then every
@@ -337,11 +217,14 @@ class GNNModel(RankingModel):
         Raises:
             ValueError: a value a run cannot take (an unknown loss, ``hops=9``, ...).
         """
+        if self.config is not None:
+            kind = of if of in ("tile", "layout") else Collection(of).kind
+            return replace(self.config, kind=str(kind), num_features=0, data_key="")
         defaults = default_config(of)
-        given = {name: getattr(self, name) for name in SETTINGS if getattr(self, name) is not None}
-        if self.graphs_per_step is None:
-            given["graphs_per_step"] = max(defaults.graphs_per_step, distributed.world_size())
-        return replace(defaults, **{"attention": self.default_attention, **given})
+        given = {"network.attention": self.default_attention, **self.settings}
+        if "train.graphs_per_step" not in given:
+            given["train.graphs_per_step"] = max(defaults.train.graphs_per_step, distributed.world_size())
+        return tree.updated(defaults, given)
 
     @classmethod
     def quick_params(cls, collection: Collection) -> dict[str, Any]:
@@ -359,8 +242,8 @@ class GNNModel(RankingModel):
         """The training work of ``collection``'s settings relative to its kind's defaults (:data:`DEFAULTS`):
         networks (``seeds``) x steps per graph x epochs, twice that with ``refit`` (a second training of about as
         many epochs). xla:random's defaults (3 networks of 32 steps) make 12."""
-        def work(cfg: TrainConfig) -> int:
-            return cfg.seeds * cfg.steps_per_graph * cfg.epochs * (2 if cfg.refit else 1)
+        def work(cfg: GNNConfig) -> int:
+            return cfg.run.seeds * cfg.train.steps_per_graph * cfg.train.epochs * (2 if cfg.train.refit else 1)
 
         return work(self.train_config(collection)) / work(default_config(Collection(collection).kind))
 
@@ -371,12 +254,16 @@ class GNNModel(RankingModel):
         return self._filled(Collection(collection))
 
     def _filled(self, of: str | Collection) -> dict[str, Any]:
-        """The hyper-parameters with the run settings of ``of`` (a kind or a collection) in place of ``None``."""
-        settings = asdict(self.train_config(of))
-        return {k: settings[k] if k in settings else v for k, v in self.get_params().items()}
+        """Every setting ``of`` (a kind or a collection) is trained with, by ``section.name``."""
+        cfg = self.train_config(of)
+        return {k: tree.get(cfg, k) for k in tree.leaves(GNNConfig)}
+
+    def _trained_config(self) -> GNNConfig:
+        """The tree the fitted network was trained with (``settings_``)."""
+        return tree.from_dict(GNNConfig, self.settings_)
 
     def _pipeline(self) -> BaseTransform:
-        return settings_pipeline(TrainConfig(**self.settings_))  # a setting a saved model lacks: TrainConfig's default
+        return settings_pipeline(self._trained_config())
 
     # -- fit ------------------------------------------------------------------------------------------------------
 
@@ -427,7 +314,7 @@ class GNNModel(RankingModel):
 
         def item(data: Data) -> Item:
             data = normalize(columns(data.clone()))
-            return Item(data.stem, make_segments(data, settings.segment_size), data.config_feat, data.y.double())
+            return Item(data.stem, make_segments(data, settings.train.segment_size), data.config_feat, data.y.double())
 
         train_items = [item(d) for d in datas]
         # Valid configs are only ever scored: packed into one int64 code per configurable node, 8 bytes instead of
@@ -468,52 +355,52 @@ class GNNModel(RankingModel):
                        ) -> tuple[TrainResult, TrainResult | None]:
             """One network of the ensemble: the early-stopped run with ``seed`` (``seconds`` at most), and its refit
             (``None`` without one, or when the time budget cut it short)."""
-            # The early-stopped run does not depend on refit (nor on seeds: ENSEMBLE_SETTINGS): it resumes, or is
+            # The early-stopped run does not depend on refit (nor on seeds, in the run section): it resumes, or is
             # resumed by, the same run without it.
-            member = replace(cfg, refit=False, seed=seed)
-            limit, keep_free = budget(seconds, seed - settings.seed + 1)
+            member = cfg.with_(refit=False, seed=seed)
+            limit, keep_free = budget(seconds, seed - settings.train.seed + 1)
             result = train(member, train_items, valid_items, run_dir=member_dir, device=self.device,
                            progress=progress, max_seconds=limit, keep_free=keep_free, title=title)
-            if not (settings.refit and valid_datas and eval_graphs is not None and result.best_epoch >= 1):
+            if not (settings.train.refit and valid_datas and eval_graphs is not None and result.best_epoch >= 1):
                 return result, None
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
             # split's are, through the column selection and normalisation fitted on train) for the best epoch count,
             # without early stopping: the last epoch is kept.
             extra = _built(training_set(eval_graphs))
-            refit_cfg = replace(member, epochs=result.best_epoch,
+            refit_cfg = replace(member.with_(epochs=result.best_epoch),
                                 data_key=_data_key(data_key, f"refit:{eval_graphs.split.value}",
                                                    *sorted(d.stem for d in extra)))
             refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
                           run_dir=None if member_dir is None else member_dir / "refit", device=self.device,
                           progress=progress, max_seconds=left(), title=f"{title} refit")
-            if len(refit.history) < refit_cfg.epochs:
+            if len(refit.history) < refit_cfg.train.epochs:
                 if distributed.is_main():
                     log.warning("%s: the refit on %s + %s ran out of time after %d of %d epochs; only the "
                                 "early-stopped weights are kept", title, split.value, eval_graphs.split.value,
-                                len(refit.history), refit_cfg.epochs)
+                                len(refit.history), refit_cfg.train.epochs)
                 return result, None
             return result, refit
 
         title = f"{self.name} {collection.value}"
-        result, refit = fit_member(settings.seed, run_dir, title, max_seconds)
+        result, refit = fit_member(settings.train.seed, run_dir, title, max_seconds)
         # The seed ensemble's other networks, each trained as the first with the next seed, in a run folder of its
         # own; one the time budget cuts short (or its refit, where the first has one) is left out, and so are the
         # rest.
         members: list[dict[str, Any]] = []
-        for seed in range(settings.seed + 1, settings.seed + settings.seeds):
+        for seed in range(settings.train.seed + 1, settings.train.seed + settings.run.seeds):
             other, other_refit = fit_member(seed, None if run_dir is None else run_dir / f"seed-{seed}",
                                             f"{title} seed {seed}", left())
             if not finished(other.stopped) or (refit is not None and other_refit is None):
                 if distributed.is_main():
                     log.warning("%s: the time budget ran out while training the seed ensemble's network with seed "
                                 "%d; the ensemble keeps %d of its %d networks", title, seed, len(members) + 1,
-                                settings.seeds)
+                                settings.run.seeds)
                 break
             members.append({"seed": seed, "weights": _arrays(other.state), "best_epoch": other.best_epoch,
                             "best_metric": other.best_metric, "history": other.history,
                             **({} if other_refit is None else {"refit_weights": _arrays(other_refit.state)})})
         self.collection_ = collection
-        self.settings_ = asdict(cfg)
+        self.settings_ = stored_settings(cfg)
         self.weights_ = _arrays(result.state)
         self.columns_ = columns.state_dict()
         self.normalize_ = normalize.state_dict()
@@ -555,7 +442,7 @@ class GNNModel(RankingModel):
                                  "split")
         nets = vars(self).setdefault("_nets", {})
         if (member, refit) not in nets:
-            cfg = TrainConfig(**self.settings_)
+            cfg = self._trained_config()
             net = cfg.make_net()
             weights = self._networks()[member]["refit_weights" if refit else "weights"]
             net.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
@@ -571,7 +458,7 @@ class GNNModel(RankingModel):
     def _networks(self) -> list[dict[str, Any]]:
         """Every network's ``seed``, ``weights`` and (where there is one) ``refit_weights``, the first's from the
         model's own attributes, then :attr:`members_`."""
-        first = {"seed": self.settings_["seed"], "weights": self.weights_}
+        first = {"seed": self._trained_config().train.seed, "weights": self.weights_}
         if hasattr(self, "refit_weights_"):
             first["refit_weights"] = self.refit_weights_
         return [first, *getattr(self, "members_", ())]
@@ -610,9 +497,9 @@ class GNNModel(RankingModel):
         seeds = [m["seed"] for m in self._networks()]
         device = next(nets[0].parameters()).device
         data = self.prepare(graph)
-        s = self.settings_
-        segments = [seg.to(device) for seg in make_segments(data, s["segment_size"])]
-        common = {"batch": s["predict_batch"], "orderings": self.tta, "device": device}
+        s = self._trained_config()
+        segments = [seg.to(device) for seg in make_segments(data, s.train.segment_size)]
+        common = {"batch": s.predict.predict_batch, "orderings": self.tta, "device": device}
         if isinstance(graph, TileGraph):
             outs = [predict_scores(net, segments, data.config_feat, seed=seed, **common)
                     for net, seed in zip(nets, seeds, strict=True)]
@@ -626,7 +513,7 @@ class GNNModel(RankingModel):
                                   for plan, seed in zip(plans, seeds, strict=True)]
                 for net, plan, reference, seed, out in zip(nets, plans, references, seeds, outs, strict=True):
                     out[start:start + codes.shape[0]] = predict_scores(
-                        net, segments, codes, seed=seed + start, plan=plan, context=s["predict_context"],
+                        net, segments, codes, seed=seed + start, plan=plan, context=s.predict.predict_context,
                         reference=reference, **common)
         if len(outs) == 1:
             return outs[0]
@@ -638,11 +525,11 @@ class GNNModel(RankingModel):
         (drawn with ``seed``), taken from the codes of its first block ``first``
         (:data:`models.gnn.infer.REFERENCE_WINDOW`); ``None`` unless attention compares configs with a reference
         and the graph has more configs than one batch."""
-        s = self.settings_
+        s = self._trained_config()
         attention = any(w.attention for w in plan.blocks)
-        if not attention or s["predict_context"] != "reference" or num_configs <= s["predict_batch"]:
+        if not attention or s.predict.predict_context != "reference" or num_configs <= s.predict.predict_batch:
             return None
-        return reference_sets(plan, first, num_configs, batch=s["predict_batch"], drawn=s["reference_configs"],
+        return reference_sets(plan, first, num_configs, batch=s.predict.predict_batch, drawn=s.predict.reference_configs,
                               seed=seed, draws=self.tta)
 
 

@@ -155,8 +155,8 @@ def make_segments(data: Data, segment_size: int | None = None) -> list[Segment]:
 class RankNet(nn.Module):
     """Scores the configs of one graph.
 
-    Every argument is required: the defaults live in :class:`models.gnn.train.TrainConfig` (and its per-kind
-    :data:`models.gnn.train.DEFAULTS`), whose :meth:`~models.gnn.train.TrainConfig.make_net` builds this network.
+    Every argument is required: the defaults live in :class:`models.gnn.train.GNNConfig` (and its per-kind
+    :data:`models.gnn.train.DEFAULTS`), whose :meth:`~models.gnn.train.GNNConfig.make_net` builds this network.
 
     Args:
         kind: ``"tile"`` or ``"layout"``.

@@ -3,7 +3,7 @@ and runs with other settings moved out of the way instead of overwritten.
 
 A run lives in one folder (``run_dir``)::
 
-    settings.json    the run's settings (:class:`~models.gnn.config.TrainConfig` as a dict), written when it starts
+    settings.json    the run's settings (:class:`~models.gnn.config.GNNConfig` as a dict), written when it starts
     checkpoint.pt    everything needed to resume: settings, weights, optimiser, schedule, RNG states and the
                      training state (:class:`models.gnn.train.TrainState`)
     curves.csv       epoch, train_loss, valid_metric, lr, seconds (since the run began), valid_seconds (of
@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import random
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +38,10 @@ import torch
 
 from competition.npzio import atomic_path, atomic_write_text, failures_named
 from features.cache import UnusableFileError, load_plain, set_aside
+from models import settings as tree
 
 if TYPE_CHECKING:
-    from models.gnn.config import TrainConfig
+    from models.gnn.config import GNNConfig
 
 log = logging.getLogger(__name__)
 
@@ -116,20 +116,21 @@ def set_rng_state(state: dict[str, Any], gen: torch.Generator, np_rng: np.random
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-ENSEMBLE_SETTINGS = ("seeds",)
-""":class:`TrainConfig` fields that say how many runs a model makes, not how one run trains: :func:`train` ignores
-them, and a run's settings (its checkpoint's, ``settings.json``, :func:`settings_hash`) leave them out, so a member of
-a seed ensemble resumes, or is resumed by, the run of a model without one."""
+def run_settings(cfg: GNNConfig) -> dict[str, Any]:
+    """The settings of one run of ``cfg`` as stored with it (its checkpoint's, ``settings.json``,
+    :func:`settings_hash`): the tree as nested plain data, without its ``run`` section (how many networks a model
+    trains, where and how fast: a member of a seed ensemble resumes, or is resumed by, the run of a model without
+    one) nor the leaves that change how a model runs, not what it learns."""
+    return tree.as_dict(cfg, learned_only=True, skip=("run",))
 
 
-def run_settings(cfg: TrainConfig) -> dict[str, Any]:
-    """The settings of one run of ``cfg`` as stored with it: :class:`TrainConfig` as a dict, without
-    :data:`ENSEMBLE_SETTINGS`."""
-    return {k: v for k, v in asdict(cfg).items() if k not in ENSEMBLE_SETTINGS}
+def older_format(settings: dict[str, Any]) -> bool:
+    """Whether a checkpoint's ``settings`` are stored flat, as versions before the settings tree stored them."""
+    return "lr" in settings and "train" not in settings
 
 
 def settings_hash(settings: dict[str, Any]) -> str:
-    """12 hex digits of the SHA-256 of ``settings`` (a :class:`TrainConfig` as a dict) as sorted JSON: the name of
+    """12 hex digits of the SHA-256 of ``settings`` (a :class:`GNNConfig` as a dict) as sorted JSON: the name of
     the folder a run with these settings is moved to when a run with other settings takes its place."""
     text = json.dumps(settings, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -149,8 +150,7 @@ def read_checkpoint(path: Path) -> dict[str, Any] | None:
         if not isinstance(ckpt, dict):
             raise UnusableFileError(f"not a checkpoint (a {type(ckpt).__name__}, expected a dict)")
         wrong = [k for k, t in _CHECKPOINT_TYPES.items() if not isinstance(ckpt.get(k), t)]
-        if "settings" not in wrong and not all(v is None or isinstance(v, str | int | float)
-                                               for v in ckpt["settings"].values()):
+        if "settings" not in wrong and not all(_plain(v) for v in ckpt["settings"].values()):
             wrong.insert(0, "settings")
         if wrong:
             raise UnusableFileError(f"not a checkpoint (missing or odd {', '.join(wrong)})")
@@ -164,6 +164,13 @@ def read_checkpoint(path: Path) -> dict[str, Any] | None:
         discard(path, str(exc))
         return None
     return ckpt
+
+
+def _plain(value: object) -> bool:
+    """A settings value: a number, text or None, or a table of them."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return value is None or isinstance(value, str | int | float)
 
 
 def move_run(src: Path, dest: Path) -> None:
@@ -184,8 +191,12 @@ def open_run(run: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     if ckpt is not None and ckpt["settings"] != settings:
         away = run / settings_hash(ckpt["settings"])
         move_run(run, away)
-        log.info("%s: the run there has other settings; moved it to %s (training with them again brings it "
-                 "back)", run, away)
+        if older_format(ckpt["settings"]):
+            log.info("%s: the run there was saved by an older fastslow (flat settings, before the settings tree) "
+                     "and cannot resume; moved it to %s", run, away)
+        else:
+            log.info("%s: the run there has other settings; moved it to %s (training with them again brings it "
+                     "back)", run, away)
         ckpt = None
     earlier = run / settings_hash(settings)
     if ckpt is None and (earlier / CHECKPOINT).is_file():

@@ -47,7 +47,7 @@ from models.gnn.losses import LossFn
 from models.gnn.net import RankNet, Segment
 
 if TYPE_CHECKING:
-    from models.gnn.config import TrainConfig
+    from models.gnn.config import GNNConfig
 
 @dataclass
 class Item:
@@ -139,13 +139,13 @@ class GraphScores(nn.Module):
         super().__init__()
         self.net = net
 
-    def forward(self, item: Item, config_feat: torch.Tensor, positions: torch.Tensor, cfg: TrainConfig,
+    def forward(self, item: Item, config_feat: torch.Tensor, positions: torch.Tensor, cfg: GNNConfig,
                 table: StepTable, np_rng: np.random.Generator) -> torch.Tensor:
         if cfg.uses_gst and len(item.segments) > 1:
             scores, _ = gst_scores(self.net, item.segments, config_feat, positions, key=item.key, table=table,
-                                   rng=np_rng, backprop=cfg.backprop_segments, keep_prob=cfg.keep_prob)
+                                   rng=np_rng, backprop=cfg.train.backprop_segments, keep_prob=cfg.train.keep_prob)
             return scores
-        if self.net.kind == "layout" and cfg.dropout == 0:
+        if self.net.kind == "layout" and cfg.network.dropout == 0:
             return dedup_scores(self.net, item.structure(self.net), config_feat)
         return self.net(item.segments, config_feat)
 
@@ -157,7 +157,7 @@ class FreshHeadScores(GraphScores):
     ``DistributedDataParallel`` when launched on several processes; the caller puts the network in eval mode and
     its head in train mode."""
 
-    def forward(self, item: Item, config_feat: torch.Tensor, positions: torch.Tensor, cfg: TrainConfig,
+    def forward(self, item: Item, config_feat: torch.Tensor, positions: torch.Tensor, cfg: GNNConfig,
                 table: StepTable, np_rng: np.random.Generator) -> torch.Tensor:
         with torch.no_grad():
             total = sum(self.net.segment_sum(s, config_feat) for s in item.segments)
@@ -288,7 +288,7 @@ class ValidationCut(Exception):
     """A validation pass left unfinished: the time budget ran out during it (:func:`evaluate`)."""
 
 
-def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torch.device, *,
+def evaluate(net: RankNet, items: Sequence[Item], cfg: GNNConfig, device: torch.device, *,
              orderings: int = 1, out_of_time: Callable[[], bool] | None = None) -> float:
     """The mean valid metric over ``items`` (NaN when there are none with known runtimes): the score each graph's
     submission row would get (:func:`~competition.metrics.graph_score`).
@@ -315,9 +315,9 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: TrainConfig, device: torc
         # at the first epoch, so that only the weights' part is redone each epoch.
         plan = LayoutPlan(net, item.segments, item.structure(net)) if cfg.kind == "layout" else None
         # float32 even on CUDA: the metric picks the kept epoch, so it is not left to reduced-precision rounding.
-        scores = predict_scores(net, item.segments, item.config_feat, batch=cfg.predict_batch, orderings=orderings,
-                                seed=cfg.seed, device=device, plan=plan, mixed_precision=False,
-                                context=cfg.predict_context, reference_configs=cfg.reference_configs)
+        scores = predict_scores(net, item.segments, item.config_feat, batch=cfg.predict.predict_batch, orderings=orderings,
+                                seed=cfg.train.seed, device=device, plan=plan, mixed_precision=False,
+                                context=cfg.predict.predict_context, reference_configs=cfg.predict.reference_configs)
         mine[i] = graph_score(cfg.kind, y, scores=scores)
     parts = distributed.gather((mine, cut))
     if any(part_cut for _, part_cut in parts):
@@ -339,7 +339,7 @@ def dropout_seed(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
-def training_step(net: RankNet, slots: Sequence[Slot], cfg: TrainConfig, opt: torch.optim.Optimizer,
+def training_step(net: RankNet, slots: Sequence[Slot], cfg: GNNConfig, opt: torch.optim.Optimizer,
                   loss_fn: LossFn, table: HistoryTable, *, device: torch.device, share: float = 1.0,
                   ddp: nn.Module | None = None) -> dict[int, float]:
     """One optimiser step over this process's slots of the step.
@@ -369,7 +369,7 @@ def training_step(net: RankNet, slots: Sequence[Slot], cfg: TrainConfig, opt: to
         last = n == len(slots) - 1
         sync = ddp.no_sync() if isinstance(ddp, DistributedDataParallel) and not last else contextlib.nullcontext()
         with sync, dropout_seed(slot.seed, device):
-            k = min(cfg.configs_per_graph, item.num_configs)
+            k = min(cfg.train.configs_per_graph, item.num_configs)
             pos = torch.randperm(item.num_configs, generator=slot.gen)[:k]
             cf = item.config_feat[pos].to(device)
             if not cf.is_floating_point():  # layout configs kept as int8 (the cache's compact form)
@@ -386,17 +386,17 @@ def training_step(net: RankNet, slots: Sequence[Slot], cfg: TrainConfig, opt: to
     return losses
 
 
-def visit_order(steps_per_epoch: int, cfg: TrainConfig, graphs: int, gen: torch.Generator) -> list[int]:
+def visit_order(steps_per_epoch: int, cfg: GNNConfig, graphs: int, gen: torch.Generator) -> list[int]:
     """An epoch's graph index for each of its ``steps_per_epoch * graphs_per_step`` slots, in a shuffled order drawn
     from ``gen``: every one of ``graphs`` graphs visited equally often (``steps_per_graph`` times; the last step
     topped up), or, when there are fewer slots than graphs, a random subset of the graphs once each."""
-    slots = steps_per_epoch * cfg.graphs_per_step
+    slots = steps_per_epoch * cfg.train.graphs_per_step
     if slots < graphs:
         return torch.randperm(graphs, generator=gen)[:slots].tolist()
     return torch.randperm(slots, generator=gen).remainder(graphs).tolist()
 
 
-def step_slots(order: Sequence[int], step: int, usable: Sequence[Item], cfg: TrainConfig, gen: torch.Generator,
+def step_slots(order: Sequence[int], step: int, usable: Sequence[Item], cfg: GNNConfig, gen: torch.Generator,
                np_rng: np.random.Generator) -> list[Slot]:
     """This process's slots of an epoch's ``step`` (the step's slot ``j`` goes to rank ``j % world``), from the
     epoch's ``order`` of graph indices.
@@ -404,7 +404,7 @@ def step_slots(order: Sequence[int], step: int, usable: Sequence[Item], cfg: Tra
     With one graph per step the slot draws from the run's ``gen`` and ``np_rng``; with more, the step's slot seeds
     are drawn from ``gen`` on every rank, so every rank's ``gen`` stays the same.
     """
-    per_step = cfg.graphs_per_step
+    per_step = cfg.train.graphs_per_step
     first = step * per_step
     if per_step == 1:
         return [Slot(first, usable[order[first]], gen, np_rng)]

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from models.gnn import distributed
 from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, TimeBudget, default_callbacks
-from models.gnn.config import TrainConfig
+from models.gnn.config import GNNConfig
 from models.gnn.gst import HistoryTable
 from models.gnn.losses import loss_function
 from models.gnn.net import RankNet
@@ -155,7 +155,7 @@ class Trainer:
             ``graphs_per_step``.
     """
 
-    def __init__(self, cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
+    def __init__(self, cfg: GNNConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
                  device: str | torch.device | None = "auto", progress: bool = True, title: str = "",
                  callbacks: Sequence[Callback] = ()) -> None:
         self.cfg, self.title, self.name = cfg, title, title or cfg.kind
@@ -174,18 +174,18 @@ class Trainer:
             raise distributed.DistributedSetupError(
                 f"{self.name}: {len(self.usable)} training graphs for {self.world} processes, each of which trains "
                 f"a graph of its own at every step: launch at most {len(self.usable)}")
-        if cfg.graphs_per_step < self.world:
+        if cfg.train.graphs_per_step < self.world:
             raise distributed.DistributedSetupError(
-                f"graphs_per_step={cfg.graphs_per_step} is less than the {self.world} processes, each of which "
+                f"graphs_per_step={cfg.train.graphs_per_step} is less than the {self.world} processes, each of which "
                 f"trains a graph of its own at every step: set graphs_per_step to {self.world} or more "
                 f"(--param graphs_per_step={self.world})")
         # Every graph is visited steps_per_graph times per epoch; the last step is topped up to graphs_per_step.
-        self.steps_per_epoch = max(1, math.ceil(len(self.usable) * cfg.steps_per_graph / cfg.graphs_per_step))
-        self.total_steps = cfg.epochs * self.steps_per_epoch
-        self.share = self.world / cfg.graphs_per_step  # DistributedDataParallel averages gradients over processes
+        self.steps_per_epoch = max(1, math.ceil(len(self.usable) * cfg.train.steps_per_graph / cfg.train.graphs_per_step))
+        self.total_steps = cfg.train.epochs * self.steps_per_epoch
+        self.share = self.world / cfg.train.graphs_per_step  # DistributedDataParallel averages gradients over processes
         self.callbacks = list(callbacks)
         self.restart()
-        self.loss_fn = loss_function(cfg.loss, cfg.pair_tolerance)
+        self.loss_fn = loss_function(cfg.train.loss, cfg.train.pair_tolerance)
         self.table = HistoryTable()
         self.state = TrainState(best_state=self.snapshot())
         self.weights: dict[str, torch.Tensor] = {}  # what the run returns, chosen when it settles
@@ -205,7 +205,7 @@ class Trainer:
         self.state.stopped = ""
         self.started = self.clock()
         elapsed_before = self.state.history[-1]["seconds"] if self.state.history else 0.0
-        for epoch in range(self.state.epoch + 1, self.cfg.epochs + 1):
+        for epoch in range(self.state.epoch + 1, self.cfg.train.epochs + 1):
             self.fire("on_epoch_begin", epoch)
             if self.state.stopped:
                 break
@@ -228,7 +228,7 @@ class Trainer:
             self.state.epoch = epoch
             self.state.step += self.steps_per_epoch
             self.fire("on_epoch_end")
-            if epoch == self.cfg.epochs and not self.state.stopped:
+            if epoch == self.cfg.train.epochs and not self.state.stopped:
                 self.stop(ALL_EPOCHS)
             if self.state.stopped:  # before the checkpoint, which holds the outcome: a re-run returns it at once
                 self.settle()
@@ -246,7 +246,7 @@ class Trainer:
         order = visit_order(self.steps_per_epoch, self.cfg, len(self.usable), self.gen)
         losses: dict[int, float] = {}
         recent: list[float] = []
-        bar = tqdm(range(self.steps_per_epoch), desc=f"{self.name} epoch {epoch}/{self.cfg.epochs}",
+        bar = tqdm(range(self.steps_per_epoch), desc=f"{self.name} epoch {epoch}/{self.cfg.train.epochs}",
                    disable=not (self.progress and self.main), leave=False)
         for step in bar:
             slots = step_slots(order, step, self.usable, self.cfg, self.gen, self.np_rng)
@@ -318,14 +318,14 @@ class Trainer:
         return evaluate(net, self.valid_items, self.cfg, self.device, out_of_time=out_of_time)
 
     def restart(self) -> None:
-        """A fresh network, optimiser, schedule and generators, seeded by ``cfg.seed``."""
-        seed_everything(self.cfg.seed)
+        """A fresh network, optimiser, schedule and generators, seeded by ``cfg.train.seed``."""
+        seed_everything(self.cfg.train.seed)
         self.net = self.cfg.make_net().to(self.device)
-        self.opt = torch.optim.AdamW(self.net.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=self.cfg.train.lr, weight_decay=self.cfg.train.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, cosine_schedule(self.total_steps, max(1, self.total_steps // 50)))
-        self.gen = torch.Generator().manual_seed(self.cfg.seed)
-        self.np_rng = np.random.default_rng(self.cfg.seed)
+        self.gen = torch.Generator().manual_seed(self.cfg.train.seed)
+        self.np_rng = np.random.default_rng(self.cfg.train.seed)
 
     def resume(self, ckpt: dict[str, Any]) -> None:
         """Load a checkpoint: weights, optimiser, schedule, RNG states and the :class:`TrainState`.
@@ -343,7 +343,7 @@ class Trainer:
         self.state = TrainState.from_checkpoint(ckpt, self.steps_per_epoch)
 
 
-def train(cfg: TrainConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
+def train(cfg: GNNConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
           run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
           max_seconds: float | None = None, keep_free: Callable[[float], float] | None = None,
           title: str = "") -> TrainResult:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,7 +132,7 @@ def test_weight_averaging_without_finished_epochs_keeps_the_best():
 
 # -- HeadFinetune -----------------------------------------------------------------------------------------------
 
-GST = replace(CFG, segment_size=3, gst_finetune_epochs=2)
+GST = CFG.with_(segment_size=3, gst_finetune_epochs=2)
 
 
 def test_head_finetune_trains_the_head_alone(monkeypatch: pytest.MonkeyPatch):
@@ -298,7 +297,7 @@ def test_the_distributed_hooks_resume_every_rank_from_rank_zeros_checkpoint(monk
 
 def test_the_default_callbacks_follow_the_settings(tmp_path: Path):
     assert names(default_callbacks(CFG)) == ["EarlyStopping"]
-    every = default_callbacks(replace(CFG, swa_epochs=2, segment_size=3, gst_finetune_epochs=1), run_dir=tmp_path,
+    every = default_callbacks(CFG.with_(swa_epochs=2, segment_size=3, gst_finetune_epochs=1), run_dir=tmp_path,
                               max_seconds=60.0)
     assert names(every) == ["Checkpoint", "EarlyStopping", "WeightAveraging", "HeadFinetune", "Curves",
                             "TimeBudget"]

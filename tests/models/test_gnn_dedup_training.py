@@ -106,7 +106,7 @@ def test_training_uses_the_dedup_forward_only_where_it_is_exact(dropout: float, 
     real = gnn_steps.dedup_scores
     monkeypatch.setattr(gnn_steps, "dedup_scores", lambda *a: calls.append("dedup") or real(*a))
     data, cf = _graph()
-    cfg = replace(DEFAULTS["layout"], dropout=dropout, segment_size=segment_size, dim_tokens=False, num_features=5)
+    cfg = replace(DEFAULTS["layout"].with_(dropout=dropout, segment_size=segment_size, dim_tokens=False), num_features=5)
     net = _net(True).train()
     item = Item("g", make_segments(data, segment_size), cf, torch.arange(cf.shape[0]).double())
     scores = GraphScores(net)(item, cf, torch.arange(cf.shape[0]), cfg, StepTable(HistoryTable()),

@@ -49,7 +49,7 @@ def test_streamed_prediction_equals_the_forward_pass_and_survives_save_load(tiny
     net = model.network()
     segments = make_segments(model.prepare(graph))
     cf = torch.from_numpy(graph.config_features())
-    assert graph.num_configs <= model.settings_["predict_batch"]  # one batch: every config in one context
+    assert graph.num_configs <= model.settings_["predict"]["predict_batch"]  # one batch: every config in one context
     with torch.no_grad():
         np.testing.assert_allclose(scores, net(segments, cf).double().numpy(), rtol=1e-5, atol=1e-5)
     loaded = load_model(model.save(tmp_path / "m"))

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from torch_geometric.data import Data
 
 from models.gnn import distributed
-from models.gnn.config import TrainConfig
+from models.gnn.config import GNNConfig
 from models.gnn.gst import HistoryTable
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, make_segments
 from models.gnn.runs import CHECKPOINT
@@ -61,7 +61,7 @@ TILE_TRAIN = [_item("a", 0, "tile"), _item("b", 1, "tile")]
 
 def _train(valid: list[Item], run_dir: Path | None = None, max_seconds: float | None = None,
            items: list[Item] = TRAIN, base: dict = BASE, **settings) -> TrainResult:
-    cfg = TrainConfig(**{**base, **settings})
+    cfg = GNNConfig.of(**{**base, **settings})
     return train(cfg, items, valid, run_dir=run_dir, device="cpu", progress=False, max_seconds=max_seconds)
 
 
@@ -103,7 +103,7 @@ def _assert_only_the_head_differs(tuned: dict[str, torch.Tensor], before: dict[s
 
 
 def test_the_forward_is_the_full_graph_with_gradients_into_the_head_alone():
-    cfg = TrainConfig(**BASE)
+    cfg = GNNConfig.of(**BASE)
     torch.manual_seed(0)
     net = cfg.make_net().eval()
     item, cf = TRAIN[0], TRAIN[0].config_feat[:6]
@@ -186,7 +186,7 @@ def test_off_changes_nothing(settings: dict, valid: list[Item], monkeypatch: pyt
     ckpt = torch.load(tmp_path / CHECKPOINT, weights_only=True)
     assert (ckpt["finetune_state"], ckpt["finetune_metric"], ckpt["finetune_used"]) == ({}, None, False)
     unset = {k: v for k, v in {**BASE, **settings}.items() if k != "gst_finetune_epochs"}
-    today = train(TrainConfig(**unset), TRAIN, valid, device="cpu", progress=False)
+    today = train(GNNConfig.of(**unset), TRAIN, valid, device="cpu", progress=False)
     _assert_equal(today.state, result.state)
     assert [(r["train_loss"], repr(r["valid_metric"])) for r in today.history] == \
         [(r["train_loss"], repr(r["valid_metric"])) for r in result.history]
@@ -231,7 +231,7 @@ def test_the_time_budget_skips_or_drops_the_fine_tuning(budget: str, monkeypatch
     assert len(seen) == len(result.history)  # the fine-tuned network never scored
     before = seen[result.best_epoch - 1] if result.history else result.state
     _assert_equal(result.state, before)
-    TrainConfig(**BASE).make_net().load_state_dict(result.state)  # a whole network's weights
+    GNNConfig.of(**BASE).make_net().load_state_dict(result.state)  # a whole network's weights
     if stopped == "all epochs":  # finished: re-run, the same weights at once
         seen, steps = _spy(monkeypatch)
         again = _train(VALID, run_dir=tmp_path, epochs=2, gst_finetune_epochs=2)
@@ -271,12 +271,13 @@ def test_two_processes_fine_tune_as_one(tmp_path: Path):
         torch.testing.assert_close(state[k], one.state[k], rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5])
-def test_gst_finetune_epochs_must_be_a_count(bad):
-    with pytest.raises(ValueError, match="gst_finetune_epochs must be a count of epochs"):
-        TrainConfig(**{**BASE, "gst_finetune_epochs": bad})
+@pytest.mark.parametrize(("bad", "why"), [(-1, "train.gst_finetune_epochs must be 0 to 100,000; got -1"),
+                                          (1.5, "train.gst_finetune_epochs takes int, not float 1.5")])
+def test_gst_finetune_epochs_must_be_a_count(bad, why):
+    with pytest.raises(ValueError, match=why):
+        GNNConfig.of(**{**BASE, "gst_finetune_epochs": bad})
 
 
 def test_gst_finetune_epochs_needs_gst():
-    with pytest.raises(ValueError, match="set segment_size too"):
-        TrainConfig(**{**BASE, "segment_size": None, "gst_finetune_epochs": 2})
+    with pytest.raises(ValueError, match="set train.segment_size too"):
+        GNNConfig.of(**{**BASE, "segment_size": None, "gst_finetune_epochs": 2})

@@ -155,13 +155,13 @@ def test_loss_function_tolerance():
 
 
 def test_pair_tolerance_setting():
-    from models.gnn.config import TrainConfig, default_config
+    from models.gnn.config import default_config
     from models.gnn.model import GNNModel
 
-    assert default_config("layout").pair_tolerance == 0.0
-    assert GNNModel(pair_tolerance=1e-3).train_config("layout").pair_tolerance == 1e-3
+    assert default_config("layout").train.pair_tolerance == 0.0
+    assert GNNModel(pair_tolerance=1e-3).train_config("layout").train.pair_tolerance == 1e-3
     with pytest.raises(ValueError, match="pairwise losses"):
-        TrainConfig(**{**default_config("tile").__dict__, "pair_tolerance": 1e-3})  # tile's loss is ListMLE
+        default_config("tile").with_(pair_tolerance=1e-3)  # tile's loss is ListMLE
 
 
 def test_pair_tolerance_reaches_training(tiny_world, tmp_path):
@@ -177,6 +177,6 @@ def test_pair_tolerance_reaches_training(tiny_world, tmp_path):
     data = open_collection(find_data_root(tiny_world), Collection.LAYOUT_XLA_DEFAULT)
     ties = GNNModel(**quick, pair_tolerance=1e9).fit(data, progress=False)
     plain = GNNModel(**quick).fit(data, progress=False)
-    assert ties.settings_["pair_tolerance"] == 1e9
+    assert ties.settings_["train"]["pair_tolerance"] == 1e9
     assert [h["train_loss"] for h in ties.history_] == [0.0]
     assert plain.history_[0]["train_loss"] > 0.0

@@ -20,8 +20,9 @@ import torch
 from competition.collections import Collection, Split
 from competition.dataset import open_collection
 from competition.reader import LayoutGraph, find_data_root, list_graphs, load_graph
+from models import settings as settings_tree
 from models.base import NotFittedError, load_model
-from models.gnn.config import TrainConfig
+from models.gnn.config import GNNConfig
 from models.gnn.model import GNNModel
 from models.gnn.runs import CHECKPOINT, CURVES_CSV, SETTINGS_FILE, run_settings
 
@@ -49,10 +50,10 @@ def plain(tiny_world: Path, cache_dir: str) -> GNNModel:
 
 
 @pytest.fixture(scope="module")
-def refitted(tiny_world: Path, cache_dir: str) -> tuple[GNNModel, list[tuple[TrainConfig, list[str], int, dict]]]:
+def refitted(tiny_world: Path, cache_dir: str) -> tuple[GNNModel, list[tuple[GNNConfig, list[str], int, dict]]]:
     """The refit=True model, and each ``train`` call of its fit: settings, training graphs, valid graph count and
     the other arguments."""
-    calls: list[tuple[TrainConfig, list[str], int, dict]] = []
+    calls: list[tuple[GNNConfig, list[str], int, dict]] = []
     real = gnn_model.train
 
     def recording(cfg, train_items, valid_items, **kwargs):
@@ -113,13 +114,13 @@ def test_refit_trains_on_train_and_valid_for_the_best_epoch_count(tiny_world: Pa
     (first, first_graphs, first_valid, first_args), (second, second_graphs, second_valid, second_args) = calls
     assert sorted(first_graphs) == train_stems and first_valid == 2
     # The early-stopped run is the run without refit (same settings, so either resumes the other).
-    assert first.refit is False and first.epochs == 3 and 1 <= model.best_epoch_ <= 3
-    assert model.settings_["refit"] is True
+    assert first.train.refit is False and first.train.epochs == 3 and 1 <= model.best_epoch_ <= 3
+    assert model.settings_["train"]["refit"] is True
     # From scratch on the train graphs then the valid ones, no early stopping, for the best epoch count; the other
     # settings are the first run's, the data key another.
     assert second_graphs == first_graphs + valid_stems and second_valid == 0
-    assert second.epochs == model.best_epoch_ and second.refit is False and second.data_key != first.data_key
-    assert dataclasses.replace(second, epochs=3, data_key=first.data_key) == first
+    assert second.train.epochs == model.best_epoch_ and second.train.refit is False and second.data_key != first.data_key
+    assert dataclasses.replace(second.with_(epochs=3), data_key=first.data_key) == first
     assert first_args["run_dir"] is None and second_args["run_dir"] is None
     assert model.refit_epochs_ == model.best_epoch_ and model.fit_splits_ == ["train", "valid"]
     assert model.refit_weights_.keys() == model.weights_.keys()
@@ -198,9 +199,9 @@ def test_refit_run_has_its_own_folder_and_resumes(tiny_world: Path, cache_dir: s
     assert {CHECKPOINT, CURVES_CSV, SETTINGS_FILE, "refit"} <= {p.name for p in run.iterdir()}
     ckpt = torch.load(run / "refit" / CHECKPOINT, map_location="cpu", weights_only=True)
     assert ckpt["epoch"] == model.best_epoch_ and ckpt["stopped"] == "all epochs"
-    assert ckpt["settings"]["epochs"] == model.best_epoch_ and ckpt["settings"]["refit"] is False
+    assert ckpt["settings"]["train"]["epochs"] == model.best_epoch_ and ckpt["settings"]["train"]["refit"] is False
     assert torch.load(run / CHECKPOINT, map_location="cpu", weights_only=True)["settings"] == run_settings(
-        TrainConfig(**{**model.settings_, "refit": False}))  # the early-stopped run is the run without refit
+        settings_tree.from_dict(GNNConfig, model.settings_).with_(refit=False))  # the early-stopped run is the run without refit
     _assert_same(model.weights_, reference.weights_)  # the same seed: the same networks as without a run folder
     _assert_same(model.refit_weights_, reference.refit_weights_)
 

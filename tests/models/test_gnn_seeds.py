@@ -5,7 +5,6 @@ and on tile graphs."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import itertools
 import logging
@@ -75,9 +74,9 @@ def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
 
 def test_each_network_is_the_one_network_model_of_its_seed(ensemble, singles: list[GNNModel]):
     model, calls = ensemble
-    assert [c.seed for c in calls] == [0, 1, 2]
-    assert len({dataclasses.replace(c, seed=0) for c in calls}) == 1  # they differ in the seed alone
-    assert model.settings_["seeds"] == 3 and model.num_networks == 3
+    assert [c.train.seed for c in calls] == [0, 1, 2]
+    assert len({c.with_(seed=0) for c in calls}) == 1  # they differ in the seed alone
+    assert model.train_config(model.collection_).run.seeds == 3 and model.num_networks == 3
     assert [m["seed"] for m in model.members_] == [1, 2]
     _assert_same(model.weights_, singles[0].weights_)
     def untimed(history: list[dict[str, float]]) -> list[dict[str, float]]:
@@ -189,5 +188,5 @@ def test_tile_graphs_are_scored_by_every_network(tiny_world: Path, cache_dir: st
 
 def test_a_count_that_is_not_positive_is_refused():
     for bad in (0, -1, 1.5):
-        with pytest.raises(ValueError, match="seeds must be"):
+        with pytest.raises(ValueError, match="run.seeds (must be|takes int)"):
             GNNModel(seeds=bad)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from models.gnn.config import TrainConfig
+from models.gnn.config import GNNConfig
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, make_segments
 from models.gnn.runs import CHECKPOINT
 from models.gnn.steps import Item
@@ -45,7 +45,7 @@ VALID = [_item("v", 2), _item("w", 3)]
 
 def _train(valid: list[Item], run_dir: Path | None = None, max_seconds: float | None = None,
            **settings) -> TrainResult:
-    cfg = TrainConfig(**{**BASE, **settings})
+    cfg = GNNConfig.of(**{**BASE, **settings})
     return train(cfg, TRAIN, valid, run_dir=run_dir, device="cpu", progress=False, max_seconds=max_seconds)
 
 
@@ -153,7 +153,7 @@ def test_off_changes_nothing(valid: list[Item], monkeypatch: pytest.MonkeyPatch,
         assert off.best_epoch == 4
     ckpt = torch.load(tmp_path / CHECKPOINT, weights_only=True)
     assert (ckpt["swa_states"], ckpt["swa_metric"], ckpt["swa_used"]) == ([], None, False)
-    unset = TrainConfig(**BASE)
+    unset = GNNConfig.of(**BASE)
     default = train(unset, TRAIN, valid, device="cpu", progress=False)
     _assert_equal(default.state, off.state)
     assert _curves(default.history) == _curves(off.history)
@@ -207,7 +207,8 @@ def test_a_budget_spent_inside_the_first_epoch_averages_nothing():
     assert cut.swa_metric is None and cut.swa_used is False
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5])
-def test_swa_epochs_must_be_a_count(bad):
-    with pytest.raises(ValueError, match="swa_epochs must be a count of epochs"):
-        TrainConfig(**{**BASE, "swa_epochs": bad})
+@pytest.mark.parametrize(("bad", "why"), [(-1, "train.swa_epochs must be 0 to 100,000; got -1"),
+                                          (1.5, "train.swa_epochs takes int, not float 1.5")])
+def test_swa_epochs_must_be_a_count(bad, why):
+    with pytest.raises(ValueError, match=why):
+        GNNConfig.of(**{**BASE, "swa_epochs": bad})

@@ -132,13 +132,13 @@ def test_keep_free_ends_training_early_enough_to_predict(tmp_path: Path):
         free = _train(VALID, max_seconds=20.0, epochs=4)
     with pytest.MonkeyPatch.context() as m:
         seen = _clock(m)
-        kept = gnn_train.train(gnn_train.TrainConfig(**{**BASE, "epochs": 4}), TRAIN, VALID, device="cpu",
+        kept = gnn_train.train(gnn_train.GNNConfig.of(**{**BASE, "epochs": 4}), TRAIN, VALID, device="cpu",
                                progress=False, max_seconds=20.0, keep_free=lambda valid_seconds: 2 * valid_seconds)
     assert _epochs(free) == [1, 2, 3] and _epochs(kept) == [1, 2]
     assert seen == ["step", "step", "graph", "graph"] * 2
     # Before any validation pass, keep_free(0) counts: 8 s kept of 9 s leaves 1 s, one step of the first epoch.
     with pytest.MonkeyPatch.context() as m:
         seen = _clock(m)
-        first = gnn_train.train(gnn_train.TrainConfig(**{**BASE, "epochs": 4}), TRAIN, VALID, device="cpu",
+        first = gnn_train.train(gnn_train.GNNConfig.of(**{**BASE, "epochs": 4}), TRAIN, VALID, device="cpu",
                                 progress=False, max_seconds=9.0, keep_free=lambda valid_seconds: 8.0)
     assert seen == ["step", "step"] and first.history == []  # the check follows each step: past 1 s after step 2

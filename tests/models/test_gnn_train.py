@@ -18,11 +18,12 @@ from competition.collections import Collection, Split
 from competition.dataset import open_collection
 from competition.metrics import kendall_tau
 from competition.reader import find_data_root, list_graphs, load_graph
+from models import settings as settings_tree
 from models.base import NotFittedError, load_model
-from models.gnn.config import DEFAULTS, RETIRED_SETTINGS, TrainConfig
-from models.gnn.model import GNNAttentionModel, GNNModel
+from models.gnn.config import DEFAULTS, RETIRED_SETTINGS, GNNConfig
+from models.gnn.model import GNNAttentionModel, GNNModel, stored_settings
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, RankNet, make_segments
-from models.gnn.runs import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE
+from models.gnn.runs import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE, run_settings
 from models.gnn.steps import predict_scores, visit_order
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
@@ -110,8 +111,8 @@ def test_run_folder_has_checkpoint_and_curves(tiny_world: Path, cache_dir: str, 
     assert (run / CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ckpt = torch.load(run / CHECKPOINT, map_location="cpu", weights_only=False)
     assert ckpt["epoch"] == 3 and ckpt["stopped"] == "all epochs" and ckpt["history"] == model.history_
-    # The run's settings: the model's without how many runs it makes (seeds)
-    assert ckpt["settings"] == {k: v for k, v in model.settings_.items() if k != "seeds"}
+    # The run's settings: what the model trained with, but for how it ran (the run section, test-time orderings)
+    assert ckpt["settings"] == run_settings(settings_tree.from_dict(GNNConfig, model.settings_))
 
 
 def test_save_load_predicts_identically(tiny_world: Path, learned: GNNModel, tmp_path: Path):
@@ -128,11 +129,17 @@ def test_save_load_predicts_identically(tiny_world: Path, learned: GNNModel, tmp
 
 
 def _as_saved_before(model: GNNModel, path: Path) -> dict:
-    """``model`` saved as a version that still had the :data:`RETIRED_SETTINGS` wrote it: each among its
-    hyper-parameters (``None``, the default) and its settings (``False``)."""
+    """``model`` saved as a version before the settings tree wrote it, which still had the
+    :data:`RETIRED_SETTINGS`: its hyper-parameters by name (``None`` for a default, the retired ones too), its
+    settings flat (the retired ones ``False``)."""
     doc = json.loads(model.save(path).read_text())
-    doc["params"].update(dict.fromkeys(RETIRED_SETTINGS))
-    doc["state"]["settings_"].update(dict.fromkeys(RETIRED_SETTINGS, False))
+    cfg = settings_tree.from_dict(GNNConfig, doc["state"]["settings_"])
+    runtime = {"device": "auto", "runs_dir": "runs", "cache_dir": ".cache/processed", "max_seconds": None, "tta": 1}
+    doc["params"] = {**{leaf.name: None for leaf in settings_tree.leaves(GNNConfig).values()}, **runtime,
+                     **{k.split(".")[-1]: v for k, v in doc["params"].items()}, **dict.fromkeys(RETIRED_SETTINGS)}
+    doc["state"]["settings_"] = {"kind": cfg.kind, "num_features": cfg.num_features, "data_key": cfg.data_key,
+                                 **{k: v for k, v in settings_tree.flat(cfg).items() if k not in runtime},
+                                 **dict.fromkeys(RETIRED_SETTINGS, False)}
     return doc
 
 
@@ -143,12 +150,13 @@ def test_a_model_saved_with_the_retired_settings_off_loads_and_predicts_identica
     old.write_text(json.dumps(_as_saved_before(learned, tmp_path / "gnn.json")))
     loaded = load_model(old)
     assert isinstance(loaded, GNNModel)
-    assert loaded.get_params() == learned.get_params() and loaded.settings_ == learned.settings_
+    assert all(stored_settings(loaded.train_config(c)) == stored_settings(learned.train_config(c)) for c in Collection)
+    assert loaded.settings_ == learned.settings_
     graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.VALID)[0], LAYOUT)
     np.testing.assert_array_equal(loaded.predict(graph), learned.predict(graph))
     # The settings are gone from the code: not a hyper-parameter, nor a field of a run's settings.
-    assert not set(RETIRED_SETTINGS) & (set(learned.get_params()) | set(TrainConfig.__dataclass_fields__))
-    with pytest.raises(TypeError):  # only a saved file may hold them
+    assert not set(RETIRED_SETTINGS) & (set(learned.get_params()) | set(GNNConfig.__dataclass_fields__))
+    with pytest.raises(ValueError, match="no setting 'sibling'"):  # only a saved file may hold them
         GNNModel(runs_dir=None, sibling=False)
 
 
@@ -233,7 +241,7 @@ def test_same_seed_same_weights_and_resume_after_interrupt(tiny_world: Path, cac
     changed = _fit(tiny_world, cache_dir, str(tmp_path / "a"), lr=3e-3, epochs=2)
     assert [r["epoch"] for r in changed.history_] == [1, 2]
     ckpt = torch.load(_run_dir(tmp_path / "a") / CHECKPOINT, map_location="cpu", weights_only=False)
-    assert ckpt["settings"]["lr"] == 3e-3 and ckpt["epoch"] == 2
+    assert ckpt["settings"]["train"]["lr"] == 3e-3 and ckpt["epoch"] == 2
 
 
 def test_time_budget_stops_and_the_run_continues(tiny_world: Path, cache_dir: str, tmp_path: Path):
@@ -264,7 +272,7 @@ def test_gst_training_runs_and_predicts(tiny_world: Path, cache_dir: str, monkey
     monkeypatch.setattr(gnn_steps, "gst_scores", counting)
     model = _fit(tiny_world, cache_dir, None, segment_size=50, hops="all", epochs=2, keep_prob=0.5)
     assert calls and min(calls) > 1  # every step went through GST, on graphs of several segments
-    assert model.settings_["segment_size"] == 50
+    assert model.settings_["train"]["segment_size"] == 50
     root = find_data_root(tiny_world)
     for path in list_graphs(root, LAYOUT, Split.VALID):
         graph = load_graph(path, LAYOUT)
@@ -335,7 +343,7 @@ def test_attention_model_predicts_deterministically(tiny_world: Path, cache_dir:
     root = find_data_root(tiny_world)
     model = GNNAttentionModel(**{**QUICK, "epochs": 1}, predict_batch=16, tta=3, runs_dir=None,
                               cache_dir=cache_dir).fit(open_collection(root, LAYOUT), progress=False)
-    assert model.settings_["attention"] is True
+    assert model.settings_["network"]["attention"] is True
     graph = load_graph(list_graphs(root, LAYOUT, Split.VALID)[0], LAYOUT)
     assert graph.num_configs > 16  # several batches, so the orderings matter
     first = model.predict(graph)
@@ -361,14 +369,14 @@ def test_reference_context_scores_stream_like_the_whole_graph(tiny_world: Path, 
     net = model.network()
     segments = make_segments(model.prepare(graph))
     whole = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=4, orderings=2,
-                           seed=model.seed, context="reference", reference_configs=None)
+                           seed=model.settings_["train"]["seed"], context="reference", reference_configs=None)
     monkeypatch.setattr(importlib.import_module("models.gnn.model"), "PREDICT_BLOCK", 5)
     np.testing.assert_allclose(model.predict(graph), whole, rtol=1e-6, atol=1e-7)
     batches = predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=4, orderings=2,
-                             seed=model.seed, context="batches")
+                             seed=model.settings_["train"]["seed"], context="batches")
     assert not np.allclose(batches, whole)
     assert not np.allclose(predict_scores(net, segments, torch.from_numpy(graph.config_features()), batch=4,
-                                          orderings=2, seed=model.seed + 1, context="reference",
+                                          orderings=2, seed=model.settings_["train"]["seed"] + 1, context="reference",
                                           reference_configs=None), whole)
     with pytest.raises(ValueError, match="predict_context must be 'reference' or 'batches'"):
         GNNAttentionModel(predict_context="ordered")

@@ -12,14 +12,14 @@ import torch
 from torch_geometric.data import Data
 
 from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, EarlyStopping
-from models.gnn.config import TrainConfig
+from models.gnn.config import GNNConfig
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, make_segments
 from models.gnn.steps import Item
 from models.gnn.train import ALL_EPOCHS, Trainer, TrainState, finished
 
 F, NODES, CONFIGS = 5, 8, 12
 # Two train graphs, one graph per step, one visit per epoch: two steps per epoch.
-CFG = TrainConfig(kind="layout", hidden=8, layers=2, lr=1e-2, loss="hinge", epochs=3, configs_per_graph=8,
+CFG = GNNConfig.of(kind="layout", hidden=8, layers=2, lr=1e-2, loss="hinge", epochs=3, configs_per_graph=8,
                   steps_per_graph=1, patience=10, hops="all", train_configs="all", num_features=F, data_key="t")
 
 
@@ -38,7 +38,7 @@ TRAIN = [tiny_item("a", 0), tiny_item("b", 1)]
 VALID = [tiny_item("v", 2)]
 
 
-def tiny_trainer(callbacks: list[Callback] = (), cfg: TrainConfig = CFG, valid: list[Item] = VALID) -> Trainer:
+def tiny_trainer(callbacks: list[Callback] = (), cfg: GNNConfig = CFG, valid: list[Item] = VALID) -> Trainer:
     return Trainer(cfg, TRAIN, valid, device="cpu", progress=False, callbacks=callbacks)
 
 

@@ -203,7 +203,7 @@ def test_other_settings_keep_the_first_run_and_equal_settings_return_at_once(tin
 
     _train(tiny_world, runs, Path(cache_dir), epochs=1)
     assert _files(run / first_hash) == first  # moved aside, byte for byte
-    assert load_model(run / MODEL_FILE).settings_["epochs"] == 1  # the latest run is the folder's own
+    assert load_model(run / MODEL_FILE).settings_["train"]["epochs"] == 1  # the latest run is the folder's own
     second = _files(run)
     second_hash = settings_hash(torch.load(run / CHECKPOINT, weights_only=True)["settings"])
     assert second_hash != first_hash

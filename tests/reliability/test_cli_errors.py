@@ -280,9 +280,9 @@ def test_a_corrupt_data_file_is_named(world, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("param", "message"), [
-    ("epochs=abc", "--param epochs=abc: GNNModel takes int or None for epochs, not the text 'abc'"),
-    ("hidden=True", "--param hidden=True: GNNModel takes int or None for hidden, not bool True"),
-    ("lr='fast'", "--param lr='fast': GNNModel takes float or None for lr, not the text 'fast'"),
+    ("epochs=abc", "--param epochs=abc: GNNModel: train.epochs takes int, not the text 'abc'"),
+    ("hidden=True", "--param hidden=True: GNNModel: network.hidden takes int, not bool True"),
+    ("lr='fast'", "--param lr='fast': GNNModel: train.lr takes float, not the text 'fast'"),
 ])
 def test_a_param_of_the_wrong_type_is_refused_before_fitting(param, message, tiny_world, tmp_path, capsys):
     runs = tmp_path / "runs"
