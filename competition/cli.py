@@ -99,9 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     _submit_parser(sub)
     _params_parser(sub)
 
+    from competition.hlo.cli import add_parser as add_featurize_parser
     from competition.kaggle import add_parser as add_kaggle_parser
     from competition.report import add_parser as add_report_parser
 
+    add_featurize_parser(sub)
     add_kaggle_parser(sub)
     add_report_parser(sub)
     _verbose_everywhere(parser)

@@ -1,4 +1,5 @@
-"""Featurize an HLO-like :class:`~competition.synthetic.hlo.Module` into TpuGraphs arrays.
+"""Featurize an HLO-like :class:`~competition.synthetic.hlo.Module` into TpuGraphs arrays: the one feature
+writer of both sources of modules, the synthetic world and real XLA programs (:mod:`competition.hlo`).
 
 The column map is the one of the format spec (``docs`` / ``tpugraphs-format.md`` section 3.2), quirks included:
 lists are truncated (6 entries, 2 for slice / dynamic-slice / pad, 4 for conv spatial dims), missing entries are 0,
@@ -166,3 +167,44 @@ def featurize(module: Module) -> FeaturizedGraph:
         edge_index=edge_index,
         node_splits=node_splits.astype(np.int64),
     )
+
+
+def layout_arrays(graph: FeaturizedGraph, node_config_feat: object, node_config_ids: npt.NDArray[np.int64],
+                  config_runtime: npt.NDArray[np.int64]) -> dict[str, object]:
+    """The members of a layout npz file, in the format's order, for :func:`competition.npzio.write_npz`.
+
+    Args:
+        graph: the featurized program.
+        node_config_feat: float32 ``[C, NC, 18]``, or a :class:`~competition.npzio.StreamedArray` of it.
+        node_config_ids: int64 ``[NC]``, ascending.
+        config_runtime: int64 ``[C]`` in ns (zeros where the runtimes are hidden or unknown).
+    """
+    return {
+        "edge_index": graph.edge_index,
+        "node_feat": graph.node_feat,
+        "node_opcode": graph.node_opcode,
+        "node_config_feat": node_config_feat,
+        "node_config_ids": node_config_ids,
+        "node_splits": graph.node_splits,
+        "config_runtime": config_runtime,
+    }
+
+
+def tile_arrays(graph: FeaturizedGraph, config_feat: npt.NDArray[np.float32], config_runtime: npt.NDArray[np.int64],
+                config_runtime_normalizers: npt.NDArray[np.int64]) -> dict[str, object]:
+    """The members of a tile npz file, in the format's order, for :func:`competition.npzio.write_npz`.
+
+    Args:
+        graph: the featurized kernel.
+        config_feat: float32 ``[C, 24]``.
+        config_runtime: int64 ``[C]`` in ns (zeros where hidden or unknown).
+        config_runtime_normalizers: int64 ``[C]``: the default config's runtime (ones where hidden or unknown).
+    """
+    return {
+        "node_feat": graph.node_feat,
+        "node_opcode": graph.node_opcode,
+        "edge_index": graph.edge_index,
+        "config_feat": config_feat,
+        "config_runtime": config_runtime,
+        "config_runtime_normalizers": config_runtime_normalizers,
+    }

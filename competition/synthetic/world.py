@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
 from competition.npzio import StreamedArray, atomic_write_text, remove_stale_temps, write_npz
-from competition.synthetic.featurize import featurize
+from competition.synthetic.featurize import featurize, layout_arrays, tile_arrays
 from competition.synthetic.hlo import Module
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.physics import TILE_BUSY_SHARE, measure, measure_tile
@@ -401,15 +401,8 @@ def write_layout_graph(
         np.dtype(np.float32),
         (problem.config_features(choices[i : i + CONFIG_BLOCK]) for i in range(0, n_configs, CONFIG_BLOCK)),
     )
-    arrays = {
-        "edge_index": graph.edge_index,
-        "node_feat": graph.node_feat,
-        "node_opcode": graph.node_opcode,
-        "node_config_feat": feats,
-        "node_config_ids": problem.node_config_ids.astype(np.int64),
-        "node_splits": graph.node_splits,
-        "config_runtime": np.zeros_like(observed) if hidden else observed,
-    }
+    arrays = layout_arrays(graph, feats, problem.node_config_ids.astype(np.int64),
+                           np.zeros_like(observed) if hidden else observed)
     # The secret file first: a visible file is only ever complete together with its secret.
     write_npz(secret, _secret_arrays(module.name, true_ns, observed if hidden else None))
     write_npz(path, arrays)
@@ -484,14 +477,8 @@ def write_tile_graph(
     busy = bool(rng.random() < TILE_BUSY_SHARE)
     observed = measure_tile(true_ns, rng, busy)
     normalizers = measure_tile(np.full(true_ns.shape, true_default), rng, busy)
-    arrays = {
-        "node_feat": graph.node_feat,
-        "node_opcode": graph.node_opcode,
-        "edge_index": graph.edge_index,
-        "config_feat": config_feat,
-        "config_runtime": np.zeros_like(observed) if hidden else observed,
-        "config_runtime_normalizers": np.ones_like(normalizers) if hidden else normalizers,
-    }
+    arrays = tile_arrays(graph, config_feat, np.zeros_like(observed) if hidden else observed,
+                         np.ones_like(normalizers) if hidden else normalizers)
     write_npz(secret, _secret_arrays(
         kernel.name, true_ns, observed if hidden else None, normalizers if hidden else None, true_default))
     write_npz(path, arrays)

@@ -1,0 +1,253 @@
+"""Modules and tuning records turned into TpuGraphs layout and tile npz files.
+
+The graph arrays come from the feature writer the synthetic world uses
+(:func:`competition.synthetic.featurize.featurize`), the members and their order from
+:func:`~competition.synthetic.featurize.layout_arrays` and :func:`~competition.synthetic.featurize.tile_arrays`.
+
+Configs come from records when there are any; without them:
+
+- **layout**: every convolution, dot and reshape whose tensors have at most 6 dimensions is configurable. Config 0
+  is the compiler's default (every slot -1), then up to ``n`` distinct sampled layouts: a convolution or dot gets
+  the 2 most-minor dimensions of its output, first and second operand (as the real files specify them), a reshape
+  the whole minor-to-major order of its output and operand;
+- **tile**: one kernel per fusion instruction (its fused computation and what that calls, then an entry computation
+  of parameters and the fusion). Config 0 is one tile over the whole output (output bounds = output dims), then up
+  to ``n`` distinct sampled output bounds (a power of two below each dimension, or the dimension); kernel and input
+  bounds stay empty.
+
+Without records the runtimes are unknown: they are written as the public test files hide theirs (layout and tile
+``config_runtime`` all 0, tile normalizers all 1), which the format accepts only in the test split.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from competition import schema
+from competition.hlo.ir import HloFormatError, HloInstruction
+from competition.hlo.records import ModuleRecords, TileConfig
+from competition.synthetic.featurize import featurize, layout_arrays, tile_arrays
+from competition.synthetic.hlo import Computation, Instruction, Module, Shape
+
+LAYOUT_OPCODES = ("convolution", "dot", "reshape")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def safe_stem(name: str) -> str:
+    """A file stem usable in a submission ID: characters other than letters, digits, ``_.-`` become ``_``."""
+    return _UNSAFE.sub("_", name).strip("_") or "module"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A configurable node: its global id and the shapes of its output and operands."""
+
+    node_id: int
+    opcode: str
+    tensors: tuple[Shape, ...]
+
+
+def configurable_nodes(module: Module) -> list[Node]:
+    """The convolution, dot and reshape nodes whose output and operands are arrays of rank <= 6, ascending."""
+    out = []
+    for gid, comp, _i, ins in module.nodes():
+        if ins.opcode not in LAYOUT_OPCODES:
+            continue
+        tensors = (ins.shape, *(comp.instructions[o].shape for o in ins.operands[:2]))
+        if all(not t.is_tuple and t.rank <= schema.MAX_RANK for t in tensors):
+            out.append(Node(gid, ins.opcode, tensors))
+    return out
+
+
+def _node_row(node: Node, rng: np.random.Generator) -> list[int]:
+    row = [-1] * schema.LAYOUT_CONFIG_DIM
+    keep_all = node.opcode == "reshape"
+    for k, shape in enumerate(node.tensors[:3]):
+        perm = [int(v) for v in rng.permutation(shape.rank)]
+        dims = perm if keep_all else perm[:2]
+        row[k * schema.LAYOUT_SLOT_WIDTH:k * schema.LAYOUT_SLOT_WIDTH + len(dims)] = dims
+    return row
+
+
+def sample_layouts(module: Module, n: int, rng: np.random.Generator
+                   ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """The configurable nodes and ``1 + n`` layout configs (the default first, then distinct sampled ones; fewer
+    when the space has fewer).
+
+    Returns:
+        ``(node_config_ids int64 [NC], node_config_feat float32 [C, NC, 18])``.
+    """
+    nodes = configurable_nodes(module)
+    ids = np.asarray([nd.node_id for nd in nodes], dtype=np.int64)
+    rows = [np.full((len(nodes), schema.LAYOUT_CONFIG_DIM), -1, dtype=np.int64)]
+    seen = {rows[0].tobytes()}
+    for _ in range(20 * n):
+        if len(rows) > n or not nodes:
+            break
+        r = np.asarray([_node_row(nd, rng) for nd in nodes], dtype=np.int64)
+        if r.tobytes() not in seen:
+            seen.add(r.tobytes())
+            rows.append(r)
+    return ids, np.stack(rows).astype(np.float32)
+
+
+def layout_from_records(rec: ModuleRecords, num_nodes: int, source: object
+                        ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """The configs of a layout record: runs with a layout and a profile, not failed.
+
+    Returns:
+        ``(node_config_ids [NC] ascending, node_config_feat [C, NC, 18], config_runtime [C])``; node columns
+        sorted by node id when the record lists them in another order.
+
+    Raises:
+        HloFormatError: no usable run, a node id out of range or repeated, a run with another node count, more
+            than 3 tensors or a dimension outside 0..5.
+    """
+    ids = np.asarray(rec.config_index_to_node, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+        raise HloFormatError(source, f"config_index_to_node holds node ids outside [0, {num_nodes})")
+    if np.unique(ids).size != ids.size:
+        raise HloFormatError(source, "config_index_to_node repeats a node id")
+    runs = [r for r in rec.runs if r.layout is not None and not r.error and r.runtime_ns]
+    if not runs:
+        raise HloFormatError(source, "no run with a layout config and a measured runtime (> 0 ns)")
+    feat = np.full((len(runs), ids.size, schema.LAYOUT_CONFIG_DIM), -1, dtype=np.float32)
+    for c, run in enumerate(runs):
+        assert run.layout is not None
+        if len(run.layout) != ids.size:
+            raise HloFormatError(source, f"run {c} configures {len(run.layout)} nodes; config_index_to_node "
+                                         f"lists {ids.size}")
+        for k, node in enumerate(run.layout):
+            if len(node) > len(schema.LAYOUT_SLOTS):
+                raise HloFormatError(source, f"run {c}, node {int(ids[k])}: {len(node)} tensors (at most 3)")
+            for t, dims in enumerate(node):
+                dims = dims[:schema.LAYOUT_SLOT_WIDTH]
+                if any(not 0 <= d < schema.MAX_RANK for d in dims):
+                    raise HloFormatError(source, f"run {c}, node {int(ids[k])}: layout dims {list(dims)} outside 0..5")
+                feat[c, k, t * schema.LAYOUT_SLOT_WIDTH:t * schema.LAYOUT_SLOT_WIDTH + len(dims)] = dims
+    order = np.argsort(ids, kind="stable")
+    runtime = np.asarray([r.runtime_ns for r in runs], dtype=np.int64)
+    return ids[order], np.ascontiguousarray(feat[:, order]), runtime
+
+
+def _bounds(values: Sequence[int]) -> list[float]:
+    """A tile bound group: 6 leading values padded with 0, the sum, the product (0 for an empty list)."""
+    head = [float(v) for v in values[:schema.MAX_RANK]] + [0.0] * (schema.MAX_RANK - min(len(values), 6))
+    prod = float(np.prod(values, dtype=np.float64)) if len(values) else 0.0
+    return head + [float(sum(values)), prod]
+
+
+def tile_row(config: TileConfig) -> list[float]:
+    """The 24 ``config_feat`` columns of a tile config: kernel, output and input bounds."""
+    return _bounds(config.kernel_bounds) + _bounds(config.output_bounds) + _bounds(config.input_bounds)
+
+
+def _output_array(shape: Shape) -> Shape:
+    while shape.is_tuple and shape.tuple_shapes:
+        shape = shape.tuple_shapes[0]
+    return shape
+
+
+def sample_tiles(kernel: Module, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    """``1 + n`` tile configs of a kernel (one tile over the whole output first, then distinct sampled output
+    bounds; fewer when the space has fewer), float32 ``[C, 24]``."""
+    root = kernel.entry.instructions[kernel.entry.root_index]
+    dims = _output_array(root.shape).dims
+    choices = [sorted({d, *(2 ** k for k in range(max(d, 1).bit_length()) if 2 ** k < d)}) for d in dims]
+    configs = [tuple(dims)]
+    space = int(np.prod([len(c) for c in choices], dtype=np.float64)) if dims else 1
+    for _ in range(20 * n):
+        if len(configs) > n or len(configs) >= space:
+            break
+        cand = tuple(int(c[rng.integers(len(c))]) for c in choices)
+        if cand not in configs:
+            configs.append(cand)
+    return np.asarray([tile_row(TileConfig(output_bounds=c)) for c in configs], dtype=np.float32)
+
+
+def tiles_from_records(rec: ModuleRecords, source: object
+                       ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The configs of one kernel's record: tile runs not failed, measured above 1 ns; the normalizer is the
+    default run's runtime.
+
+    Returns:
+        ``(config_feat [C, 24], config_runtime [C], config_runtime_normalizers [C])``.
+
+    Raises:
+        HloFormatError: no usable run, or no default run among them.
+    """
+    runs = [r for r in rec.runs if r.tile is not None and not r.error and (r.runtime_ns or 0) > 1]
+    name = rec.module.name
+    if not runs:
+        raise HloFormatError(source, f"kernel {name!r}: no tile run with a measured runtime")
+    default = next((r for r in runs if r.is_default), None)
+    if default is None:
+        raise HloFormatError(source, f"kernel {name!r}: no default run (is_default) to normalize by")
+    feat = np.asarray([tile_row(r.tile) for r in runs if r.tile is not None], dtype=np.float32)
+    runtime = np.asarray([r.runtime_ns for r in runs], dtype=np.int64)
+    return feat, runtime, np.full(runtime.shape, default.runtime_ns, dtype=np.int64)
+
+
+def _reachable(module: Module, start: str) -> list[Computation]:
+    """``start`` and every computation it calls, directly or not, in module order."""
+    by_name = {c.name: c for c in module.computations}
+    seen, todo = {start}, [start]
+    while todo:
+        for ins in by_name[todo.pop()].instructions:
+            for c in ins.called:
+                if c not in seen:
+                    seen.add(c)
+                    todo.append(c)
+    return [c for c in module.computations if c.name in seen]
+
+
+def fusion_kernels(module: Module) -> list[tuple[str, Module]]:
+    """One kernel module per fusion instruction outside fused computations: ``(fusion name, kernel)``."""
+    fused = {c for _g, _comp, _i, ins in module.nodes() if ins.opcode == "fusion" for c in ins.called}
+    out = []
+    for comp in module.computations:
+        if comp.name in fused:
+            continue
+        for ins in comp.instructions:
+            if ins.opcode != "fusion" or not ins.called:
+                continue
+            entry = Computation(f"{ins.name}.entry")
+            for k, o in enumerate(ins.operands):
+                entry.instructions.append(HloInstruction("parameter", comp.instructions[o].shape,
+                                                         name=f"param.{k}", parameter_number=k))
+            entry.instructions.append(_copy_as(ins, tuple(range(len(ins.operands)))))
+            entry.root = len(entry.instructions) - 1
+            kernel = Module(f"{module.name}.{ins.name}", [*_reachable(module, ins.called[0]), entry])
+            out.append((ins.name, kernel))
+    return out
+
+
+def _copy_as(ins: Instruction, operands: tuple[int, ...]) -> Instruction:
+    fields = {k: getattr(ins, k) for k in ins.__dataclass_fields__ if k not in ("opcode", "shape", "operands")}
+    return type(ins)(ins.opcode, ins.shape, operands, **fields)
+
+
+def seeded_rng(seed: int, stem: str) -> np.random.Generator:
+    """The generator of one output file: the same seed and stem, the same configs."""
+    return np.random.default_rng([seed, zlib.crc32(stem.encode("utf-8"))])
+
+
+def layout_npz_arrays(module: Module, node_config_ids: npt.NDArray[np.int64],
+                      node_config_feat: npt.NDArray[np.float32], config_runtime: npt.NDArray[np.int64]
+                      ) -> dict[str, object]:
+    """The layout npz members of a module with its configs."""
+    return layout_arrays(featurize(module), node_config_feat, node_config_ids.astype(np.int64),
+                         config_runtime.astype(np.int64))
+
+
+def tile_npz_arrays(kernel: Module, config_feat: npt.NDArray[np.float32], config_runtime: npt.NDArray[np.int64],
+                    normalizers: npt.NDArray[np.int64]) -> dict[str, object]:
+    """The tile npz members of a kernel with its configs."""
+    return tile_arrays(featurize(kernel), config_feat.astype(np.float32), config_runtime.astype(np.int64),
+                       normalizers.astype(np.int64))

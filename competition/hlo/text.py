@@ -1,0 +1,389 @@
+"""HLO text, as XLA prints it (``HloModule.to_string()``, JAX's ``lower(...).as_text(dialect="hlo")`` and
+``compile().as_text()``), parsed into a module.
+
+Read: the ``HloModule`` header, every computation (``ENTRY`` or not, with or without its signature), each
+instruction's name, shape (element type, dimensions, layout), opcode, operands (``%name``, ``name`` or
+``f32[2]{0} %name``), ``ROOT``, and the attributes the features use: ``parameter(N)``, ``dimensions=``,
+``iota_dimension=``, ``window=``, ``dim_labels=``, ``feature_group_count=``, ``batch_group_count=``, ``slice=``,
+``dynamic_slice_sizes=``, ``padding=``, ``is_stable=``, the dot dimension numbers, and the called computations
+(``calls=``, ``to_apply=``, ``condition=``, ``body=``, ``select=``, ``scatter=``, ``branch_computations=``,
+``true_computation=``, ``false_computation=``, ``called_computations=``). Everything else (``metadata=``,
+``backend_config=``, ``sharding=``, the stack-frame tables of compiled modules, ``/*index=5*/`` comments ...) is
+skipped. A shape printed without a layout gets XLA's default layout, as XLA's own parser gives it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from competition.hlo.ir import HloFormatError, HloInstruction, known_opcode
+from competition.schema import ELEMENT_ITEMSIZE
+from competition.synthetic.hlo import Computation, ConvDims, DotDims, Module, Shape, Window
+
+_NAME = r"[A-Za-z0-9_.\-]+"
+_HEADER = re.compile(r"\s*HloModule\s+(" + _NAME + r")")
+_COMP = re.compile(r"(ENTRY\s+)?%?(" + _NAME + r")\s*(\(.*\)\s*->\s*.*?)?\s*\{\s*$")
+_INSTR = re.compile(r"(ROOT\s+)?%?(" + _NAME + r")\s*=\s*")
+_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
+_OPERAND = re.compile(r"%?(" + _NAME + r")\s*$")
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
+_COMMENT = re.compile(r"/\*.*?\*/")
+_SECTION = re.compile(r"[A-Z][A-Za-z]*$|\d+\s")
+_CALL_KEYS = ("calls", "to_apply", "condition", "body", "select", "scatter", "branch_computations",
+              "true_computation", "false_computation", "called_computations")
+
+
+class _Fail(Exception):
+    """A problem on the current line (the caller adds the file and line)."""
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and strings."""
+    parts, depth, cur, quote, escape = [], 0, [], False, False
+    for ch in text:
+        if quote:
+            cur.append(ch)
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quote = False
+            continue
+        if ch == '"':
+            quote = True
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the bracket closing the one at ``text[start]`` (strings skipped)."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    stack, quote, escape = [], False, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote = True
+        elif ch in pairs:
+            stack.append(pairs[ch])
+        elif ch in ")]}":
+            if not stack or stack.pop() != ch:
+                raise _Fail(f"unbalanced {ch!r} at column {i + 1}")
+            if not stack:
+                return i
+    raise _Fail(f"unclosed {text[start]!r} at column {start + 1}")
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    text = text.strip().strip("{}").strip()
+    if not text:
+        return ()
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise _Fail(f"{what}: expected integers, found {text!r}") from None
+
+
+def parse_shape(text: str, pos: int = 0) -> tuple[Shape, int]:
+    """Parse the shape starting at ``text[pos]`` (``f32[8,16]{1,0}``, ``(f32[], s32[2]{0})``, ``pred[]``,
+    ``f32[<=8]``); returns the shape and the index after it."""
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    if text.startswith("(", pos):
+        end = _closing(text, pos)
+        inner = _COMMENT.sub("", text[pos + 1:end])
+        elements = tuple(parse_shape(part)[0] for part in _split_top(inner))
+        return Shape("tuple", (), None, elements), end + 1
+    m = _ARRAY.match(text, pos)
+    if m is None:
+        raise _Fail(f"cannot parse a shape at {text[pos:pos + 30]!r}")
+    element_type = m.group(1)
+    if element_type not in ELEMENT_ITEMSIZE or element_type == "tuple":
+        raise _Fail(f"element type {element_type!r} has no column in the TpuGraphs format")
+    dims: list[int] = []
+    for d in (v.strip() for v in m.group(2).split(",") if v.strip()):
+        try:
+            dims.append(int(d.removeprefix("<=")))
+        except ValueError:
+            raise _Fail(f"cannot parse dimension {d!r} of shape {m.group(0)!r}") from None
+    pos = m.end()
+    layout = None
+    if text.startswith("{", pos):
+        end = _closing(text, pos)
+        body = text[pos + 1:end].split(":")[0]
+        layout = _ints(body, f"layout of {m.group(0)}")
+        pos = end + 1
+        if not dims and not layout:
+            layout = None
+    try:
+        return Shape(element_type, tuple(dims), layout), pos
+    except ValueError as exc:
+        raise _Fail(f"shape {text[m.start():pos]!r}: {exc}") from None
+
+
+def _window(text: str) -> Window:
+    fields = dict(item.split("=", 1) for item in text.strip().strip("{}").split() if "=" in item)
+    size = tuple(int(v) for v in fields["size"].split("x")) if "size" in fields else ()
+    n = len(size)
+
+    def per_dim(key: str, default: int) -> tuple[int, ...]:
+        return tuple(int(v) for v in fields[key].split("x")) if key in fields else (default,) * n
+
+    lows, highs = [], []
+    for p in fields["pad"].split("x") if "pad" in fields else ["0_0"] * n:
+        lo, hi = p.split("_")
+        lows.append(int(lo))
+        highs.append(int(hi))
+    return Window(size, per_dim("stride", 1), tuple(lows), tuple(highs), per_dim("rhs_dilate", 1),
+                  per_dim("lhs_dilate", 1), tuple(bool(v) for v in per_dim("rhs_reversal", 0)))
+
+
+def _dim_labels(text: str) -> ConvDims:
+    try:
+        lhs, rest = text.split("_", 1)
+        rhs, out = rest.split("->")
+    except ValueError:
+        raise _Fail(f"cannot parse dim_labels={text!r}") from None
+
+    def spatial(labels: str) -> tuple[int, ...]:
+        digits = sorted((int(ch), i) for i, ch in enumerate(labels) if ch.isdigit())
+        return tuple(i for _, i in digits)
+
+    try:
+        return ConvDims(lhs.index("b"), lhs.index("f"), spatial(lhs), rhs.index("i"), rhs.index("o"),
+                        spatial(rhs), out.index("b"), out.index("f"), spatial(out))
+    except ValueError:
+        raise _Fail(f"cannot parse dim_labels={text!r}") from None
+
+
+def _slices(text: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    starts, limits, strides = [], [], []
+    for part in re.findall(r"\[([^\]]*)\]", text):
+        v = [int(x) for x in part.split(":")]
+        starts.append(v[0])
+        limits.append(v[1])
+        strides.append(v[2] if len(v) > 2 else 1)
+    return tuple(starts), tuple(limits), tuple(strides)
+
+
+def _padding(text: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    lows, highs, interiors = [], [], []
+    for p in text.split("x"):
+        v = [int(x) for x in p.split("_")]
+        lows.append(v[0])
+        highs.append(v[1])
+        interiors.append(v[2] if len(v) > 2 else 0)
+    return tuple(lows), tuple(highs), tuple(interiors)
+
+
+def _called(value: str) -> list[str]:
+    return [v.strip().lstrip("%") for v in value.strip().strip("{}").split(",") if v.strip()]
+
+
+def _instruction(line: str, names: dict[str, int]) -> tuple[bool, HloInstruction, list[str]]:
+    """Parse one instruction line; returns (is_root, instruction, called computation names)."""
+    m = _INSTR.match(line)
+    if m is None:
+        raise _Fail(f"expected an instruction 'name = shape opcode(operands)', found {line[:60]!r}")
+    is_root, name = bool(m.group(1)), m.group(2)
+    shape, pos = parse_shape(line, m.end())
+    om = _OPCODE.match(line, pos)
+    if om is None:
+        raise _Fail(f"{name}: expected an opcode after the shape, found {line[pos:pos + 30]!r}")
+    opcode = om.group(1)
+    if not known_opcode(opcode):
+        raise _Fail(f"{name}: unknown opcode {opcode!r}")
+    close = _closing(line, om.end() - 1)
+    inside = line[om.end():close]
+    operands: list[int] = []
+    parameter_number = None
+    if opcode == "parameter":
+        try:
+            parameter_number = int(inside)
+        except ValueError:
+            raise _Fail(f"{name}: parameter number {inside!r} is not an integer") from None
+    elif opcode != "constant":
+        for op in _split_top(_COMMENT.sub("", inside)):
+            om2 = _OPERAND.search(op)
+            if om2 is None or om2.group(1) not in names:
+                raise _Fail(f"{name}: operand {op!r} is not an instruction defined before it in this computation")
+            operands.append(names[om2.group(1)])
+    attrs: dict[str, Any] = {"name": name, "parameter_number": parameter_number}
+    called: list[str] = []
+    dot: dict[str, tuple[int, ...]] = {}
+    for item in _split_top(line[close + 1:]):
+        key, _, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        try:
+            if key == "dimensions":
+                attrs["dimensions"] = _ints(value, key)
+            elif key == "iota_dimension":
+                attrs["dimensions"] = (int(value),)
+            elif key == "window":
+                attrs["window"] = _window(value)
+            elif key == "dim_labels":
+                attrs["conv_dims"] = _dim_labels(value)
+            elif key in ("feature_group_count", "batch_group_count"):
+                attrs[key] = int(value)
+            elif key == "slice":
+                attrs["slice_starts"], attrs["slice_limits"], attrs["slice_strides"] = _slices(value)
+            elif key == "dynamic_slice_sizes":
+                attrs["dynamic_slice_sizes"] = _ints(value, key)
+            elif key == "padding" and opcode == "pad":
+                attrs["pad_low"], attrs["pad_high"], attrs["pad_interior"] = _padding(value)
+            elif key == "is_stable":
+                attrs["is_stable"] = value == "true"
+            elif key in ("lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims"):
+                dot[key] = _ints(value, key)
+            elif key in _CALL_KEYS:
+                called.extend(_called(value))
+        except (ValueError, KeyError, IndexError) as exc:
+            if isinstance(exc, _Fail):
+                raise
+            raise _Fail(f"{name}: cannot parse {key}={value!r}") from None
+    if opcode == "dot":
+        attrs["dot_dims"] = DotDims(dot.get("lhs_contracting_dims", ()), dot.get("rhs_contracting_dims", ()),
+                                    dot.get("lhs_batch_dims", ()), dot.get("rhs_batch_dims", ()))
+    if opcode == "convolution" and "conv_dims" not in attrs:
+        raise _Fail(f"{name}: a convolution without dim_labels=")
+    if opcode == "convolution" and "window" not in attrs:
+        attrs["window"] = Window((), (), (), (), (), (), ())
+    return is_root, HloInstruction(opcode, shape, tuple(operands), **attrs), called
+
+
+def _statements(lines: list[str], start: int) -> tuple[list[tuple[int, str]], int]:
+    """The instruction statements of the computation body from line ``start`` on (lines joined while brackets
+    are open), and the index of the closing ``}`` line."""
+    out: list[tuple[int, str]] = []
+    i = start
+    while i < len(lines):
+        line = _COMMENT.sub("", lines[i]).strip()
+        if line.startswith("}"):
+            return out, i
+        if not line or line.startswith("//"):
+            i += 1
+            continue
+        first = i
+        while True:
+            try:
+                _balanced(line)
+                break
+            except _Fail:
+                i += 1
+                if i >= len(lines):
+                    raise
+                line += " " + _COMMENT.sub("", lines[i]).strip()
+        out.append((first, line))
+        i += 1
+    raise _Fail("the last computation is not closed by '}'")
+
+
+def _balanced(line: str) -> None:
+    depth, quote, escape = 0, False, False
+    for ch in line:
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote = True
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    if depth > 0 or quote:
+        raise _Fail("unclosed bracket or string")
+
+
+def parse_hlo_text(text: str, source: object = "<text>") -> Module:
+    """Parse HLO text into a module: computations in the text's order (XLA prints callees first, the entry
+    computation last), instructions in their printed order.
+
+    Raises:
+        HloFormatError: text that is not HLO, an unknown opcode, a shape or attribute that cannot be parsed, an
+            undefined operand or computation; the message names ``source`` and the line.
+    """
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("//")):
+        i += 1
+    header = _HEADER.match(lines[i]) if i < len(lines) else None
+    if header is None:
+        found = lines[i].strip()[:40] if i < len(lines) else "an empty file"
+        raise HloFormatError(source, f"not HLO text: expected a first line 'HloModule <name>, ...'; found {found!r}")
+    module = Module(header.group(1))
+    called_by: list[tuple[int, str, str]] = []
+    i += 1
+    while i < len(lines):
+        raw = _COMMENT.sub("", lines[i]).strip()
+        if not raw or raw.startswith("//") or _SECTION.match(raw):
+            i += 1
+            continue
+        cm = _COMP.match(raw)
+        if cm is None:
+            raise HloFormatError(source, f"line {i + 1}: expected a computation '[ENTRY] name {{'; found {raw[:60]!r}")
+        comp = Computation(cm.group(2))
+        names: dict[str, int] = {}
+        root = -1
+        try:
+            statements, close = _statements(lines, i + 1)
+        except _Fail as exc:
+            raise HloFormatError(source, f"computation {comp.name!r}: {exc}") from None
+        for lineno, stmt in statements:
+            try:
+                is_root, ins, called = _instruction(stmt, names)
+            except _Fail as exc:
+                raise HloFormatError(source, f"line {lineno + 1}: {exc}") from None
+            if ins.name in names:
+                raise HloFormatError(source, f"line {lineno + 1}: instruction {ins.name!r} defined twice")
+            names[ins.name] = len(comp.instructions)
+            if is_root:
+                root = len(comp.instructions)
+            ins.called = tuple(dict.fromkeys(called))
+            called_by.extend((lineno, ins.name, c) for c in ins.called)
+            comp.instructions.append(ins)
+        if not comp.instructions:
+            raise HloFormatError(source, f"line {i + 1}: computation {comp.name!r} has no instructions")
+        comp.root = root if root >= 0 else len(comp.instructions) - 1
+        module.computations.append(comp)
+        i = close + 1
+    if not module.computations:
+        raise HloFormatError(source, "no computation found after the HloModule line")
+    defined = {c.name for c in module.computations}
+    for lineno, name, callee in called_by:
+        if callee not in defined:
+            raise HloFormatError(source, f"line {lineno + 1}: {name} calls {callee!r}, a computation the module "
+                                         "does not define")
+    return module
+
+
+def read_hlo_text_file(path: str | os.PathLike[str]) -> Module:
+    """Read a file of HLO text (UTF-8)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HloFormatError(path, f"not HLO text: byte {exc.start} is not UTF-8") from None
+    return parse_hlo_text(text, path)
