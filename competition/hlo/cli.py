@@ -46,11 +46,12 @@ def read_program(path: str | os.PathLike[str]) -> Module:
     try:
         return read_module_proto(data, path)
     except HloFormatError as exc:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise HloFormatError(path, f"neither HLO text nor a serialized HloModuleProto: {exc.problem}") from None
-        return parse_hlo_text(text, path)  # text without the header: says what it found instead
+        if "not a serialized" not in exc.problem:
+            raise
+        start = data.lstrip().split(b"\n", 1)[0][:30].decode("utf-8", errors="replace")
+        why = exc.problem.removeprefix("not a serialized HloModuleProto (").removesuffix(")")
+        raise HloFormatError(path, f"neither HLO text (no first line 'HloModule <name>'; it starts {start!r}) nor "
+                                   f"a serialized HloModuleProto ({why})") from None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
