@@ -145,9 +145,17 @@ def open_collection(root: DataRoot, collection: Collection | str, *, eval_split:
         collection: the collection.
         eval_split: the split early stopping scores (``None``, or the train split, for none).
         protocol: the valid protocol.
+
+    Raises:
+        EvalIndicesError: the protocol's index files list a config index out of range for a valid graph (checked
+            now, from the npz headers, before any model is fitted).
     """
     collection = Collection(collection)
     splits = {s: open_split(root, collection, s) for s in Split}
+    if protocol.indices is not None and collection.is_layout:
+        valid = splits[Split.VALID]
+        for stem, count in zip(valid.stems, valid.header_rows("config_runtime"), strict=True):
+            protocol.listed(collection, stem, count)
     use_eval = eval_split is not None and Split(eval_split) != Split.TRAIN
     return CollectionData(collection, splits[Split.TRAIN], splits[Split(eval_split)] if use_eval else None,
                           splits[Split.VALID], splits[Split.TEST], protocol)

@@ -10,7 +10,8 @@ configs are ranked by, from here:
 :func:`load_labels` reads them for a split, keyed by submission ID: train and valid labels from the graph files
 (only the runtime members, never ``node_config_feat``), test labels from a synthetic world's ``secret/`` tree (the
 Kaggle test split keeps them hidden: :class:`HiddenLabelsError`). On the valid split it keeps the valid protocol's
-configs of each layout graph only (:mod:`competition.protocol`), and says which (:attr:`GraphLabels.rows`). Where the
+configs of each layout graph only (:mod:`competition.protocol`), and says which (:attr:`GraphLabels.rows`) and, under
+index files that repeat indices, how often each counts (:attr:`GraphLabels.picks`). Where the
 ``secret/`` tree also holds the noiseless runtimes (synthetic worlds), they come along for the oracle score.
 """
 
@@ -59,6 +60,9 @@ class GraphLabels:
         noiseless: float64 ``[C']`` what the configs would be ranked by without measurement noise (synthetic worlds'
             ``secret/``; tile: noiseless runtime over the noiseless default runtime), for the oracle; ``None``
             on real data.
+        picks: int64 positions into the scored configs, one per index the valid protocol's index files list for
+            the graph, repeats included: the metric is taken over ``values[picks]``, as the official evaluation
+            takes it (:meth:`~competition.protocol.ValidProtocol.picks`); ``None``: each scored config counts once.
     """
 
     collection: Collection
@@ -68,6 +72,7 @@ class GraphLabels:
     rows: npt.NDArray[np.int64] | None
     num_configs: int
     noiseless: npt.NDArray[np.float64] | None = None
+    picks: npt.NDArray[np.int64] | None = None
 
     @property
     def id(self) -> str:
@@ -177,7 +182,8 @@ def graph_labels(root: DataRoot, collection: Collection, split: Split, path: Pat
     if rows is not None:
         runtime, normalizers = runtime[rows], None if normalizers is None else normalizers[rows]
     return GraphLabels(collection, path.stem, runtime, normalizers, rows, num_configs,
-                       _noiseless(root, collection, split, path.stem, rows))
+                       _noiseless(root, collection, split, path.stem, rows),
+                       protocol.picks(collection, path.stem, num_configs, split))
 
 
 def load_labels(root: DataRoot, collections: Sequence[Collection], split: Split,

@@ -143,7 +143,7 @@ def top_k_error(order: npt.ArrayLike, runtimes: npt.ArrayLike, k: int) -> float:
 
 
 def graph_score(collection: Collection | str, targets: npt.ArrayLike, *, order: npt.ArrayLike | None = None,
-                scores: npt.ArrayLike | None = None) -> float:
+                scores: npt.ArrayLike | None = None, picks: npt.ArrayLike | None = None) -> float:
     """The competition score of one graph: the top-5 tile score, or the layout Kendall tau-b of the whole order.
 
     Give the submitted ``order``, or the predicted ``scores``: these are scored as the row a submission writes
@@ -155,17 +155,26 @@ def graph_score(collection: Collection | str, targets: npt.ArrayLike, *, order: 
         order: int ``[m]`` config indices (positions into ``targets``), fastest first: at least one for tile, a
             permutation of ``range(C)`` for layout.
         scores: ``[C]`` predicted scores, lower = faster.
+        picks: layout only: positions into ``targets``, repeats allowed, over which the tau is taken instead of
+            over each config once, as the official evaluation takes it over its listed config indices
+            (:meth:`~competition.protocol.ValidProtocol.picks`): :func:`kendall_tau` of the order's ranks and the
+            targets, both gathered at ``picks``.
 
     Raises:
         ValueError: both or neither of ``order`` and ``scores``; a layout order that is not a permutation; tile
-            targets that are not positive.
+            targets that are not positive; ``picks`` for tile.
     """
     if (order is None) == (scores is None):
         raise ValueError("give exactly one of order and scores")
     if order is None:
         order = submitted_order(collection, scores)
     if _is_tile(collection):
+        if picks is not None:
+            raise ValueError("picks apply to layout graphs only: tile graphs are scored on every config")
         return top_k_score(order, targets, TILE_TOP_K)
+    if picks is not None:
+        p = np.asarray(picks, dtype=np.int64)
+        return kendall_tau(order_to_ranks(order)[p], np.asarray(targets, dtype=np.float64)[p])
     return kendall_tau_of_order(order, targets)
 
 
@@ -276,7 +285,7 @@ class GraphResult:
 
 
 def score_graph(collection: Collection, order: npt.ArrayLike, targets: npt.ArrayLike, *,
-                stem: str = "") -> GraphResult:
+                stem: str = "", picks: npt.ArrayLike | None = None) -> GraphResult:
     """Score one graph from its submitted order: :func:`graph_score` and the diagnostics.
 
     Args:
@@ -285,6 +294,8 @@ def score_graph(collection: Collection, order: npt.ArrayLike, targets: npt.Array
             layout, at least ``min(5, C)`` for tile.
         targets: ``[C]`` what the configs rank by (:func:`competition.targets.ranking_target`).
         stem: the graph's file stem, to name it in the result.
+        picks: layout only: positions into ``targets`` (repeats allowed) that the score and the diagnostics are
+            taken over, as the official evaluation takes them (:func:`graph_score`); ``None``: each config once.
 
     Returns:
         A :class:`GraphResult`.
@@ -296,7 +307,14 @@ def score_graph(collection: Collection, order: npt.ArrayLike, targets: npt.Array
     full = order.size == c and np.array_equal(np.sort(order), np.arange(c))
     if collection.is_layout and not full:
         raise ValueError(f"{collection.value}:{stem}: a layout order must be a permutation of range({c})")
-    score = graph_score(collection, r, order=order)
+    score = graph_score(collection, r, order=order, picks=picks)
+    if picks is not None:  # the diagnostics over the listed indices too: ranks gathered, then ordered
+        p = np.asarray(picks, dtype=np.int64)
+        ranks, r = order_to_ranks(order)[p], r[p]
+        order = predicted_order(ranks)
+        errs = [top_k_error(order, r, k) for k in TOP_K_ERRORS]
+        return GraphResult(f"{collection.value}:{stem}", collection, stem, score, c,
+                           ordered_pair_accuracy(ranks, r), *errs)
     errs = [top_k_error(order, r, k) if order.size >= min(k, c) else math.nan for k in TOP_K_ERRORS]
     opa = ordered_pair_accuracy_of_order(order, r) if full else math.nan
     return GraphResult(f"{collection.value}:{stem}", collection, stem, score, c, opa, *errs)

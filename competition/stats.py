@@ -103,7 +103,7 @@ def graph_oracle(labels: GraphLabels) -> float | None:
     predicted scores (ties broken by config index, as any submission's are); ``None`` without noiseless runtimes."""
     if labels.noiseless is None:
         return None
-    return graph_score(labels.collection, labels.target(), scores=labels.noiseless)
+    return graph_score(labels.collection, labels.target(), scores=labels.noiseless, picks=labels.picks)
 
 
 def graph_noiseless_score(labels: GraphLabels, scores: npt.ArrayLike) -> float | None:
@@ -114,7 +114,8 @@ def graph_noiseless_score(labels: GraphLabels, scores: npt.ArrayLike) -> float |
     model that picks the truly fastest configs a whole point of the top-5 slowdown."""
     if labels.noiseless is None:
         return None
-    return graph_score(labels.collection, labels.noiseless, scores=np.asarray(scores, dtype=np.float64))
+    return graph_score(labels.collection, labels.noiseless, scores=np.asarray(scores, dtype=np.float64),
+                       picks=labels.picks)
 
 
 def oracle_scores(labels: SplitLabels) -> dict[Collection, float] | None:

@@ -923,7 +923,7 @@ def _submission_scores(good: list[_Row], labels: SplitLabels, chosen: list[Colle
     for row in sorted(good, key=lambda r: r.id):
         lab = labels[row.id]
         results[lab.collection].append(score_graph(lab.collection, lab.local_order(row.order),
-                                                   lab.target(raw=raw), stem=lab.stem))
+                                                   lab.target(raw=raw), stem=lab.stem, picks=lab.picks))
     return SubmissionScores({c: CollectionResult(c, g) for c, g in results.items()},
                        labels.protocol.describe() if labels.split == Split.VALID else "")
 

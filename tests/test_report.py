@@ -196,7 +196,7 @@ def test_every_option_has_help(capsys: pytest.CaptureFixture[str]):
     parser, report = _parser()
     options = {o for a in report._actions for o in a.option_strings}
     assert options == {"-h", "--help", "--data", "--submission", "--split", "--leaderboard", "--runs", "--out",
-                       "--graphs", "--no-progress", "--valid-configs", "--force"}
+                       "--graphs", "--no-progress", "--valid-configs", "--valid-indices", "--force"}
     assert all(a.help for a in report._actions)
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["report", "--help"])
