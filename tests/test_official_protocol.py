@@ -98,7 +98,7 @@ def test_the_official_lists_ship_as_package_data():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     shipped = {p.name for p in OFFICIAL_DIR.iterdir()}
     assert shipped == {*INDEX_FILES.values(), "README.md"}
-    assert {p.name for pattern in declared["competition"] for p in (ROOT / "competition").glob(pattern)} == shipped
+    assert {p.name for pattern in declared["competition.data.eval_indices"] for p in OFFICIAL_DIR.glob(pattern)} == shipped
     assert "Apache License, Version 2.0" in (OFFICIAL_DIR / "README.md").read_text()
 
 
