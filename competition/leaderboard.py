@@ -3,8 +3,8 @@
 A row records when, which file (and its SHA-256), the git commit of the code, what produced the file, which
 split and data root it was scored on, the score of each collection, the combined score, and whether all five
 collections were present, for an ensemble what it combined (``components``), and for a valid scoring the valid
-protocol it was scored under (``protocol``: ``1000@0`` or ``all``); the last two columns were added later, and
-older files without them still read. ``complete`` is ``false`` for a partial scoring (``fastslow score
+protocol it was scored under (``protocol``: ``1000@0``, ``all``, ``official``...); the last two columns were added
+later, and older files without them still read. ``complete`` is ``false`` for a partial scoring (``fastslow score
 --partial``, or a data root with fewer than five collections): its combined score is not comparable with
 complete ones. ``fastslow leaderboard`` prints the history best first and plots scores per collection over
 time.
@@ -116,7 +116,8 @@ def append_row(
         path: the leaderboard CSV.
         now: the time to record (default: now, UTC).
         components: what an ensemble combined (its ``describe()`` text); empty for a single model.
-        protocol: for a valid-split scoring, the valid protocol's tag (``1000@0`` or ``all``).
+        protocol: for a valid-split scoring, the valid protocol's tag (``1000@0``, ``all``, ``official``...:
+            :attr:`competition.protocol.ValidProtocol.tag`).
         partial: the file was scored on part of what its split expects (``fastslow score --partial``): recorded
             as ``complete=false`` whatever collections it holds.
 
