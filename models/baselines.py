@@ -18,7 +18,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar, Self
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +30,7 @@ from competition.reader import LayoutGraph, TileGraph
 from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE, MAX_RANK
 from features.tabular import tile_root
 from models.base import Graph, NotFittedError, RankingModel
-from models.params import Param, check_values
+from models.settings import Configured, Section, section, setting
 
 TILE_FEATURES = tuple(f"log2(output_bounds/shape), minor dim {k}" for k in range(MAX_RANK)) + tuple(
     f"log2(kernel_bounds_{d})" for d in range(MAX_RANK)
@@ -40,21 +41,31 @@ MIN_SPREAD = 0.25
 """Floor on a feature's spread (log2 units): keeps a feature that never varied in training from dominating."""
 
 
-class RandomModel(RankingModel):
-    """Random scores, the same for a graph whatever else was scored before it.
+@dataclass(frozen=True)
+class RandomScores(Section):
+    """The random scores."""
 
-    Args:
-        seed: combined with the graph's stem to seed the generator.
-    """
+    seed: int = setting(0, "seeds the random scores (with each graph's name)", low=0)
+
+
+@dataclass(frozen=True)
+class RandomConfig:
+    """The random ranking's settings: :attr:`scores`."""
+
+    scores: RandomScores = section(RandomScores)
+
+
+class RandomModel(Configured, RankingModel):
+    """Random scores, the same for a graph whatever else was scored before it: ``scores.seed`` combined with the
+    graph's stem seeds the generator."""
 
     name = "random"
     reference = True
 
-    PARAMS: ClassVar[tuple[Param, ...]] = (Param("seed", "seeds the random scores (with each graph's name)", low=0),)
+    CONFIG: ClassVar[type[RandomConfig]] = RandomConfig
 
-    def __init__(self, seed: int = 0) -> None:
-        check_values(type(self), {"seed": seed})
-        self.seed = seed
+    def __init__(self, config: RandomConfig | None = None, /, **settings: Any) -> None:
+        self._configure(config, settings)
 
     def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
             predict_by: float | None = None) -> Self:
@@ -65,7 +76,7 @@ class RandomModel(RankingModel):
     def predict(self, graph: Graph) -> npt.NDArray[np.float64]:
         """Uniform [0, 1) scores, float64 ``[C]``, determined by ``(seed, graph.stem)``."""
         words = np.frombuffer(hashlib.sha256(graph.stem.encode("utf-8")).digest(), dtype=np.uint32)
-        rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), *words.tolist()]))
+        rng = np.random.default_rng(np.random.SeedSequence([int(self.config.scores.seed), *words.tolist()]))
         return rng.random(graph.num_configs)
 
 

@@ -49,8 +49,9 @@ from competition.collections import Collection
 from competition.metrics import graph_score
 from competition.npzio import atomic_write_text
 from competition.submission import parse_submission_id
-from models.base import NotFittedError, init_params, read_json_doc
-from models.params import Param, check_values
+from models import settings as settings_tree
+from models.base import NotFittedError, read_json_doc
+from models.settings import Configured, Section, section, setting
 
 METHODS = ("auto", "weighted", "best", "mean")
 NORMALIZATIONS = ("auto", "rank", "minmax")
@@ -76,7 +77,8 @@ bench kernels, gained on one bench world and lost nothing on the other (lab/jour
 members only, and no fitted combination on a handful of graphs"). The real valid split has 7-20 graphs per layout
 collection and 676 tile kernels."""
 
-PIPELINE_PARAMS: dict[str, Any] = {"method": "auto", "normalization": "auto", "min_graphs": MIN_FITTED_GRAPHS}
+PIPELINE_PARAMS: dict[str, Any] = {"combine.method": "auto", "combine.normalization": "auto",
+                                   "combine.min_graphs": MIN_FITTED_GRAPHS}
 """The hyper-parameters the pipeline (and the benchmarks that stand for it) fit :class:`Ensemble` with."""
 
 _CANDIDATE_ORDER = ("best", "mean", "weighted")  # tie-break of auto: the simpler choice first
@@ -222,20 +224,51 @@ def _subsample(sid: str, size: int, max_configs: int | None, seed: int) -> npt.N
 # --------------------------------------------------------------------------------------------------------------
 
 
-class Ensemble:
+@dataclass(frozen=True)
+class CombineSettings(Section):
+    """How each collection combines the models."""
+
+    method: str = setting("auto", "how each collection combines the models: chosen by cross-validation (auto), fitted "
+                                  "weights, the best model, or the mean", choices=METHODS)
+    normalization: str = setting("rank", "how scores are made comparable before combining: ranks, min-max, or "
+                                         "chosen by cross-validation (auto)", choices=NORMALIZATIONS)
+    min_graphs: int = setting(1, "fewer fitting graphs than this: the collection takes the model best over its kind",
+                              low=1)
+
+
+@dataclass(frozen=True)
+class EnsembleFitSettings(Section):
+    """How the combination is fitted and scored."""
+
+    folds: int = setting(5, "cross-validation folds per collection (leave-one-graph-out with fewer graphs)", low=2,
+                         high=1000)
+    seed: int = setting(0, "seeds the folds and the config subsets of large layout graphs", low=0)
+    max_configs: int | None = setting(
+        2000, "configs of a layout graph scored while fitting (a fixed random subset; None: all)", low=1)
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    """The ensemble's settings: :attr:`combine`, :attr:`fit`."""
+
+    combine: CombineSettings = section(CombineSettings)
+    fit: EnsembleFitSettings = section(EnsembleFitSettings)
+
+
+class Ensemble(Configured):
     """Per-collection weighted combination of models' normalised scores.
 
     Follows scikit-learn's estimator contract: hyper-parameters are stored unchanged, :meth:`fit` returns ``self``
     and learned state lives in attributes ending with ``_``.
 
-    Args:
-        method: ``auto`` (chosen per collection by cross-validation), ``weighted``, ``best`` or ``mean``.
-        normalization: ``rank``, ``minmax``, or ``auto`` (chosen per collection by cross-validation).
-        folds: cross-validation folds per collection (leave-one-graph-out when a collection has fewer graphs).
-        seed: seeds the fold assignment and the config subsets of large layout graphs.
-        max_configs: layout graphs with more configs are scored on this many (a fixed random subset) while
+    Settings (:class:`EnsembleConfig`; ``Ensemble(config)``, or values by ``section.name`` or name):
+        combine.method: ``auto`` (chosen per collection by cross-validation), ``weighted``, ``best`` or ``mean``.
+        combine.normalization: ``rank``, ``minmax``, or ``auto`` (chosen per collection by cross-validation).
+        fit.folds: cross-validation folds per collection (leave-one-graph-out when a collection has fewer graphs).
+        fit.seed: seeds the fold assignment and the config subsets of large layout graphs.
+        fit.max_configs: layout graphs with more configs are scored on this many (a fixed random subset) while
             fitting; ``None`` scores every config.
-        min_graphs: a collection with fewer fitting graphs gets no combination of its own: all the weight goes to
+        combine.min_graphs: a collection with fewer fitting graphs gets no combination of its own: all the weight goes to
             the member with the best mean score over the collections fitted of its kind (method ``overall``), as
             a pipeline picks its best model; a choice among candidates made on a handful of graphs is mostly their
             noise. 1 (the default) fits every collection.
@@ -254,39 +287,15 @@ class Ensemble:
     name: ClassVar[str] = "ensemble"
     """The producer name of its submissions and leaderboard rows, and how ``--param`` addresses it."""
 
-    PARAMS: ClassVar[tuple[Param, ...]] = (
-        Param("method", "how each collection combines the models: chosen by cross-validation (auto), fitted "
-                        "weights, the best model, or the mean", choices=METHODS),
-        Param("normalization", "how scores are made comparable before combining: ranks, min-max, or chosen by "
-                               "cross-validation (auto)", choices=NORMALIZATIONS),
-        Param("folds", "cross-validation folds per collection (leave-one-graph-out with fewer graphs)", low=2,
-              high=1000),
-        Param("seed", "seeds the folds and the config subsets of large layout graphs", low=0),
-        Param("max_configs", "configs of a layout graph scored while fitting (a fixed random subset; None: all)",
-              low=1),
-        Param("min_graphs", "fewer fitting graphs than this: the collection takes the model best over its kind",
-              low=1),
-    )
+    CONFIG: ClassVar[type[EnsembleConfig]] = EnsembleConfig
 
-    def __init__(self, method: str = "auto", normalization: str = "rank", folds: int = 5, seed: int = 0,
-                 max_configs: int | None = 2000, min_graphs: int = 1) -> None:
-        check_values(type(self), {"method": method, "normalization": normalization, "folds": folds, "seed": seed,
-                                  "max_configs": max_configs, "min_graphs": min_graphs})
-        self.method = method
-        self.normalization = normalization
-        self.folds = folds
-        self.seed = seed
-        self.max_configs = max_configs
-        self.min_graphs = min_graphs
+    def __init__(self, config: EnsembleConfig | None = None, /, **settings: Any) -> None:
+        self._configure(config, settings)
         self._cache: tuple[str, dict[Collection, _Table]] | None = None
 
     # ---------------------------------------------------------------------------------------------------------
     # Public API
     # ---------------------------------------------------------------------------------------------------------
-
-    def get_params(self) -> dict[str, Any]:
-        """Hyper-parameters as given to ``__init__``."""
-        return init_params(self)
 
     def __repr__(self) -> str:
         return f"Ensemble({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
@@ -319,7 +328,7 @@ class Ensemble:
             folds = self._folds(len(t.ids))
             self.member_scores_[c.value] = {m: float(_member_scores(t, i).mean()) for i, m in enumerate(models)}
             self.num_graphs_[c.value] = len(t.ids)
-            if len(t.ids) < self.min_graphs:
+            if len(t.ids) < self.config.combine.min_graphs:
                 self.collections_[c.value] = {"method": "overall", "normalization": "rank",
                                               "weights": t.weights[t.vertices[overall[c.kind]]].tolist()}
                 self.candidate_scores_[c.value] = {}
@@ -397,7 +406,7 @@ class Ensemble:
         overall = self._overall_best(tables)
         out: dict[str, npt.NDArray[np.float64]] = {}
         for c, t in tables.items():
-            if len(t.ids) < self.min_graphs:
+            if len(t.ids) < self.config.combine.min_graphs:
                 plan = [("rank", int(t.vertices[overall[c.kind]]))] * len(t.ids)
             else:
                 plan = self._cv_plan(t, self._folds(len(t.ids)))
@@ -466,9 +475,10 @@ class Ensemble:
         if doc.get("version") != FORMAT_VERSION:
             raise ValueError(f"{path}: expected ensemble format version {FORMAT_VERSION}; found {doc.get('version')!r}")
         params, state = doc["params"], doc["state"]
-        if not isinstance(params, dict) or not set(params) <= set(cls().get_params()):
-            raise ValueError(f"{path}: expected ensemble params among {', '.join(cls().get_params())}; "
-                             f"found {params!r}")
+        leaves = settings_tree.leaves(EnsembleConfig)
+        known = {*leaves, *(leaf.name for leaf in leaves.values())}  # by key, or by name as earlier versions saved
+        if not isinstance(params, dict) or not set(params) <= known:
+            raise ValueError(f"{path}: expected ensemble params among {', '.join(leaves)}; found {params!r}")
         if not isinstance(state, dict) or set(state) != set(_STATE_KEYS):
             raise ValueError(f"{path}: expected ensemble state with keys {', '.join(_STATE_KEYS)}; "
                              f"found {sorted(state) if isinstance(state, dict) else type(state).__name__}")
@@ -482,16 +492,16 @@ class Ensemble:
     # ---------------------------------------------------------------------------------------------------------
 
     def _check_params(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {', '.join(METHODS)}; got {self.method!r}")
-        if self.normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}; got {self.normalization!r}")
-        if not isinstance(self.folds, int) or self.folds < 2:
-            raise ValueError(f"folds must be an integer >= 2; got {self.folds!r}")
-        if self.max_configs is not None and self.max_configs < 2:
-            raise ValueError(f"max_configs must be None or >= 2; got {self.max_configs!r}")
-        if not isinstance(self.min_graphs, int) or self.min_graphs < 1:
-            raise ValueError(f"min_graphs must be an integer >= 1; got {self.min_graphs!r}")
+        if self.config.combine.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}; got {self.config.combine.method!r}")
+        if self.config.combine.normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {', '.join(NORMALIZATIONS)}; got {self.config.combine.normalization!r}")
+        if not isinstance(self.config.fit.folds, int) or self.config.fit.folds < 2:
+            raise ValueError(f"folds must be an integer >= 2; got {self.config.fit.folds!r}")
+        if self.config.fit.max_configs is not None and self.config.fit.max_configs < 2:
+            raise ValueError(f"max_configs must be None or >= 2; got {self.config.fit.max_configs!r}")
+        if not isinstance(self.config.combine.min_graphs, int) or self.config.combine.min_graphs < 1:
+            raise ValueError(f"min_graphs must be an integer >= 1; got {self.config.combine.min_graphs!r}")
 
     def _overall_best(self, tables: Mapping[Collection, _Table]) -> dict[str, int]:
         """Per kind of the collections in ``tables`` (``tile``, ``layout``), the member with the best mean, over
@@ -505,8 +515,8 @@ class Ensemble:
         return out
 
     def _candidate_list(self) -> list[tuple[str, str]]:
-        methods = list(_CANDIDATE_ORDER) if self.method == "auto" else [self.method]
-        norms = ["rank", "minmax"] if self.normalization == "auto" else [self.normalization]
+        methods = list(_CANDIDATE_ORDER) if self.config.combine.method == "auto" else [self.config.combine.method]
+        norms = ["rank", "minmax"] if self.config.combine.normalization == "auto" else [self.config.combine.normalization]
         return [(m, n) for n in norms for m in methods]
 
     @staticmethod
@@ -547,7 +557,7 @@ class Ensemble:
         if self._cache is not None and self._cache[0] == key:
             return models, self._cache[1]
         weights, grid, vertices, mean = _candidates(len(models))
-        norms = ["rank", "minmax"] if self.normalization == "auto" else [self.normalization]
+        norms = ["rank", "minmax"] if self.config.combine.normalization == "auto" else [self.config.combine.normalization]
         by_collection: dict[Collection, list[str]] = {}
         for sid in ids:
             by_collection.setdefault(parse_submission_id(sid)[0], []).append(sid)
@@ -561,7 +571,7 @@ class Ensemble:
                 if y.shape != vectors[0].shape:  # type: ignore[union-attr]
                     raise ValueError(f"labels of ID {sid} have shape {y.shape}; the scores "
                                      f"{vectors[0].shape}")  # type: ignore[union-attr]
-                sub = _subsample(sid, y.size, self.max_configs, self.seed) if c.is_layout else None
+                sub = _subsample(sid, y.size, self.config.fit.max_configs, self.config.fit.seed) if c.is_layout else None
                 if sub is not None:
                     vectors = [v[sub] for v in vectors]  # type: ignore[index]
                     y = y[sub]
@@ -574,7 +584,7 @@ class Ensemble:
 
     def _fingerprint(self, predictions: Predictions, labels: Labels, models: list[str]) -> str:
         """A digest of the inputs and of the parameters the tables depend on (the tables are cached on it)."""
-        h = hashlib.sha256(repr((self.normalization, self.max_configs, self.seed)).encode())
+        h = hashlib.sha256(repr((self.config.combine.normalization, self.config.fit.max_configs, self.config.fit.seed)).encode())
         for m in models:
             h.update(m.encode() + b"\0")
             for sid in sorted(predictions[m]):
@@ -587,8 +597,8 @@ class Ensemble:
 
     def _folds(self, n: int) -> npt.NDArray[np.int64]:
         """Fold of each of ``n`` graphs (sorted by ID): a seeded permutation dealt round-robin."""
-        k = min(self.folds, n)
-        perm = np.random.default_rng(self.seed).permutation(n)
+        k = min(self.config.fit.folds, n)
+        perm = np.random.default_rng(self.config.fit.seed).permutation(n)
         out = np.empty(n, dtype=np.int64)
         out[perm] = np.arange(n) % max(k, 1)
         return out

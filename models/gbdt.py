@@ -25,7 +25,8 @@ import inspect
 import os
 import time
 from collections.abc import Callable
-from typing import ClassVar, Self
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
 
 import lightgbm
 import numpy as np
@@ -41,7 +42,7 @@ from competition.protocol import ValidProtocol
 from competition.reader import LayoutGraph, TileGraph
 from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
-from models.params import Param, check_values
+from models.settings import Configured, Section, section, setting
 
 _HAS_EVAL_X = "eval_X" in inspect.signature(lightgbm.LGBMRanker.fit).parameters
 
@@ -101,18 +102,49 @@ def _stop_at(deadline: float) -> Callable[[CallbackEnv], None]:
     return callback
 
 
-class GBDTModel(RankingModel):
+@dataclass(frozen=True)
+class GBDTSampling(Section):
+    """Which configs make the training queries."""
+
+    max_configs_per_graph: int = setting(
+        1000, "configs of each graph sampled into the training queries (LightGBM refuses queries above 10,000 rows)",
+        low=2, high=10_000)
+
+
+@dataclass(frozen=True)
+class BoosterSettings(Section):
+    """LightGBM's lambdarank booster."""
+
+    n_estimators: int = setting(300, "boosting rounds at most (early stopping on valid may end sooner)", low=1,
+                                high=100_000)
+    learning_rate: float = setting(0.05, "shrinkage of each tree", low=0, high=1, low_open=True)
+    num_leaves: int = setting(31, "leaves per tree", low=2, high=131_072)
+    early_stopping_rounds: int = setting(
+        30, "rounds without a better valid score before stopping (0: no early stopping)", low=0, high=100_000)
+    seed: int = setting(0, "seeds the config sampling and LightGBM", low=0)
+
+
+@dataclass(frozen=True)
+class GBDTRunSettings(Section):
+    """How the GBDT runs, not what it learns."""
+
+    n_jobs: int = setting(2, "LightGBM threads", low=1, high=1024, runtime=True)
+
+
+@dataclass(frozen=True)
+class GBDTConfig:
+    """Every setting of the GBDT: :attr:`sampling`, :attr:`booster`, :attr:`run`."""
+
+    sampling: GBDTSampling = section(GBDTSampling)
+    booster: BoosterSettings = section(BoosterSettings)
+    run: GBDTRunSettings = section(GBDTRunSettings)
+
+
+class GBDTModel(Configured, RankingModel):
     """LightGBM ``LGBMRanker(objective="lambdarank")`` over per-config tabular features.
 
-    Args:
-        n_estimators: maximum boosting rounds.
-        learning_rate: shrinkage per round.
-        num_leaves: leaves per tree.
-        max_configs_per_graph: configs sampled per training (and early-stopping) graph; LightGBM refuses queries
-            above 10000 rows.
-        early_stopping_rounds: rounds without NDCG gain on the eval graphs before stopping (0 disables).
-        seed: seeds the config sampling and LightGBM.
-        n_jobs: LightGBM threads.
+    Its settings are a :class:`GBDTConfig` tree (``GBDTModel(config)``, or values by ``section.name`` or name:
+    ``GBDTModel(learning_rate=0.1)``).
 
     Attributes:
         collection_: the collection fitted on.
@@ -126,31 +158,10 @@ class GBDTModel(RankingModel):
 
     name = "gbdt"
 
-    PARAMS: ClassVar[tuple[Param, ...]] = (
-        Param("n_estimators", "boosting rounds at most (early stopping on valid may end sooner)", low=1,
-              high=100_000),
-        Param("learning_rate", "shrinkage of each tree", low=0, high=1, low_open=True),
-        Param("num_leaves", "leaves per tree", low=2, high=131_072),
-        Param("max_configs_per_graph", "configs of each graph sampled into the training queries", low=2),
-        Param("early_stopping_rounds", "rounds without a better valid score before stopping (0: no early "
-                                         "stopping)", low=0),
-        Param("seed", "seeds the config sampling and LightGBM", low=0),
-        Param("n_jobs", "LightGBM threads", low=1, high=1024, runtime=True),
-    )
+    CONFIG: ClassVar[type[GBDTConfig]] = GBDTConfig
 
-    def __init__(self, n_estimators: int = 300, learning_rate: float = 0.05, num_leaves: int = 31,
-                 max_configs_per_graph: int = 1000, early_stopping_rounds: int = 30, seed: int = 0,
-                 n_jobs: int = 2) -> None:
-        check_values(type(self), {"n_estimators": n_estimators, "learning_rate": learning_rate,
-                                  "num_leaves": num_leaves, "max_configs_per_graph": max_configs_per_graph,
-                                  "early_stopping_rounds": early_stopping_rounds, "seed": seed, "n_jobs": n_jobs})
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.num_leaves = num_leaves
-        self.max_configs_per_graph = max_configs_per_graph
-        self.early_stopping_rounds = early_stopping_rounds
-        self.seed = seed
-        self.n_jobs = n_jobs
+    def __init__(self, config: GBDTConfig | None = None, /, **settings: Any) -> None:
+        self._configure(config, settings)
 
     def _queries(self, graphs: SplitGraphs, rng: np.random.Generator, progress: bool,
                  protocol: ValidProtocol | None = None, deadline: float | None = None,
@@ -174,8 +185,8 @@ class GBDTModel(RankingModel):
             if protocol is not None:
                 chosen = protocol.configs(collection, graph.stem, graph.num_configs, split)
                 rows = rows if chosen is None else chosen
-            if rows.size > self.max_configs_per_graph:
-                rows = np.sort(rng.choice(rows, self.max_configs_per_graph, replace=False))
+            if rows.size > self.config.sampling.max_configs_per_graph:
+                rows = np.sort(rng.choice(rows, self.config.sampling.max_configs_per_graph, replace=False))
             features = _features(graph, rows)
             if memo is not None:
                 features.flags.writeable = False
@@ -197,7 +208,8 @@ class GBDTModel(RankingModel):
             ValueError: no train graph has known runtimes.
         """
         collection = data.collection
-        rng = np.random.default_rng(self.seed)
+        booster = self.config.booster
+        rng = np.random.default_rng(booster.seed)
         self._feature_memo: dict[MemoKey, npt.NDArray[np.float32]] = {}
         x, y, groups = self._queries(data.train, rng, progress, deadline=deadline)
         if not groups:
@@ -213,18 +225,19 @@ class GBDTModel(RankingModel):
         eval_at = [5]
         if collection.is_layout:
             extra.update(label_gain=list(range(MAX_GRADE + 1)),
-                         lambdarank_truncation_level=self.max_configs_per_graph)
-            eval_at = [self.max_configs_per_graph]
+                         lambdarank_truncation_level=self.config.sampling.max_configs_per_graph)
+            eval_at = [self.config.sampling.max_configs_per_graph]
         ranker = lightgbm.LGBMRanker(
-            objective="lambdarank", n_estimators=self.n_estimators, learning_rate=self.learning_rate,
-            num_leaves=self.num_leaves, random_state=self.seed, n_jobs=self.n_jobs, verbose=-1, **extra,
+            objective="lambdarank", n_estimators=booster.n_estimators, learning_rate=booster.learning_rate,
+            num_leaves=booster.num_leaves, random_state=booster.seed, n_jobs=self.config.run.n_jobs, verbose=-1,
+            **extra,
         )
         fit_kwargs: dict[str, object] = {}
-        if data.eval is not None and data.eval.split != data.train.split and self.early_stopping_rounds > 0:
+        if data.eval is not None and data.eval.split != data.train.split and booster.early_stopping_rounds > 0:
             vx, vy, vgroups = self._queries(data.eval, rng, progress, data.protocol, memo=self._feature_memo)
             if vgroups:
                 fit_kwargs = dict(eval_group=[vgroups], eval_at=eval_at,
-                                  callbacks=[lightgbm.early_stopping(self.early_stopping_rounds, verbose=False)])
+                                  callbacks=[lightgbm.early_stopping(booster.early_stopping_rounds, verbose=False)])
                 # LightGBM 4.7 renamed eval_set (now deprecated, with a warning); pyproject allows 4.1 onwards.
                 if _HAS_EVAL_X:
                     fit_kwargs.update(eval_X=(vx,), eval_y=(vy,))

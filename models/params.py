@@ -1,15 +1,14 @@
-"""What each hyper-parameter may be: its range or choices and one line of help, declared once per model class.
+"""What a hyper-parameter may be: its range or choices and one line of help (:class:`Param`), and the table of
+them that ``fastslow params`` prints and ``docs/parameters.md`` holds (:func:`reference`).
 
-A model (or the ensemble) lists its hyper-parameters as :class:`Param` entries in its ``PARAMS`` class attribute;
-the type and the default come from its ``__init__`` (:func:`models.registry.hyper_parameters`), the rest from here.
-:func:`value_problem` checks a value against its entry before any work starts (the command line's ``--param`` and
-``--config``), :func:`reference` writes the table that ``fastslow params`` prints and ``docs/parameters.md`` holds.
+Each leaf of a settings tree carries its :class:`Param` (:func:`models.settings.setting`); its type and default are
+the leaf's own.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,41 +81,6 @@ class Param:
 
 def _num(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
-
-
-def value_problem(cls: type, key: str, value: object) -> str | None:
-    """Why ``value`` is outside what ``cls``'s hyper-parameter ``key`` allows (its range or choices, a non-finite
-    number), or ``None``; a parameter without an entry in ``cls.PARAMS`` only has its numbers checked finite."""
-    entry = params_of(cls).get(key)
-    if entry is None:
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"{key} must be a finite number; got {value!r}"
-        return None
-    problem = entry.problem(value)
-    return None if problem is None else f"{cls.__name__}: {problem}"
-
-
-def params_of(cls: type) -> dict[str, Param]:
-    """``cls.PARAMS`` by name (empty for a class that declares none)."""
-    return {p.name: p for p in getattr(cls, "PARAMS", ())}
-
-
-def check_values(cls: type, values: Mapping[str, object]) -> None:
-    """Refuse the first value outside its range (a model's ``__init__`` calls this on its arguments).
-
-    Raises:
-        ValueError: naming the parameter, the allowed values and the value given.
-    """
-    for key, value in values.items():
-        problem = value_problem(cls, key, value)
-        if problem is not None:
-            raise ValueError(problem)
-
-
-def missing_entries(cls: type, names: Iterable[str]) -> list[str]:
-    """The hyper-parameters among ``names`` that ``cls`` declares no :class:`Param` for (a test keeps it empty)."""
-    known = params_of(cls)
-    return [n for n in names if n not in known]
 
 
 def reference(rows: Sequence[tuple[str, str, str, Mapping[str, str], Param]]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -15,7 +14,6 @@ from models.base import RankingModel, register_names
 from models.baselines import DefaultFirstModel, RandomModel
 from models.gbdt import GBDTModel
 from models.gnn.model import GNNAttentionModel, GNNModel
-from models.params import value_problem
 
 MODELS: dict[str, type[RankingModel]] = {
     RandomModel.name: RandomModel,
@@ -93,44 +91,25 @@ class ModelParams:
 
 
 def hyper_parameters(cls: type) -> dict[str, Any]:
-    """A model's or the ensemble's hyper-parameters, each with its annotation: the leaves of its settings tree by
-    ``section.name`` (a class with a ``CONFIG`` tree, :mod:`models.settings`), else the arguments of
-    ``cls.__init__`` (``Any`` where an annotation cannot be resolved: such values are not type-checked)."""
-    if hasattr(cls, "CONFIG"):
-        return {key: leaf.hint for key, leaf in settings_tree.leaves(cls.CONFIG).items()}
-    names = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-    try:
-        hints = typing.get_type_hints(cls.__init__)
-    except (NameError, TypeError):
-        hints = {}
-    return {name: hints.get(name, Any) for name in names}
+    """A model's or the ensemble's hyper-parameters: the leaves of its settings tree (``CONFIG``,
+    :mod:`models.settings`) by ``section.name``, each with its annotation; none for a class without a tree."""
+    if not hasattr(cls, "CONFIG"):
+        return {}
+    return {key: leaf.hint for key, leaf in settings_tree.leaves(cls.CONFIG).items()}
 
 
 def param_problem(cls: type, key: str, value: object) -> str | None:
-    """Why ``value`` cannot be ``cls``'s hyper-parameter ``key`` (an unknown name, a value that does not fit its
-    annotation: int for a float, not bool for an int; a value outside its range or choices, or a number that is
-    not finite: :func:`models.params.value_problem`), or ``None`` when it can."""
-    if hasattr(cls, "CONFIG"):
-        problem = settings_tree.problem(cls.CONFIG, key, value)
-        return None if problem is None else f"{cls.__name__}: {problem}"
-    known = hyper_parameters(cls)
-    if key not in known:
-        return f"{cls.__name__} takes no hyper-parameter {key!r} (it takes {', '.join(known) or 'none'})"
-    hint = known[key]
-    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    if any(settings_tree.accepts(k, value) for k in kinds):
-        return value_problem(cls, key, value)
-    expected = " or ".join(settings_tree.kind_name(k) for k in kinds)
-    found = f"the text {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
-    return f"{cls.__name__} takes {expected} for {key}, not {found}"
+    """Why ``value`` cannot be ``cls``'s hyper-parameter ``key`` (an unknown key, a value of the wrong type, outside
+    its range or choices, a number that is not finite: :func:`models.settings.problem`), or ``None`` when it can."""
+    if not hasattr(cls, "CONFIG"):
+        return f"{cls.__name__} takes no hyper-parameters"
+    problem = settings_tree.problem(cls.CONFIG, key, value)
+    return None if problem is None else f"{cls.__name__}: {problem}"
 
 
 def canonical_key(cls: type, key: str) -> str:
-    """The key a hyper-parameter is stored by: a settings tree's ``section.name`` for a name alone (``lr`` is
-    ``train.lr``), else ``key`` itself."""
-    if hasattr(cls, "CONFIG"):
-        return settings_tree.resolve(cls.CONFIG, key).key
-    return key
+    """The key a hyper-parameter is stored by: its settings tree's ``section.name`` (``lr`` is ``train.lr``)."""
+    return settings_tree.resolve(cls.CONFIG, key).key if hasattr(cls, "CONFIG") else key
 
 
 def format_params(params: Mapping[str, Any]) -> str:
@@ -144,7 +123,8 @@ def _defaults_by_scope(name: str) -> dict[str, dict[str, Any]]:
     from models.ensemble import PIPELINE_PARAMS, Ensemble
 
     if name == Ensemble.name:
-        return {k: {"all": v} for k, v in {**Ensemble().get_params(), **PIPELINE_PARAMS}.items()}
+        ens = Ensemble(**PIPELINE_PARAMS)
+        return {k: {"all": settings_tree.get(ens.config, k)} for k in settings_tree.leaves(Ensemble.CONFIG)}
     model = make_model(name)
     per = {c: model.resolved_params(c) for c in Collection}
     out: dict[str, dict[str, Any]] = {}
@@ -167,13 +147,12 @@ def parameter_rows(names: Sequence[str] | None = None) -> list[tuple[str, str, s
     """The rows of the parameter reference (:func:`models.params.reference`): every hyper-parameter of the models
     ``names`` (default: every registered one, then the ensemble) with its type, defaults and entry."""
     from models.ensemble import Ensemble
-    from models.params import Param, params_of
 
     rows = []
     for name in names or [*available_models(), Ensemble.name]:
         cls = Ensemble if name == Ensemble.name else MODELS[name]
-        entries = ({k: leaf.param for k, leaf in settings_tree.leaves(cls.CONFIG).items()} if hasattr(cls, "CONFIG")
-                   else params_of(cls))
+        entries = {k: leaf.param for k, leaf in settings_tree.leaves(cls.CONFIG).items()} if hasattr(cls, "CONFIG") \
+            else {}
         hints = hyper_parameters(cls)
         for key, defaults in _defaults_by_scope(name).items():
             scopes = {w: repr(v) for w, v in defaults.items()}
@@ -181,18 +160,19 @@ def parameter_rows(names: Sequence[str] | None = None) -> list[tuple[str, str, s
                 else (hints[key],)
             shown = [k for k in kinds if k is not type(None) or any(v == "None" for v in scopes.values())]
             kind = " or ".join(settings_tree.kind_name(k) for k in shown)
-            rows.append((name, key, kind, scopes,
-                         entries.get(key, Param(key, "(not described)"))))
+            rows.append((name, key, kind, scopes, entries[key]))
     return rows
 
 
 PARAMETER_DOC_HEADER = """# Hyper-parameters
 
-Generated by `fastslow params --markdown > docs/parameters.md` from the models' declarations (`PARAMS` of each
-model class, the defaults of its constructor and of its collections); a test fails when this file is stale. Set a
-value with `--param MODEL.KEY=VALUE` (one collection: `--param MODEL.COLLECTION.KEY=VALUE`) or a `--config` TOML
-file; a value outside the allowed range is refused before any work starts. Defaults that differ by kind (`tile`,
-`layout`) or collection are listed per scope.
+Generated by `fastslow params --markdown > docs/parameters.md` from the models' settings trees (each leaf declared
+once, with its type, default, range and help: `models/settings.py`; the GNN's presets per kind and collection:
+`models/gnn/config.py`); a test fails when this file is stale. A key is `SECTION.NAME` (the name alone where it is
+unique). Set a value with `--param MODEL.KEY=VALUE` (one collection: `--param MODEL.COLLECTION.KEY=VALUE`, e.g.
+`--param gnn-attn.layout:xla:random.train.steps_per_graph=16`) or a `--config` TOML file (`[gnn-attn.train]`); a
+value outside the allowed range is refused before any work starts. Defaults that differ by kind (`tile`, `layout`)
+or collection are listed per scope; the ensemble's are those the pipeline fits it with.
 
 """
 

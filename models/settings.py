@@ -236,3 +236,31 @@ def _hints(cls: type) -> dict[str, Any]:
 def _section_class(tree: type, name: str) -> type | None:
     hint = _hints(tree).get(name)
     return hint if isinstance(hint, type) and is_dataclass(hint) and issubclass(hint, Section) else None
+
+
+class Configured:
+    """Hyper-parameters as a settings tree: the class names its tree in ``CONFIG``; an instance is built from a whole
+    tree or from values (by ``section.name`` or name) over the tree's defaults, each refused as :func:`problem`
+    says. ``config`` is the tree in use; :meth:`get_params` the values given, by key (what a saved file keeps)."""
+
+    CONFIG: typing.ClassVar[type]
+
+    def _configure(self, config: object | None, values: Mapping[str, Any]) -> None:
+        if config is not None and not isinstance(config, self.CONFIG):
+            raise TypeError(f"{type(self).__name__} takes a {self.CONFIG.__name__} or settings by name; got "
+                            f"{type(config).__name__}")
+        self.config = updated(config if config is not None else self.CONFIG(), values)
+        self._given = ({key: get(self.config, key) for key in leaves(self.CONFIG)} if config is not None
+                       else {resolve(self.CONFIG, k).key: v for k, v in values.items()})
+
+    def get_params(self) -> dict[str, Any]:
+        """The settings given, by ``section.name`` (a whole tree's, when built from one)."""
+        return dict(self._given)
+
+    def resolved_params(self, collection: object = None) -> dict[str, Any]:
+        """Every setting in use, by ``section.name`` (the same for every collection)."""
+        return {key: get(self.config, key) for key in leaves(self.CONFIG)}
+
+    def kind_params(self, kind: str) -> dict[str, Any]:
+        """Every setting in use, by ``section.name`` (the same for both kinds)."""
+        return self.resolved_params()

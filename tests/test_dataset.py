@@ -225,7 +225,7 @@ def test_fit_collections_holds_saves_then_predicts(tiny_world: Path) -> None:
         fits.append(fit)
     assert [e for e in events if not e.startswith("random ")] == [
         f"{what} {c.value}" for c in (TILE, NLP) for what in ("hold", "fitted", "free", "yielded")]
-    assert "random tile:xla settings: seed=0" in events
+    assert "random tile:xla settings: scores.seed=0" in events
     for fit in fits:
         assert list(fit.predictions) == [Split.VALID] and fit.model is not None and fit.seconds >= 0
         assert list(fit.predictions[Split.VALID]) == [submission_id(fit.collection, s)

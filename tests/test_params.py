@@ -195,17 +195,17 @@ def test_evaluate_takes_params_for_every_model_that_has_them(tiny_world: Path, t
                  "--out-dir", str(tmp_path), "--param", "seed=3", "--param", "gbdt.n_estimators=5",
                  "--param", "gbdt.n_jobs=1", "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "random tile:xla settings: seed=3\n" in printed
+    assert "random tile:xla settings: scores.seed=3\n" in printed
     assert "default-first tile:xla settings: (none)\n" in printed
     gbdt = json.loads((tmp_path / "settings-gbdt.json").read_text())
     assert set(gbdt) == {c.value for c in Collection}
-    assert all(s["seed"] == 3 and s["n_estimators"] == 5 and s["learning_rate"] == 0.05 for s in gbdt.values())
+    assert all(s["booster.seed"] == 3 and s["booster.n_estimators"] == 5 and s["booster.learning_rate"] == 0.05 for s in gbdt.values())
 
 
 @pytest.mark.parametrize(("args", "config", "expected"), [
     (["--param", "gnn-attn.epochs=abc"], None,
      "--param gnn-attn.epochs=abc: GNNAttentionModel: train.epochs takes int, not the text 'abc'"),
-    (["--param", "gbdt.bogus=1"], None, "--param gbdt.bogus=1: GBDTModel takes no hyper-parameter 'bogus'"),
+    (["--param", "gbdt.bogus=1"], None, "--param gbdt.bogus=1: GBDTModel: no setting 'bogus'"),
     (["--models", "random", "gbdt", "--param", "epochs=3"], None,
      "--param epochs=3: none of the models of this run (random, gbdt, ensemble) takes 'epochs'"),
     (["--param", "gnn.epochs=1"], None, "--param gnn.epochs=1: 'gnn' is not among the models of this run"),
@@ -215,7 +215,7 @@ def test_evaluate_takes_params_for_every_model_that_has_them(tiny_world: Path, t
      "--param gnn-attn.layout:xla:default.hops=9: GNNAttentionModel: features.hops must be 1 to 5 or 'all'; got 9"),
     (["--param", "ensemble.layout:xla:default.method='best'"], None, "the ensemble takes one value"),
     (["--param", "epochs"], None, "--param expects [MODEL.][COLLECTION.]KEY=VALUE"),
-    ([], '[gbdt]\nn_estimators = "many"\n', '[gbdt] n_estimators: GBDTModel takes int for n_estimators'),
+    ([], '[gbdt]\nn_estimators = "many"\n', "[gbdt] n_estimators: GBDTModel: booster.n_estimators takes int, not the text 'many'"),
     ([], '[gnn-attn."layout:xla:default"]\nepochs = 1.5\n', 'epochs: GNNAttentionModel: train.epochs takes int, not float 1.5'),
     ([], "[gbdt\n", "expected TOML; found invalid TOML"),
 ])
@@ -240,7 +240,7 @@ def test_train_and_evaluate_refuse_like_submit(tiny_world: Path, tmp_path: Path)
     with pytest.raises(SystemExit, match="'gnn-attn' is not among the models of this run"):
         main(["train", "--data", str(tiny_world), "--model", "gnn", "--param", "gnn-attn.hidden=8",
               "--runs-dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="takes no hyper-parameter 'epochs'"):
+    with pytest.raises(SystemExit, match="GBDTModel: no setting 'epochs'"):
         main(["evaluate", "--data", str(tiny_world), "--models", "gbdt", "--param", "gbdt.epochs=3",
               "--out-dir", str(tmp_path)])
 

@@ -224,12 +224,12 @@ def test_load_refuses_another_models_file(tmp_path: Path):
 
 
 def test_params_are_stored_unchanged_and_registry_makes_models():
-    assert RandomModel(seed=7).get_params() == {"seed": 7}
+    assert RandomModel(seed=7).get_params() == {"scores.seed": 7}
     assert DefaultFirstModel().get_params() == {}
     assert {"random", "default-first"} <= set(available_models())
     model = make_model("random", seed=2)
-    assert isinstance(model, RandomModel) and isinstance(model, RankingModel) and model.seed == 2
-    assert repr(model) == "RandomModel(seed=2)"
+    assert isinstance(model, RandomModel) and isinstance(model, RankingModel) and model.config.scores.seed == 2
+    assert repr(model) == "RandomModel(scores.seed=2)"
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         make_model("nope")
 

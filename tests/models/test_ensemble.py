@@ -282,7 +282,7 @@ def test_min_graphs_survives_save_and_load(tmp_path: Path):
     preds, labels = _world(num_graphs=4)
     ens = Ensemble(min_graphs=10).fit(preds, labels)
     loaded = Ensemble.load(ens.save(tmp_path / "e.json"))
-    assert loaded.get_params()["min_graphs"] == 10 and loaded.collections_ == ens.collections_
+    assert loaded.get_params()["combine.min_graphs"] == 10 and loaded.collections_ == ens.collections_
     assert all(spec["method"] == "overall" for spec in loaded.collections_.values())
     for sid, scores in loaded.predict(preds).items():
         np.testing.assert_array_equal(scores, ens.predict(preds)[sid])

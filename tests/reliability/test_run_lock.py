@@ -80,7 +80,7 @@ def test_two_concurrent_trains_lose_no_model(tiny_world: Path, tmp_path: Path):
     for code, _, err in refused:
         assert code == EXIT_ERROR and "in use by another run" in err and "Traceback" not in err
     # Whoever saved last, the file is one whole model of one of the two runs.
-    assert load_model(runs / "random" / "tile-xla" / "model.json").seed in (1, 2)
+    assert load_model(runs / "random" / "tile-xla" / "model.json").config.scores.seed in (1, 2)
 
 
 def test_the_same_process_may_take_a_folder_again(tmp_path: Path):

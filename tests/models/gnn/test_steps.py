@@ -15,7 +15,7 @@ from models.gnn.gst import HistoryTable
 from models.gnn.infer import LayoutStructure, config_codes, dedup_scores, layout_codes
 from models.gnn.net import make_segments
 from models.gnn.steps import GraphScores, Item, StepTable
-from tests.models.test_gnn_infer import SLOT_NODES, _graph, _net
+from tests.models.gnn.test_infer import SLOT_NODES, _graph, _net
 
 
 def _grads(net: torch.nn.Module, scores: torch.Tensor) -> list[torch.Tensor | None]:

@@ -25,7 +25,7 @@ from features.cache import ProcessedGraphs
 from models.gnn import distributed
 from models.gnn.model import GNNModel
 from models.gnn.runs import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE
-from tests.models.test_gnn_train import interrupt_after_epoch_1
+from tests.models.gnn.test_model import interrupt_after_epoch_1
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 # Two train graphs: one per rank at graphs_per_step=2; steps_per_graph=2 makes two steps per epoch. Dropout on, so

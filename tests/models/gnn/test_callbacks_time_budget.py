@@ -15,7 +15,7 @@ import torch
 from models.gnn.runs import CHECKPOINT
 from models.gnn.steps import epoch_seconds
 from models.gnn.train import TrainResult
-from tests.models.test_gnn_swa import BASE, TRAIN, VALID, _assert_equal, _train
+from tests.models.gnn.test_callbacks_weight_averaging import BASE, TRAIN, VALID, _assert_equal, _train
 
 gnn_train = importlib.import_module("models.gnn.train")
 gnn_steps = importlib.import_module("models.gnn.steps")

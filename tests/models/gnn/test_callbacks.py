@@ -1,7 +1,7 @@
 """Each callback of the GNN training loop (models/gnn/callbacks.py) on its own, on a tiny trainer whose state the
 test sets: early stopping, weight averaging, the head fine-tuning, the time budget, the checkpoint, the curves, the
-distributed hooks, and the default list. Whole runs with each are in test_weight_averaging.py,
-test_head_finetune.py, test_time_budget.py and tests/reliability/test_checkpoints.py."""
+distributed hooks, and the default list. Whole runs with each are in test_callbacks_weight_averaging.py,
+test_callbacks_head_finetune.py, test_callbacks_time_budget.py and tests/reliability/test_checkpoints.py."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from models.gnn.callbacks import (
 )
 from models.gnn.runs import CHECKPOINT, CURVES_CSV, CURVES_PNG, SETTINGS_FILE
 from models.gnn.train import Trainer
-from tests.models.test_trainer import CFG, tiny_trainer
+from tests.models.gnn.test_trainer import CFG, tiny_trainer
 
 
 def _row(epoch: int, metric: float, seconds: float = 0.0, valid_seconds: float = 0.0) -> dict[str, float]:
