@@ -138,6 +138,11 @@ class SplitLabels(Mapping[str, GraphLabels]):
         """``{ID: float64 [C']}``: what each graph's scored configs are ranked by."""
         return {sid: g.target(raw=raw) for sid, g in self._graphs.items()}
 
+    def picks(self) -> dict[str, npt.NDArray[np.int64] | None]:
+        """``{ID: positions into its targets, repeats included}`` of the graphs the official valid protocol scores
+        over its listed indices (``None``: each scored config once)."""
+        return {sid: g.picks for sid, g in self._graphs.items()}
+
     def rows(self) -> dict[str, npt.NDArray[np.int64] | None]:
         """``{ID: the file's config index of each label}`` (``None``: every config): how predictions on the
         scored configs map to the file's configs when written."""

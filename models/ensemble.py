@@ -141,11 +141,11 @@ def combine(weights: npt.ArrayLike, normalized: Sequence[npt.NDArray[np.float64]
     return acc
 
 
-def _metric_rows(collection: Collection, scores: npt.NDArray[np.float64],
-                 targets: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def _metric_rows(collection: Collection, scores: npt.NDArray[np.float64], targets: npt.NDArray[np.float64],
+                 picks: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.float64]:
     """The metric (:func:`~competition.metrics.graph_score`) of each row of ``scores`` ``[P, C]`` against ``targets``
-    ``[C]``."""
-    return np.array([graph_score(collection, targets, scores=row) for row in scores])
+    ``[C]``, taken over ``picks`` (positions, repeats included) when given."""
+    return np.array([graph_score(collection, targets, scores=row, picks=picks) for row in scores])
 
 
 def simplex_grid(num_models: int, steps: int | None = None) -> npt.NDArray[np.float64]:
@@ -292,6 +292,7 @@ class Ensemble(Configured):
     def __init__(self, config: EnsembleConfig | None = None, /, **settings: Any) -> None:
         self._configure(config, settings)
         self._cache: tuple[str, dict[Collection, _Table]] | None = None
+        self._picks: dict[str, npt.NDArray[np.int64]] = {}
 
     # ---------------------------------------------------------------------------------------------------------
     # Public API
@@ -300,12 +301,16 @@ class Ensemble(Configured):
     def __repr__(self) -> str:
         return f"Ensemble({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
 
-    def fit(self, predictions: Predictions, labels: Labels) -> Self:
+    def fit(self, predictions: Predictions, labels: Labels,
+            picks: Mapping[str, npt.NDArray[np.int64] | None] | None = None) -> Self:
         """Choose and fit each collection's weights on every labelled graph.
 
         Args:
             predictions: ``{model: {ID: scores [C]}}``; every model must score every labelled ID.
             labels: ``{ID: targets [C]}`` of the fitting graphs (:data:`Labels`).
+            picks: ``{ID: positions into its targets, repeats included}`` for graphs the official valid protocol
+                scores over its listed indices (:meth:`competition.protocol.ValidProtocol.picks`); the metric of
+                such a graph is taken over them, as the official evaluation takes it.
 
         Returns:
             ``self``.
@@ -315,6 +320,7 @@ class Ensemble(Configured):
                 labels, shapes that disagree, or non-finite scores.
         """
         self._check_params()
+        self._picks = {sid: p for sid, p in (picks or {}).items() if p is not None}
         models, tables = self._tables(predictions, labels)
         self.models_ = models
         self.collections_: dict[str, dict[str, Any]] = {}
@@ -386,7 +392,9 @@ class Ensemble(Configured):
                 out[sid] = combine(w, [n if n is not None else np.zeros(size) for n in normed])
         return out
 
-    def cross_val_predict(self, predictions: Predictions, labels: Labels) -> dict[str, npt.NDArray[np.float64]]:
+    def cross_val_predict(self, predictions: Predictions, labels: Labels,
+                          picks: Mapping[str, npt.NDArray[np.int64] | None] | None = None,
+                          ) -> dict[str, npt.NDArray[np.float64]]:
         """Each labelled graph scored by an ensemble fitted without it (choice of method included).
 
         Uses the hyper-parameters only (the ensemble need not be fitted, and its fitted state is left alone).
@@ -394,6 +402,7 @@ class Ensemble(Configured):
         Args:
             predictions: ``{model: {ID: scores [C]}}``.
             labels: ``{ID: targets [C]}`` (:data:`Labels`).
+            picks: as for :meth:`fit`.
 
         Returns:
             ``{ID: float64 scores [C]}`` for every labelled ID, sorted.
@@ -402,6 +411,7 @@ class Ensemble(Configured):
             ValueError: as for :meth:`fit`.
         """
         self._check_params()
+        self._picks = {sid: p for sid, p in (picks or {}).items() if p is not None}
         models, tables = self._tables(predictions, labels)
         overall = self._overall_best(tables)
         out: dict[str, npt.NDArray[np.float64]] = {}
@@ -516,7 +526,8 @@ class Ensemble(Configured):
 
     def _candidate_list(self) -> list[tuple[str, str]]:
         methods = list(_CANDIDATE_ORDER) if self.config.combine.method == "auto" else [self.config.combine.method]
-        norms = ["rank", "minmax"] if self.config.combine.normalization == "auto" else [self.config.combine.normalization]
+        normalization = self.config.combine.normalization
+        norms = ["rank", "minmax"] if normalization == "auto" else [normalization]
         return [(m, n) for n in norms for m in methods]
 
     @staticmethod
@@ -557,7 +568,8 @@ class Ensemble(Configured):
         if self._cache is not None and self._cache[0] == key:
             return models, self._cache[1]
         weights, grid, vertices, mean = _candidates(len(models))
-        norms = ["rank", "minmax"] if self.config.combine.normalization == "auto" else [self.config.combine.normalization]
+        normalization = self.config.combine.normalization
+        norms = ["rank", "minmax"] if normalization == "auto" else [normalization]
         by_collection: dict[Collection, list[str]] = {}
         for sid in ids:
             by_collection.setdefault(parse_submission_id(sid)[0], []).append(sid)
@@ -571,20 +583,25 @@ class Ensemble(Configured):
                 if y.shape != vectors[0].shape:  # type: ignore[union-attr]
                     raise ValueError(f"labels of ID {sid} have shape {y.shape}; the scores "
                                      f"{vectors[0].shape}")  # type: ignore[union-attr]
-                sub = _subsample(sid, y.size, self.config.fit.max_configs, self.config.fit.seed) if c.is_layout else None
+                fit = self.config.fit
+                sub = _subsample(sid, y.size, fit.max_configs, fit.seed) if c.is_layout else None
+                picks = self._picks.get(sid) if sub is None else None  # a subset's positions are not the list's
                 if sub is not None:
                     vectors = [v[sub] for v in vectors]  # type: ignore[index]
                     y = y[sub]
                 for n in norms:
                     normed = [normalize_scores(v, n) for v in vectors]
-                    scores[n][g] = _metric_rows(c, combine(weights, [x[None, :] for x in normed]), y)
+                    scores[n][g] = _metric_rows(c, combine(weights, [x[None, :] for x in normed]), y, picks)
             tables[c] = _Table(c, cids, weights, grid, vertices, mean, scores)
         self._cache = (key, tables)
         return models, tables
 
     def _fingerprint(self, predictions: Predictions, labels: Labels, models: list[str]) -> str:
         """A digest of the inputs and of the parameters the tables depend on (the tables are cached on it)."""
-        h = hashlib.sha256(repr((self.config.combine.normalization, self.config.fit.max_configs, self.config.fit.seed)).encode())
+        h = hashlib.sha256(repr((self.config.combine.normalization, self.config.fit.max_configs,
+                                 self.config.fit.seed)).encode())
+        for sid in sorted(self._picks):
+            h.update(sid.encode() + b"\2" + np.ascontiguousarray(self._picks[sid]).tobytes())
         for m in models:
             h.update(m.encode() + b"\0")
             for sid in sorted(predictions[m]):

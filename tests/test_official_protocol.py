@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import kendalltau
 
 from competition import protocol as protocol_module
@@ -19,7 +20,7 @@ from competition.collections import Collection, Split, submission_id
 from competition.dataset import Dataset
 from competition.labels import load_labels
 from competition.leaderboard import format_leaderboard, read_rows
-from competition.metrics import order_to_ranks
+from competition.metrics import graph_score, order_to_ranks
 from competition.protocol import (
     DEFAULT_PROTOCOL,
     INDEX_FILES,
@@ -352,3 +353,59 @@ def test_submit_fits_stops_early_and_ensembles_on_the_official_protocol(tiny_wor
         ("ensemble", "test", "")]
     assert json.loads((out / "submission.json").read_text())["protocol"] == tag
     assert f"valid protocol: the config indices in the index files of {tiny_indices}" in capsys.readouterr().out
+
+
+# -- early stopping and the ensemble count repeats as the official evaluation does --------------------------------
+
+
+def test_gnn_early_stopping_takes_its_metric_over_the_listed_indices(tiny_world: Path, tiny_indices: Path,
+                                                                      tmp_path: Path, monkeypatch):
+    """The GNN's valid items carry the protocol's picks, and its validation pass scores each graph over them."""
+    from competition.dataset import open_collection
+    from models.gnn import model as gnn_model
+    from models.gnn.model import GNNModel
+    from models.gnn.steps import evaluate, predict_scores
+
+    protocol = ValidProtocol(indices=EvalIndices.load(tiny_indices))
+    data = open_collection(find_data_root(tiny_world), Collection.LAYOUT_XLA_DEFAULT, protocol=protocol)
+    seen: list = []
+    real_train = gnn_model.train
+
+    def spy(cfg, train_items, valid_items, **kwargs):
+        seen.extend(valid_items)
+        return real_train(cfg, train_items, valid_items, **kwargs)
+
+    monkeypatch.setattr(gnn_model, "train", spy)
+    model = GNNModel(hidden=8, layers=1, epochs=1, steps_per_graph=1, configs_per_graph=8, device="cpu",
+                     runs_dir=None, cache_dir=str(tmp_path / "cache")).fit(data, progress=False)
+    lists = TINY_LISTS["xla_default.json"]
+    by_key = {it.key: it for it in seen}
+    for stem, listed in lists.items():
+        distinct = np.unique(listed)
+        assert by_key[stem].num_configs == distinct.size
+        np.testing.assert_array_equal(by_key[stem].picks, np.searchsorted(distinct, listed))
+    net = model.network()
+    cfg = model.train_config(Collection.LAYOUT_XLA_DEFAULT)
+    item = by_key["unet3d_batch_4_test_0"]
+    scores = predict_scores(net, item.segments, item.config_feat, batch=cfg.predict.predict_batch)
+    official = graph_score("layout", item.y.numpy(), scores=scores, picks=item.picks)
+    assert evaluate(net, [item], cfg, torch.device("cpu")) == official
+    once = graph_score("layout", item.y.numpy(), scores=scores)
+    assert official != once  # the repeats move this graph's tau: the picks are what is scored
+
+
+def test_the_ensemble_fits_on_the_listed_indices(tmp_path: Path):
+    """Member scores (and so the choice) are taken over the picks, repeats included, when given."""
+    from models.ensemble import Ensemble
+
+    y = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    sid = submission_id(Collection.LAYOUT_XLA_DEFAULT, "g")
+    preds = {"a": {sid: np.array([1.0, 2.0, 3.0, 5.0, 4.0])}, "b": {sid: np.array([2.0, 1.0, 3.0, 4.0, 5.0])}}
+    picks = np.array([0, 1, 1, 1, 2, 3, 4])
+    plain = Ensemble(method="mean").fit(preds, {sid: y})
+    counted = Ensemble(method="mean").fit(preds, {sid: y}, picks={sid: picks})
+    for m in ("a", "b"):
+        assert plain.member_scores_["layout:xla:default"][m] == graph_score("layout", y, scores=preds[m][sid])
+        assert counted.member_scores_["layout:xla:default"][m] == graph_score("layout", y, scores=preds[m][sid],
+                                                                              picks=picks)
+    assert counted.member_scores_ != plain.member_scores_

@@ -321,6 +321,11 @@ class GNNModel(RankingModel):
         # 18 (int8) or 72 (float32); memory then grows little with the number of valid graphs.
         valid_items = [it if kind == "tile" else replace(it, config_feat=config_codes(it.config_feat))
                        for it in map(item, valid_datas)]
+        if valid_items and valid.indices is not None and eval_graphs is not None:
+            # The official protocol counts a repeated listed config once per listing: early stopping does too.
+            counts = dict(zip(eval_graphs.stems, eval_graphs.header_rows("config_runtime"), strict=True))
+            valid_items = [replace(it, picks=valid.picks(collection, it.key, counts[it.key], eval_graphs.split))
+                           for it in valid_items]
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
         data_key = _data_key(repr(pipeline), data.train.data_id, str(settings.max_train_configs), stopping,
                              *sorted(d.stem for d in datas))

@@ -53,13 +53,16 @@ if TYPE_CHECKING:
 class Item:
     """One graph ready for the model: its segments and its configs (features and runtimes).
 
-    ``y`` is what configs rank by (layout runtime in ns, tile normalised runtime); NaN when unknown.
+    ``y`` is what configs rank by (layout runtime in ns, tile normalised runtime); NaN when unknown. ``picks``: a
+    valid graph's positions into its configs, repeats included, over which its metric is taken as the official
+    evaluation takes it (:meth:`competition.protocol.ValidProtocol.picks`); ``None``: each config once.
     """
 
     key: str
     segments: list[Segment]
     config_feat: torch.Tensor
     y: torch.Tensor
+    picks: np.ndarray | None = None
     _structure: LayoutStructure | None = field(default=None, init=False, repr=False, compare=False)
 
     def structure(self, net: RankNet) -> LayoutStructure:
@@ -318,7 +321,7 @@ def evaluate(net: RankNet, items: Sequence[Item], cfg: GNNConfig, device: torch.
         scores = predict_scores(net, item.segments, item.config_feat, batch=cfg.predict.predict_batch, orderings=orderings,
                                 seed=cfg.train.seed, device=device, plan=plan, mixed_precision=False,
                                 context=cfg.predict.predict_context, reference_configs=cfg.predict.reference_configs)
-        mine[i] = graph_score(cfg.kind, y, scores=scores)
+        mine[i] = graph_score(cfg.kind, y, scores=scores, picks=item.picks)
     parts = distributed.gather((mine, cut))
     if any(part_cut for _, part_cut in parts):
         raise ValidationCut

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,10 +164,9 @@ class Trainer:
         self.settings = run_settings(cfg)
         self.world, self.main = distributed.world_size(), distributed.is_main()
         # Graphs go to the device once (a no-op on the CPU), not at every step.
-        self.usable = [Item(it.key, [s.to(self.device) for s in it.segments], it.config_feat, it.y)
+        self.usable = [replace(it, segments=[s.to(self.device) for s in it.segments])
                        for it in train_items if it.num_configs >= 2]
-        self.valid_items = [Item(it.key, [s.to(self.device) for s in it.segments], it.config_feat, it.y)
-                            for it in valid_items]
+        self.valid_items = [replace(it, segments=[s.to(self.device) for s in it.segments]) for it in valid_items]
         if not self.usable:
             raise ValueError("no training graph has two or more configs with known runtimes")
         if self.world > len(self.usable):
