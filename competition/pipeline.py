@@ -778,8 +778,10 @@ def _run_ensemble(
 
     labels = scoring.labels.targets()
     ens = Ensemble(**{**PIPELINE_PARAMS, **(params or {})})
-    ens.fit(valid_predictions, labels, picks=scoring.labels.picks())
-    report = scoring.valid(ENSEMBLE, ens.cross_val_predict(valid_predictions, labels, picks=scoring.labels.picks()), components=ens.describe())
+    picks = scoring.labels.picks()
+    ens.fit(valid_predictions, labels, picks=picks)
+    report = scoring.valid(ENSEMBLE, ens.cross_val_predict(valid_predictions, labels, picks=picks),
+                           components=ens.describe())
     print(f"\n{ENSEMBLE}: valid split (cross-validated: each graph scored with weights fitted without it)\n"
           f"{report.format_table(scoring.oracles)}\ncomponents: {ens.describe()}")
     return ens, report, ens.predict(test_predictions)
