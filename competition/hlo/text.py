@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from competition.hlo.ir import HloFormatError, HloInstruction, known_opcode
@@ -39,21 +40,35 @@ class _Fail(Exception):
     """A problem on the current line (the caller adds the file and line)."""
 
 
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside brackets and strings."""
-    parts, depth, cur, quote, escape = [], 0, [], False, False
-    for ch in text:
+def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, bool, bool]]:
+    """Each index and character of ``text[start:]``, whether it belongs to a double-quoted string (its quotes
+    included), and whether a string is still open after it."""
+    quote = escape = False
+    for i in range(start, len(text)):
+        ch = text[i]
         if quote:
-            cur.append(ch)
             if escape:
                 escape = False
             elif ch == "\\":
                 escape = True
             elif ch == '"':
                 quote = False
-            continue
-        if ch == '"':
+            yield i, ch, True, quote
+        elif ch == '"':
             quote = True
+            yield i, ch, True, True
+        else:
+            yield i, ch, False, False
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and strings."""
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for _, ch, quoted, _ in _scan(text):
+        if quoted:
+            pass
         elif ch in "([{":
             depth += 1
         elif ch in ")]}":
@@ -70,19 +85,11 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
 def _closing(text: str, start: int) -> int:
     """Index of the bracket closing the one at ``text[start]`` (strings skipped)."""
     pairs = {"(": ")", "[": "]", "{": "}"}
-    stack, quote, escape = [], False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                quote = False
-        elif ch == '"':
-            quote = True
-        elif ch in pairs:
+    stack: list[str] = []
+    for i, ch, quoted, _ in _scan(text, start):
+        if quoted:
+            continue
+        if ch in pairs:
             stack.append(pairs[ch])
         elif ch in ")]}":
             if not stack or stack.pop() != ch:
@@ -297,22 +304,16 @@ def _statements(lines: list[str], start: int) -> tuple[list[tuple[int, str]], in
 
 
 def _balanced(line: str) -> None:
-    depth, quote, escape = 0, False, False
-    for ch in line:
-        if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                quote = False
-        elif ch == '"':
-            quote = True
-        elif ch in "([{":
+    depth, open_string = 0, False
+    for _, ch, quoted, still_open in _scan(line):
+        open_string = still_open
+        if quoted:
+            continue
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-    if depth > 0 or quote:
+    if depth > 0 or open_string:
         raise _Fail("unclosed bracket or string")
 
 

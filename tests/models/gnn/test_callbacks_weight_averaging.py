@@ -11,36 +11,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch_geometric.data import Data
 
 from models.gnn.config import GNNConfig
-from models.gnn.net import LAYOUT_CONFIG_SLOTS, make_segments
 from models.gnn.runs import CHECKPOINT
 from models.gnn.steps import Item
 from models.gnn.train import TrainResult, train
+from tests.models.gnn.test_trainer import tiny_item
 
 # ``models.gnn.train`` as an attribute is the re-exported function; the module itself, for monkeypatching.
 gnn_train = importlib.import_module("models.gnn.train")
 
-F, NODES, CONFIGS = 5, 8, 12
+F = 5
 # Two train graphs at one graph per step and one visit per epoch: two steps per epoch.
 BASE = dict(kind="layout", hidden=8, layers=2, lr=1e-2, loss="hinge", epochs=4, configs_per_graph=8,
             steps_per_graph=1, patience=10, hops="all", train_configs="all", num_features=F, data_key="swa-test")
 
 
-def _item(key: str, seed: int) -> Item:
-    """An 8-node chain with configurable nodes 2 and 5 and 12 configs of distinct runtimes."""
-    g = torch.Generator().manual_seed(seed)
-    src = torch.arange(NODES - 1)
-    data = Data(x=torch.randn(NODES, F, generator=g), op=torch.randint(0, 40, (NODES,), generator=g),
-                edge_index=torch.stack([src, src + 1]), config_node_index=torch.tensor([2, 5]), num_nodes=NODES)
-    config_feat = torch.randint(-1, 6, (CONFIGS, 2, LAYOUT_CONFIG_SLOTS), generator=g).float()
-    y = torch.randperm(CONFIGS, generator=g).double() * 100 + 1000
-    return Item(key, make_segments(data), config_feat, y)
-
-
-TRAIN = [_item("a", 0), _item("b", 1)]
-VALID = [_item("v", 2), _item("w", 3)]
+TRAIN = [tiny_item("a", 0), tiny_item("b", 1)]
+VALID = [tiny_item("v", 2), tiny_item("w", 3)]
 
 
 def _train(valid: list[Item], run_dir: Path | None = None, max_seconds: float | None = None,
