@@ -25,6 +25,7 @@ import re
 import secrets
 import shutil
 import stat
+import tempfile
 import time
 import zipfile
 import zlib
@@ -47,6 +48,9 @@ except ImportError:  # not on Windows: stale temporary files are then told by ag
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 # Bytes decompressed per step when streaming rows: bounds the reader's working memory.
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
+CONVERT_BYTES = 256 * 1024 * 1024
+"""Memory for copying a Fortran-ordered member to C order (:meth:`NpzReader.c_ordered_copy`): rows of at most this
+many bytes per forward pass over the member."""
 TEMP_SUFFIX = ".part"
 STALE_UNLOCKED_SECONDS = 24 * 3600
 """Where files cannot be locked (no ``fcntl``, or a file system without ``flock``), the age (since the last
@@ -599,18 +603,25 @@ class NpzReader:
     """Reads members of one npz file, whole or by rows, naming the file in every error.
 
     Use as a context manager. Rows are read by decompressing the member front to back in blocks of about
-    ``block_bytes`` and keeping only the requested rows, so memory stays at one block plus the result.
+    ``block_bytes`` and keeping only the requested rows, so memory stays at one block plus the result. A
+    Fortran-ordered member (as ``np.savez`` writes a transposed or column-selected array), whose rows are not stored
+    together, is first copied to C order into a temporary file (:meth:`c_ordered_copy`), removed when the reader
+    closes; its rows are then streamed from that copy.
 
     Args:
         path: the npz file.
         block_bytes: decompressed bytes handled per step when streaming rows.
+        convert_bytes: memory for copying a Fortran-ordered member to C order.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, block_bytes: int = DEFAULT_BLOCK_BYTES,
+                 convert_bytes: int = CONVERT_BYTES) -> None:
         self.path = Path(path)
         self.block_bytes = int(block_bytes)
+        self.convert_bytes = int(convert_bytes)
         self._zip: zipfile.ZipFile | None = None
         self._infos: dict[str, MemberInfo] = {}
+        self._copies: dict[str, Path] = {}
 
     def __enter__(self) -> NpzReader:
         self.open()
@@ -648,6 +659,9 @@ class NpzReader:
         if self._zip is not None:
             self._zip.close()
             self._zip = None
+        for path in self._copies.values():
+            path.unlink(missing_ok=True)
+        self._copies.clear()
 
     @property
     def zip(self) -> zipfile.ZipFile:
@@ -730,11 +744,56 @@ class NpzReader:
             return out
 
     def _open_rows(self, key: str) -> tuple[IO[bytes], MemberInfo]:
+        """The member's data stream positioned at its first row, C-ordered (a Fortran-ordered member's copy)."""
         fp, info = self._open_member(key)
-        if info.fortran_order and len(info.shape) > 1:
-            fp.close()
-            raise DataFileError(self.path, key, "a C-ordered array to stream rows from", "a Fortran-ordered array")
-        return fp, info
+        if not (info.fortran_order and len(info.shape) > 1):
+            return fp, info
+        fp.close()
+        path = self.c_ordered_copy(key)
+        copy = path.open("rb")
+        np.lib.format.read_magic(copy)
+        np.lib.format.read_array_header_1_0(copy, max_header_size=1 << 20)
+        return copy, MemberInfo(key, info.shape, info.dtype, False)
+
+    def c_ordered_copy(self, key: str) -> Path:
+        """A C-ordered ``.npy`` copy of a Fortran-ordered member, in a temporary file removed at :meth:`close`.
+
+        Made in passes of at most ``convert_bytes`` of rows: each pass reads the member front to back (a column of
+        every row at a time, in blocks of about ``block_bytes``) and keeps its rows' part, so the member is never
+        held whole in memory, at the cost of one decompression per pass.
+        """
+        if key in self._copies:
+            return self._copies[key]
+        info = self.info(key)
+        n, inner_shape = info.shape[0], info.shape[1:]
+        inner = int(np.prod(inner_shape, dtype=np.int64))
+        item = info.dtype.itemsize
+        # Column j of the stream is the inner index unravelled in Fortran order; where it sits in a C-ordered row.
+        where = np.ravel_multi_index(np.unravel_index(np.arange(inner), inner_shape, order="F"), inner_shape)
+        per_pass = max(1, self.convert_bytes // max(inner * item, 1))
+        columns = max(1, self.block_bytes // max(n * item, 1))
+        fd, name = tempfile.mkstemp(prefix=".fastslow-", suffix=f"-{key}.npy")
+        path = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(info.dtype),
+                                                          "fortran_order": False, "shape": info.shape})
+                for first in range(0, n, per_pass):
+                    stop = min(n, first + per_pass)
+                    rows = np.empty((stop - first, inner), dtype=info.dtype)
+                    fp, _ = self._open_member(key)
+                    with fp:
+                        for j in range(0, inner, columns):
+                            k = min(inner, j + columns)
+                            buf = self._read_exact(fp, (k - j) * n * item, key, f"columns {j}..{k - 1}")
+                            block = np.frombuffer(buf, dtype=info.dtype).reshape(k - j, n)
+                            rows[:, where[j:k]] = block[:, first:stop].T
+                    out.write(rows.tobytes())
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        self._copies[key] = path
+        return path
 
     def _check_range(self, key: str, idx: npt.NDArray[np.int64], n: int) -> None:
         if idx.size and (idx.min() < 0 or idx.max() >= n):
@@ -771,7 +830,7 @@ class NpzReader:
 
     def iter_blocks(self, key: str, block_rows: int | None = None) -> Iterator[tuple[int, npt.NDArray[Any]]]:
         """Yield ``(first_row, block)`` over a whole member, front to back, one block in memory at a time."""
-        fp, info = self._open_member(key)
+        fp, info = self._open_rows(key)
         with fp:
             n = info.shape[0] if info.shape else 0
             row_bytes = max(info.row_bytes, 1)

@@ -745,11 +745,6 @@ def _header_problems(path: Path, r: NpzReader, kind: Kind) -> Iterator[DataFileE
         if wrong:
             yield DataFileError(path, s.key, f"shape {_fmt_shape(s.shape)}", f"shape {info.shape}")
             continue
-        if info.fortran_order and len(info.shape) > 1 and s.key in STREAMED_MEMBERS:
-            # Streamed in blocks of configs, which a Fortran-ordered array does not store together.
-            yield DataFileError(path, s.key, "a C-ordered array (configs stored one after another; convert with "
-                                "np.ascontiguousarray before np.savez)", "a Fortran-ordered array")
-            continue
         infos[s.key] = info
     # Sizes that several members share must agree; each symbol is fixed by one member (_SYMBOL_SOURCE).
     sizes: dict[str, tuple[int, str]] = {}

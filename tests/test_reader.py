@@ -569,3 +569,52 @@ def test_what_numpy_writes_reads_as_the_format_says(tiny_world: Path, tmp_path: 
         np.testing.assert_array_equal(getattr(got, key), getattr(want, key))
         assert getattr(got, key).flags.c_contiguous
     np.testing.assert_array_equal(got.config_features(), want.config_features())
+
+
+def test_a_fortran_ordered_node_config_feat_streams_from_a_c_ordered_copy(tiny_world: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    """Its rows are not stored together: the reader copies it to C order in passes of ``convert_bytes`` of rows,
+    each one forward pass over the member, and streams rows from the copy, which is removed when the reader
+    closes. Every read gives the original's values."""
+    import shutil
+
+    from competition import npzio
+    from competition.npzio import NpzReader
+    from competition.reader import find_data_root, list_graphs, load_graph
+
+    c = Collection.LAYOUT_XLA_DEFAULT
+    original = list_graphs(find_data_root(tiny_world), c, Split.TRAIN)[0]
+    folder = tmp_path / "npz" / "layout" / "xla" / "default" / "train"
+    folder.mkdir(parents=True)
+    copy = Path(shutil.copy(original, folder / original.name))
+    with NpzReader(copy) as r:
+        arrays = {k: r.load(k) for k in r.keys()}
+    want = arrays["node_config_feat"]
+    arrays["node_config_feat"] = np.asfortranarray(want)
+    with open(copy, "wb") as f:
+        np.savez(f, **arrays)
+    row_bytes = int(np.prod(want.shape[1:])) * want.itemsize
+    opened: list[str] = []
+    real_open = NpzReader._open_member
+
+    def counting(self, key):
+        opened.append(key)
+        return real_open(self, key)
+
+    monkeypatch.setattr(NpzReader, "_open_member", counting)
+    with NpzReader(copy, convert_bytes=3 * row_bytes, block_bytes=2 * want.shape[0] * want.itemsize) as r:
+        assert r.info("node_config_feat").fortran_order
+        rows = np.array([5, 0, 7, 7, want.shape[0] - 1])
+        np.testing.assert_array_equal(r.load_rows("node_config_feat", rows), want[rows])
+        passes = opened.count("node_config_feat") - 2  # less the header read and the first open of load_rows
+        assert passes == -(-want.shape[0] // 3)  # one pass per 3 rows
+        np.testing.assert_array_equal(np.concatenate([b for _, b in r.iter_blocks("node_config_feat", 4)]), want)
+        np.testing.assert_array_equal(np.concatenate([b for _, b in r.iter_rows("node_config_feat", [1, 2, 9])]),
+                                      want[[1, 2, 9]])
+        temp = r.c_ordered_copy("node_config_feat")
+        # Made once per reader: the two later reads opened the member for its header only.
+        assert temp.is_file() and opened.count("node_config_feat") == passes + 2 + 2
+    assert not temp.exists()
+    got = load_graph(copy, c)
+    np.testing.assert_array_equal(got.config_features(), load_graph(original, c).config_features())
+    assert npzio.CONVERT_BYTES >= 64 * 1024 * 1024
