@@ -3,6 +3,10 @@ written by ``fastslow featurize``; every file written passes the deep validation
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,24 +17,53 @@ from competition.hlo.text import parse_hlo_text
 from competition.reader import find_data_root, list_graphs, load_graph, validate_file, validate_root
 from competition.synthetic.featurize import featurize
 
-jax = pytest.importorskip("jax")
-jnp = jax.numpy
+pytest.importorskip("jax")
 
+# JAX starts threads when imported, and a process that forks after that may deadlock (the pipeline's worker
+# processes fork): the programs are lowered in a process of their own, and the tests read what it wrote.
+LOWER = """
+import pathlib, sys
+import jax
+import jax.numpy as jnp
 
-def _mlp(x, w1, b1, w2):
+def mlp(x, w1, b1, w2):
     return jnp.sum(jax.nn.relu(x @ w1 + b1) @ w2, axis=1)
 
-
-def _conv(x, k):
+def conv(x, k):
     y = jax.lax.conv_general_dilated(x, k, (2, 2), ((1, 1), (0, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"))
     return jnp.reshape(y, (y.shape[0], -1))
 
+out = pathlib.Path(sys.argv[1])
+programs = {"mlp": jax.jit(mlp).lower(jnp.zeros((8, 16)), jnp.zeros((16, 32)), jnp.zeros((32,)), jnp.zeros((32, 4))),
+            "conv": jax.jit(conv).lower(jnp.zeros((2, 3, 9, 9)), jnp.zeros((4, 3, 3, 3)))}
+for name, lowered in programs.items():
+    (out / f"{name}.hlo").write_text(lowered.as_text(dialect="hlo"))
+    (out / f"{name}.compiled.hlo").write_text(lowered.compile().as_text())
+    (out / f"{name}.pb").write_bytes(lowered.compiler_ir("hlo").as_serialized_hlo_module_proto())
+"""
+
+
+class Lowered:
+    """What the lowering process wrote for one program: its HLO text, the compiled text, the module proto."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.folder, self.name = folder, name
+
+    def as_text(self, dialect: str = "hlo") -> str:
+        return (self.folder / f"{self.name}.hlo").read_text()
+
+    def compiled_text(self) -> str:
+        return (self.folder / f"{self.name}.compiled.hlo").read_text()
+
+    def module_proto(self) -> bytes:
+        return (self.folder / f"{self.name}.pb").read_bytes()
+
 
 @pytest.fixture(scope="module")
-def lowered():
-    mlp = jax.jit(_mlp).lower(jnp.zeros((8, 16)), jnp.zeros((16, 32)), jnp.zeros((32,)), jnp.zeros((32, 4)))
-    conv = jax.jit(_conv).lower(jnp.zeros((2, 3, 9, 9)), jnp.zeros((4, 3, 3, 3)))
-    return {"mlp": mlp, "conv": conv}
+def lowered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Lowered]:
+    folder = tmp_path_factory.mktemp("lowered")
+    subprocess.run([sys.executable, "-c", LOWER, str(folder)], check=True, timeout=300)
+    return {name: Lowered(folder, name) for name in ("mlp", "conv")}
 
 
 def _find(module, opcode):
@@ -64,7 +97,7 @@ def test_conv_layer(lowered):
 
 
 def test_optimized_conv_has_its_transposed_labels(lowered):
-    m = parse_hlo_text(lowered["conv"].compile().as_text())
+    m = parse_hlo_text(lowered["conv"].compiled_text())
     (gc, ins), = _find(m, "convolution")
     # The CPU compiler moves the layer to NHWC: b01f_01io->b01f.
     assert featurize(m).node_feat[gc][93:107].tolist() == [0, 3, 1, 2, 0, 0, 2, 3, 0, 1, 0, 0, 0, 3]
@@ -75,15 +108,15 @@ def test_optimized_conv_has_its_transposed_labels(lowered):
 def test_proto_and_text_give_the_same_graph(lowered, name):
     lo = lowered[name]
     a = featurize(parse_hlo_text(lo.as_text(dialect="hlo")))
-    b = featurize(read_module_proto(lo.compiler_ir("hlo").as_serialized_hlo_module_proto(), "pb"))
+    b = featurize(read_module_proto(lo.module_proto(), "pb"))
     for key in ("node_feat", "node_opcode", "edge_index", "node_splits"):
         assert np.array_equal(getattr(a, key), getattr(b, key)), key
 
 
 def test_featurize_command_writes_valid_files(lowered, tmp_path, capsys):
-    (tmp_path / "mlp.hlo").write_text(lowered["mlp"].compile().as_text())
+    (tmp_path / "mlp.hlo").write_text(lowered["mlp"].compiled_text())
     (tmp_path / "conv.hlo").write_text(lowered["conv"].as_text(dialect="hlo"))
-    (tmp_path / "conv_pb.pb").write_bytes(lowered["conv"].compiler_ir("hlo").as_serialized_hlo_module_proto())
+    (tmp_path / "conv_pb.pb").write_bytes(lowered["conv"].module_proto())
     out = tmp_path / "root"
     argv = ["featurize", str(tmp_path / "mlp.hlo"), str(tmp_path / "conv.hlo"), str(tmp_path / "conv_pb.pb"),
             "--out", str(out), "--sample", "4", "--seed", "3"]
