@@ -788,7 +788,7 @@ class NpzReader:
                             buf = self._read_exact(fp, (k - j) * n * item, key, f"columns {j}..{k - 1}")
                             block = np.frombuffer(buf, dtype=info.dtype).reshape(k - j, n)
                             rows[:, where[j:k]] = block[:, first:stop].T
-                    out.write(rows.tobytes())
+                    out.write(memoryview(rows).cast("B"))  # no second copy of the rows
         except BaseException:
             path.unlink(missing_ok=True)
             raise
