@@ -295,12 +295,37 @@ class WorldConfig:
     collections: tuple[str, ...]
     limit: int | None
     tile_limit: int | None = None  # overrides ``limit`` for tile:xla
+    programs: str = "generator"  # where programs come from: see PROGRAM_SOURCES
+
+    def as_dict(self) -> dict:
+        """The settings as ``world.json`` stores them; ``programs`` only when it is not the generator, so a
+        generator world's manifest keeps its bytes."""
+        d = asdict(self)
+        if d["programs"] == "generator":
+            del d["programs"]
+        return d
 
     def cap(self, collection: str) -> int | None:
         """The most graphs per split of one collection (``None``: the scale's count)."""
         if collection == Collection.TILE_XLA.value and self.tile_limit is not None:
             return self.tile_limit
         return self.limit
+
+
+PROGRAM_SOURCES: tuple[str, ...] = ("generator", "jax")
+"""Where a world's programs come from: the generator's own (:mod:`competition.synthetic.programs`), or a zoo of
+real JAX models lowered to HLO (:mod:`competition.synthetic.jax_programs`; needs jax)."""
+
+
+def build_world_program(programs: str, source: str, rng: np.random.Generator, target: int) -> Module:
+    """One program of ``source`` (``xla`` or ``nlp``) with about ``target`` nodes, from ``programs``."""
+    if programs == "generator":
+        return build_program(source, rng, target)
+    if programs == "jax":
+        from competition.synthetic.jax_programs import build_jax_program
+
+        return build_jax_program(source, rng, target)
+    raise ValueError(f"unknown program source {programs!r}; expected one of {', '.join(PROGRAM_SOURCES)}")
 
 
 def _program_name(source: str, split: str, index: int, module_name: str) -> str:
@@ -312,7 +337,7 @@ def _layout_program(cfg: WorldConfig, sc: Scale, source: str, split: str, index:
     """The program behind layout graph ``index`` of ``source``/``split``: shared by default and random."""
     rng = _rng(cfg.seed, "layout-program", source, split, index)
     target = _loguniform(rng, *sc.layout_nodes)
-    module = build_program(source, rng, target)
+    module = build_world_program(cfg.programs, source, rng, target)
     if split == Split.TEST:
         stem = _hex_stem(cfg.seed, "layout", source, index)
     else:
@@ -320,11 +345,12 @@ def _layout_program(cfg: WorldConfig, sc: Scale, source: str, split: str, index:
     return module, stem
 
 
-def layout_module(scale: str, seed: int, source: str, split: str, index: int) -> tuple[Module, str]:
+def layout_module(scale: str, seed: int, source: str, split: str, index: int, programs: str = "generator"
+                  ) -> tuple[Module, str]:
     """The program behind layout graph ``index`` of a world's ``source`` (``xla`` or ``nlp``) and split, and the
     stem of its files (both searches share it): what :func:`generate_world` built it from, for analyses of the
     world (``LayoutProblem.from_module(module)`` gives its cost tables)."""
-    cfg = WorldConfig(scale=scale, seed=seed, collections=(), limit=None)
+    cfg = WorldConfig(scale=scale, seed=seed, collections=(), limit=None, programs=programs)
     return _layout_program(cfg, SCALES[scale], source, split, index)
 
 
@@ -496,7 +522,7 @@ def _fit_kernel(order: Sequence[int], k: int, spaces: Sequence[int], n: int, use
 def _write_tile_program(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list[Path]:
     collection = Collection.TILE_XLA
     rng = _rng(cfg.seed, "tile-program", job.split, job.index)
-    module = build_program("xla", rng, _loguniform(rng, *sc.tile_program_nodes))
+    module = build_world_program(cfg.programs, "xla", rng, _loguniform(rng, *sc.tile_program_nodes))
     # A kernel with a single possible tile config (a scalar output) has nothing to rank: real files have >= 2.
     kernels = [(k, TileProblem.from_kernel(k)) for k in tile_kernels(module, rng)]
     kernels = [(k, p) for k, p in kernels if p.config_space() >= 2]
@@ -673,6 +699,7 @@ def generate_world(
     force: bool = False,
     progress: bool = True,
     on_written: Callable[[Path], None] | None = None,
+    programs: str = "generator",
 ) -> Path:
     """Generate (or finish generating) a synthetic world.
 
@@ -690,6 +717,8 @@ def generate_world(
             none of them would be replaced (otherwise that is an error, ``force`` or not).
         progress: show a progress bar.
         on_written: called with each file written.
+        programs: where the layout programs and the programs tile kernels are cut from come from (see
+            :data:`PROGRAM_SOURCES`); the runtime physics, searches and format are the same for all.
 
     Returns:
         The data root ``out``.
@@ -701,7 +730,13 @@ def generate_world(
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; expected one of {', '.join(SCALES)}")
     cols = tuple(Collection.parse(c) if isinstance(c, str) else c for c in (collections or list(Collection)))
-    cfg = WorldConfig(scale, int(seed), tuple(sorted(c.value for c in cols)), limit, tile_limit)
+    if programs not in PROGRAM_SOURCES:
+        raise ValueError(f"unknown program source {programs!r}; expected one of {', '.join(PROGRAM_SOURCES)}")
+    if programs == "jax":
+        from competition.synthetic.jax_programs import require_jax
+
+        require_jax()
+    cfg = WorldConfig(scale, int(seed), tuple(sorted(c.value for c in cols)), limit, tile_limit, programs)
     out = Path(out)
     manifest = out / MANIFEST
     if not manifest.exists():
@@ -709,19 +744,19 @@ def generate_world(
     else:
         old = _read_manifest(manifest)
         # Worlds written before tile_limit existed hold no such key: it was None for them.
-        same = {"tile_limit": None, **(old.get("config") or {})} == json.loads(json.dumps(asdict(cfg)))
+        same = {"tile_limit": None, **(old.get("config") or {})} == json.loads(json.dumps(cfg.as_dict()))
         if same and old.get("complete") and _all_present(out, cfg):
             return out
         if not same:
             if not force:
                 raise WorldMismatch(
-                    f"{out} holds a world made with {old.get('config')}; asked for {asdict(cfg)}. "
+                    f"{out} holds a world made with {old.get('config')}; asked for {cfg.as_dict()}. "
                     "Choose another --out, or pass --force to regenerate it."
                 )
             _clear_world(out)
     out.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(out)
-    atomic_write_text(manifest, json.dumps({"config": asdict(cfg), "complete": False}, indent=2) + "\n")
+    atomic_write_text(manifest, json.dumps({"config": cfg.as_dict(), "complete": False}, indent=2) + "\n")
 
     jobs = plan_jobs(cfg)
     total = sum(j.count for j in jobs)
@@ -740,7 +775,7 @@ def generate_world(
     finally:
         bar.close()
     _sample_submission(out, cfg)
-    atomic_write_text(manifest, json.dumps({"config": asdict(cfg), "complete": True}, indent=2) + "\n")
+    atomic_write_text(manifest, json.dumps({"config": cfg.as_dict(), "complete": True}, indent=2) + "\n")
     return out
 
 
