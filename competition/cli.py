@@ -145,6 +145,12 @@ def _synth_parser(dsub: argparse._SubParsersAction) -> None:
     synth.add_argument("--force", action="store_true",
                        help="regenerate when DIR holds a world made with other settings (default: refuse); a "
                             "world with the same settings is resumed, never regenerated")
+    synth.add_argument("--programs", choices=["generator", "jax"], default="generator",
+                       help="where the layout programs, and the programs tile kernels are cut from, come from: "
+                            "generator, the world's own program generator; jax, a zoo of real JAX models (MLP, "
+                            "ResNet-style CNN, transformer encoder, UNet and their training steps) lowered to HLO, "
+                            "which needs jax (the dev extras). Runtime physics, searches and format are the same "
+                            "(default: %(default)s)")
     synth.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     synth.set_defaults(func=_cmd_synth, outputs={"out": "folder"})
 
@@ -878,14 +884,15 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
+    from competition.synthetic.jax_programs import JaxUnavailable
     from competition.synthetic.world import WorldMismatch, generate_world
 
     t0 = time.perf_counter()
     try:
         out = generate_world(args.out, scale=args.scale, seed=args.seed, collections=args.collections,
                              limit=args.limit, tile_limit=args.tile_limit, workers=args.workers, force=args.force,
-                             progress=not args.no_progress)
-    except WorldMismatch as exc:
+                             progress=not args.no_progress, programs=args.programs)
+    except (WorldMismatch, JaxUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {args.scale} world (seed {args.seed}) to {out} in {time.perf_counter() - t0:.1f} s")
