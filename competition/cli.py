@@ -101,8 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from competition.hlo.cli import add_parser as add_featurize_parser
     from competition.kaggle import add_parser as add_kaggle_parser
+    from competition.predict import add_parser as add_predict_parser
     from competition.report import add_parser as add_report_parser
 
+    add_predict_parser(sub)
     add_featurize_parser(sub)
     add_kaggle_parser(sub)
     add_report_parser(sub)
@@ -392,6 +394,10 @@ def _submit_parser(sub: argparse._SubParsersAction) -> None:
                              "(default: %(default)s)")
     submit.add_argument("--synth-scale", choices=["tiny", "demo", "bench", "full"], default="demo",
                         help="scale of that synthetic world (default: %(default)s)")
+    submit.add_argument("--runs-dir", default=None, metavar="DIR",
+                        help="where each model's fit is saved per collection (<model>/<collection>/model.json, the "
+                             "GNN's run folders too), and a finished run with the same settings and data reused "
+                             "instead of fitted again; `fastslow predict` ranks with them (default: runs)")
     submit.add_argument("--time-budget", metavar="DURATION", default=None,
                         help="wall-clock budget for the whole run, e.g. 8h, 90m, 1h30m or seconds: models run "
                              "cheapest first, each gets a share by its cost, stops at it keeping its best weights, "
@@ -400,7 +406,7 @@ def _submit_parser(sub: argparse._SubParsersAction) -> None:
     _add_jobs_arg(submit)
     submit.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(submit)
-    submit.set_defaults(func=_cmd_submit, outputs={"out_dir": "folder"})
+    submit.set_defaults(func=_cmd_submit, outputs={"out_dir": "folder", "runs_dir": "folder"})
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
@@ -755,6 +761,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from competition.pipeline import check_writable, fit_collections, model_folders
     from competition.reader import find_data_root, validate_root
     from competition.runlock import hold_run_folder
+    from competition.saved_runs import save_run
     from competition.submission import score_predictions
     from models.gnn import distributed
     from models.gnn.steps import resolve_device
@@ -850,8 +857,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             return stack
 
         def save(c: Collection, model: RankingModel) -> None:
-            if main:
-                saved[c] = model.save(Path(args.runs_dir) / args.model / c.slug / "model.json")
+            if main:  # with fit.json: `fastslow submit` reuses the run when its settings and data are the same
+                saved[c] = save_run(Path(args.runs_dir) / args.model / c.slug, args.model, model, dataset[c],
+                                    complete=True)
 
         # Each process predicts its share of the valid graphs; the first gathers them.
         for fit in fit_collections(args.model, dataset, params=params, splits=(Split.VALID,),
@@ -871,7 +879,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from competition.budget import parse_duration
-    from competition.pipeline import ENSEMBLE, run_pipeline
+    from competition.pipeline import DEFAULT_RUNS_DIR, ENSEMBLE, run_pipeline
     from models.registry import default_models
 
     budget = None if args.time_budget is None else parse_duration(args.time_budget)
@@ -879,7 +887,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     ensemble_params = dict(params.pop(ENSEMBLE).common)
     run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
                  synth_scale=args.synth_scale, progress=not args.no_progress, protocol=_protocol(args),
-                 time_budget=budget, params=params, ensemble_params=ensemble_params or None, jobs=args.jobs)
+                 time_budget=budget, params=params, ensemble_params=ensemble_params or None, jobs=args.jobs,
+                 runs_dir=args.runs_dir or DEFAULT_RUNS_DIR)
     return 0
 
 

@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SYNTH_DIR = Path("data") / "synthetic-demo"
 DEFAULT_OUT_DIR = Path("submissions")
+DEFAULT_RUNS_DIR = Path("runs")
+"""Where ``fastslow submit`` saves each model's fit and ``fastslow predict`` finds them (``--runs-dir``): the GNN's
+default run folder too."""
 ENSEMBLE = "ensemble"
 """The producer name of the ensemble's submissions and leaderboard rows: :attr:`models.ensemble.Ensemble.name`,
 written here so that this module does not import the models (a test checks the two are equal)."""
@@ -141,7 +144,8 @@ def default_jobs() -> int:
 
 def predict_split(model_name: str, dataset: Dataset, *, params: ModelParams | None = None,
                   settings_file: Path | None = None, progress: bool = True, seconds: float = math.inf,
-                  weights: dict[Collection, float] | None = None, jobs: int = 1) -> dict[str, dict[str, np.ndarray]]:
+                  weights: dict[Collection, float] | None = None, jobs: int = 1,
+                  runs_dir: Path | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Fit ``model_name`` per collection of ``dataset`` on its train graphs; predict valid (the protocol's configs)
     and test.
 
@@ -164,6 +168,8 @@ def predict_split(model_name: str, dataset: Dataset, *, params: ModelParams | No
             the CPU); largest collection first, each with the slot :func:`~competition.budget.concurrent_slots`
             gives it when it starts, of what is left then (the time a fit leaves unused goes to those after it).
             The same fits as one at a time (:func:`fit_collections`) on as many threads.
+        runs_dir: where each collection's fitted model is saved, and a finished run with the same settings and data
+            reused instead of fitted again (:mod:`competition.saved_runs`); ``None``: neither.
 
     Returns:
         ``{split: {submission ID: scores}}`` for ``valid`` and ``test``; a valid layout graph's scores follow
@@ -178,10 +184,10 @@ def predict_split(model_name: str, dataset: Dataset, *, params: ModelParams | No
         if all(m.fits_concurrently() for m in models.values()):
             return _predict_concurrently(model_name, dataset, models, params, jobs=jobs,
                                          settings_file=settings_file, progress=progress,
-                                         end=time.monotonic() + seconds, weights=weights)
+                                         end=time.monotonic() + seconds, weights=weights, runs_dir=runs_dir)
     out: dict[str, dict[str, np.ndarray]] = {Split.VALID.value: {}, Split.TEST.value: {}}
     for fit in fit_collections(model_name, dataset, params=params, settings_file=settings_file, progress=progress,
-                               seconds=seconds, weights=weights):
+                               seconds=seconds, weights=weights, runs_dir=runs_dir):
         for split, predictions in fit.predictions.items():
             out[split.value].update(predictions)
     return out
@@ -221,7 +227,7 @@ def fit_collections(model_name: str, dataset: Dataset, *, params: ModelParams | 
                     holding: Callable[[Collection], AbstractContextManager[object]] | None = None,
                     after_fit: Callable[[Collection, RankingModel], object] | None = None,
                     shard: Callable[[Sequence[int]], Sequence[int]] | None = None,
-                    gather: Gather | None = None) -> Iterator[CollectionFit]:
+                    gather: Gather | None = None, runs_dir: Path | None = None) -> Iterator[CollectionFit]:
     """Fit ``model_name`` on each collection of ``dataset`` in turn and predict the graphs of ``splits``: what the
     pipeline (:func:`predict_split`, one fit at a time) and ``fastslow train`` both run.
 
@@ -244,6 +250,7 @@ def fit_collections(model_name: str, dataset: Dataset, *, params: ModelParams | 
         after_fit: called with the collection and the fitted model before the predictions (to save it).
         shard: which of a split's graph indices this process predicts (default: all of them).
         gather: with ``shard``, collects every process's predictions of a split (:func:`fit_collection`).
+        runs_dir: where fitted models are saved and finished runs reused (:func:`fit_collection`).
 
     Yields:
         One :class:`CollectionFit` per collection, in the dataset's order.
@@ -273,7 +280,7 @@ def fit_collections(model_name: str, dataset: Dataset, *, params: ModelParams | 
         with nullcontext() if holding is None else holding(c):
             fit = fit_collection(model_name, models[c], dataset[c], splits=splits, progress=progress,
                                  deadline=deadline, predict_by=predict_by, say=say, after_fit=after_fit,
-                                 shard=shard, gather=gather)
+                                 shard=shard, gather=gather, runs_dir=runs_dir)
         yield fit
 
 
@@ -293,17 +300,32 @@ def fit_collection(model_name: str, model: RankingModel, data: CollectionData, *
                    say: Callable[[str], object] = _say,
                    after_fit: Callable[[Collection, RankingModel], object] | None = None,
                    shard: Callable[[Sequence[int]], Sequence[int]] | None = None,
-                   gather: Gather | None = None) -> CollectionFit:
+                   gather: Gather | None = None, runs_dir: Path | None = None) -> CollectionFit:
     """Fit ``model`` on one collection's train graphs (until ``deadline``, and early enough to predict by
     ``predict_by`` where the model can tell), call ``after_fit``, and predict the graphs of ``splits`` (a valid
     layout graph on the protocol's configs).
 
     Several processes that fit together (a torchrun launch) share the predictions out: each predicts the graphs of
     the indices ``shard`` keeps, and ``gather`` gives every process's predictions to one of them (``None`` to the
-    others), which puts them back in the graphs' order; the others' result then holds no predictions."""
+    others), which puts them back in the graphs' order; the others' result then holds no predictions.
+
+    With ``runs_dir``, the model is saved in its run folder (:func:`competition.saved_runs.run_folder`; a GNN's own
+    ``runs_dir`` first), and a finished run saved there with the same settings and data is loaded instead of
+    fitting (:func:`competition.saved_runs.reusable_run`), saying so."""
+    from competition.saved_runs import reusable_run, run_folder, save_run
+
     collection = data.collection
     started = time.monotonic()
-    model.fit(data, progress=progress, deadline=deadline, predict_by=predict_by)
+    folder = None if runs_dir is None else run_folder(getattr(model, "runs_dir", None) or runs_dir, model_name,
+                                                      collection)
+    saved = None if folder is None else reusable_run(folder, model_name, model, data)
+    if saved is not None:
+        model = saved
+        say(f"{model_name} {collection.value}: reused the finished run in {folder} (same settings and data)")
+    else:
+        model.fit(data, progress=progress, deadline=deadline, predict_by=predict_by)
+        if folder is not None:
+            save_run(folder, model_name, model, data, complete=deadline is None and predict_by is None)
     fitted = time.monotonic()
     if after_fit is not None:
         after_fit(collection, model)
@@ -329,7 +351,8 @@ def fit_collection(model_name: str, model: RankingModel, data: CollectionData, *
 
 def _predict_concurrently(model_name: str, dataset: Dataset, models: dict[Collection, RankingModel],
                           params: ModelParams, *, jobs: int, settings_file: Path | None, progress: bool, end: float,
-                          weights: dict[Collection, float] | None) -> dict[str, dict[str, np.ndarray]]:
+                          weights: dict[Collection, float] | None,
+                          runs_dir: Path | None = None) -> dict[str, dict[str, np.ndarray]]:
     """:func:`predict_split` with ``jobs`` collections fitted at once, in processes of their own."""
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
@@ -374,7 +397,7 @@ def _predict_concurrently(model_name: str, dataset: Dataset, models: dict[Collec
         with child_environment(OMP_NUM_THREADS=str(threads),
                                TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
             future = pool.submit(_collection_job, model_name, params.for_collection(c), dataset[c], progress, slot,
-                                 end)
+                                 end, runs_dir)
         running[future] = (c, now + slot)
 
     try:
@@ -433,7 +456,7 @@ def _init_job(pipeline: int, threads: int, progress: bool) -> None:
 
 
 def _collection_job(model_name: str, params: dict[str, object], data: CollectionData, progress: bool, slot: float,
-                    end: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+                    end: float, runs_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """One collection's fit and predictions in a concurrent fit's process: fitting stops after
     :data:`~competition.budget.FIT_FRACTION` of ``slot`` and early enough to predict by ``end`` (monotonic clock
     values are the machine's, the same in every process)."""
@@ -444,7 +467,7 @@ def _collection_job(model_name: str, params: dict[str, object], data: Collection
                 else max(started, min(started + FIT_FRACTION * slot, end - (1 - FIT_FRACTION) * slot)))
     predict_by = None if math.isinf(slot) else max(started, min(started + slot, end))
     fit = fit_collection(model_name, make_model(model_name, **params), data, progress=progress, deadline=deadline,
-                         predict_by=predict_by)
+                         predict_by=predict_by, runs_dir=runs_dir)
     return fit.predictions[Split.VALID], fit.predictions[Split.TEST]
 
 
@@ -603,6 +626,17 @@ def with_quick_params(name: str, given: ModelParams | None, collections: Sequenc
     return ModelParams(common=dict(given.common), per_collection=per_collection)
 
 
+def _runs_dir_param(name: str, given: ModelParams | None, runs_dir: Path) -> ModelParams:
+    """``given`` with ``run.runs_dir`` set to ``runs_dir`` for a model that keeps run folders (the GNNs), unless
+    given."""
+    from models.registry import MODELS, ModelParams, hyper_parameters
+
+    given = given or ModelParams()
+    if "run.runs_dir" not in hyper_parameters(MODELS[name]) or "run.runs_dir" in given.common:
+        return given
+    return ModelParams(common={**given.common, "run.runs_dir": str(runs_dir)}, per_collection=given.per_collection)
+
+
 def run_pipeline(
     data: str | Path | None = None,
     *,
@@ -618,6 +652,7 @@ def run_pipeline(
     time_budget: float | None = None,
     params: Mapping[str, ModelParams] | None = None,
     jobs: int | None = None,
+    runs_dir: str | Path | None = None,
 ) -> PipelineResult:
     """Run data -> models -> submission -> validation -> offline score, printing the tables.
 
@@ -646,6 +681,10 @@ def run_pipeline(
             written to ``<out_dir>/settings-<model>.json``.
         jobs: collections fitted at once, where a model allows it (:func:`predict_split`; default
             :func:`default_jobs`).
+        runs_dir: where every model's fit is saved per collection (``<runs_dir>/<model>/<collection slug>/``, the
+            GNN's run folders too unless its ``run.runs_dir`` is given), and a finished run with the same settings
+            and data reused instead of fitted again (:mod:`competition.saved_runs`); ``None``: neither (the GNN
+            keeps its run folders where its own ``run.runs_dir`` says).
 
     The valid split does three jobs: early stopping (GBDT rounds, GNN epochs), the choice of the best model, and the
     ensemble's weights. So the valid figures of the model that makes the submission are optimistic: the synthetic
@@ -673,7 +712,10 @@ def run_pipeline(
     if synthetic and root.world_scale in QUICK_SCALES:
         params = {name: with_quick_params(name, params.get(name), collections, str(root.world_scale))
                   for name in names}
+    if runs_dir is not None:
+        params = {name: _runs_dir_param(name, params.get(name), Path(runs_dir)) for name in names}
     check_writable({"the output folder": out_dir, "the leaderboard's folder": board.parent,
+                    "the runs folder": None if runs_dir is None else Path(runs_dir),
                     **model_folders(names, params, collections)})
     run = new_run_id()
     scoring = _Scoring(root, load_labels(root, collections, Split.VALID, protocol), out_dir, board, synthetic)
@@ -691,7 +733,8 @@ def run_pipeline(
         started = time.monotonic()
         preds = predict_split(name, dataset, params=params.get(name), settings_file=out_dir / f"settings-{name}.json",
                               progress=progress, seconds=seconds, weights=weights,
-                              jobs=default_jobs() if jobs is None else jobs)
+                              jobs=default_jobs() if jobs is None else jobs,
+                              runs_dir=None if runs_dir is None else Path(runs_dir))
         report = scoring.valid(name, preds[Split.VALID.value])
         valid_reports[name] = report
         valid_predictions[name] = preds[Split.VALID.value]

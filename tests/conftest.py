@@ -21,6 +21,28 @@ def _one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_runs_dir(tmp_path_factory: pytest.TempPathFactory):
+    """``fastslow submit`` saves every model's fit in ``runs/`` of the working directory by default, and reuses a
+    finished one: in the tests, in a folder of the session's instead (for fixtures of a wider scope than a test), so
+    that no test writes into the checkout's ``runs/`` nor reuses a run from it."""
+    from competition import pipeline
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(pipeline, "DEFAULT_RUNS_DIR", tmp_path_factory.mktemp("session-runs"))
+    yield
+    patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def _test_runs_dir(_session_runs_dir: None, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Each test's ``fastslow submit`` and ``predict`` use a runs folder of their own (not under ``tmp_path``, which
+    some tests list): no test reuses another's fits."""
+    from competition import pipeline
+
+    monkeypatch.setattr(pipeline, "DEFAULT_RUNS_DIR", tmp_path_factory.mktemp("runs"))
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny world (two graphs per collection and split at most), read-only for the tests that use it."""

@@ -1,0 +1,441 @@
+"""``fastslow predict``: rank configs with saved runs, without fitting.
+
+The runs are those ``fastslow train`` and ``fastslow submit`` save (:mod:`competition.saved_runs`:
+``<runs dir>/<model>/<collection slug>/model.json``). What is ranked is either npz files given by name (a data root's,
+or ``fastslow featurize``'s), or one split of a data root. Which models rank them, and how they are combined:
+
+* ``--models NAME ...``: those models; two or more are combined as ``fastslow submit`` combines them (the learned ones
+  only when two or more of them are named: :func:`models.registry.ensemble_members`), by the ensemble ``submit``
+  fitted (``ensemble.json`` in the submissions folder) when it combines exactly these models and holds weights for
+  every collection ranked, else by a plain mean of their rank-normalised scores, which is said;
+* without ``--models``: as the submission in the submissions folder was made (its ``submission.json`` names the model
+  or the ensemble, whose ``ensemble.json`` lies beside it); without a submission, every model with a saved run for
+  each collection ranked, combined as above.
+
+Output: the test split of a data root is written as a Kaggle submission (:func:`competition.submission.submission_text`,
+validated against the test split as ``submit`` validates its own before writing it); anything else as one CSV with a
+row per graph, ``ID,Ranking``: the graph's submission ID (``<collection>:<file stem>``) and every config index,
+fastest predicted first, joined by ``;`` (ties by index, as a submission orders them).
+
+What cannot be used is refused before anything is predicted, in one line naming the run or the file: a missing run, a
+run the loader refuses (another format version, a GNN trained with an option this version no longer has), a run fitted
+on other feature columns than this version computes from the files, an npz file the reader refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from competition.collections import Collection, Split, submission_id
+
+if TYPE_CHECKING:
+    from competition.reader import DataRoot, LayoutGraph, TileGraph
+    from models.base import RankingModel
+    from models.ensemble import Ensemble
+
+RANKING_HEADER = ("ID", "Ranking")
+DEFAULT_OUT = "predicted.csv"
+
+
+class PredictRefused(ValueError):
+    """What ``fastslow predict`` cannot use as given (a run, a file, an argument): one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One graph to rank: its submission ID, file and collection."""
+
+    sid: str
+    path: Path
+    collection: Collection
+
+
+@dataclass(frozen=True)
+class Combination:
+    """Which models rank the graphs and how their scores are combined.
+
+    Attributes:
+        members: the models, in the order the ensemble lists them.
+        ensemble: the fitted ensemble that combines them (``None``: one model, or a plain mean of rank-normalised
+            scores).
+        said: how they were chosen, one line.
+    """
+
+    members: list[str]
+    ensemble: Ensemble | None
+    said: str
+
+    def needed(self, collection: Collection) -> list[str]:
+        """The members whose scores ``collection``'s graphs need: those the ensemble weighs there (all of them
+        without an ensemble)."""
+        if self.ensemble is None:
+            return list(self.members)
+        weights = self.ensemble.collections_[collection.value]["weights"]
+        return [m for m, w in zip(self.ensemble.models_, weights, strict=True) if w != 0.0]
+
+    def combine(self, scores: dict[str, dict[str, npt.NDArray[np.float64]]]) -> dict[str, npt.NDArray[np.float64]]:
+        """One score vector per graph from the members' ``{model: {ID: scores}}``."""
+        from models.ensemble import combine, normalize_scores
+
+        if self.ensemble is not None:
+            return self.ensemble.predict(scores)
+        if len(self.members) == 1:
+            return dict(scores[self.members[0]])
+        weights = np.full(len(self.members), 1.0 / len(self.members))
+        ids = sorted(scores[self.members[0]])
+        return {sid: combine(weights, [normalize_scores(scores[m][sid]) for m in self.members]) for sid in ids}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What is ranked
+# --------------------------------------------------------------------------------------------------------------
+
+
+def file_targets(paths: Sequence[str | Path], collection: Collection | None = None) -> list[Target]:
+    """The graphs of npz files given by name, each file's collection read from its path (``.../tile/xla/...``,
+    ``.../layout/nlp/random/...``), else from its members (a tile file), else ``collection``.
+
+    Raises:
+        PredictRefused: a file whose collection cannot be told, or that contradicts ``collection``; two files of one
+            graph ID.
+        DataFileError: a file the reader refuses (read only where its path does not tell its collection).
+    """
+    from competition.reader import infer_collection_split, load_graph
+
+    out: list[Target] = []
+    seen: dict[str, Path] = {}
+    for given in paths:
+        path = Path(given)
+        inferred = infer_collection_split(path)[0]
+        if inferred is not None and collection is not None and inferred != collection:
+            raise PredictRefused(f"{path}: its path says {inferred.value}, --collection says {collection.value}")
+        found = inferred or collection
+        if found is None:
+            found = load_graph(path).collection
+        if found is None:
+            raise PredictRefused(f"{path}: a layout file whose path does not say its collection "
+                                 "(.../layout/<xla|nlp>/<default|random>/...): give --collection")
+        sid = submission_id(found, path.stem)
+        if sid in seen:
+            raise PredictRefused(f"{seen[sid]} and {path} are both graph {sid}: a ranking names each graph once")
+        seen[sid] = path
+        out.append(Target(sid, path, found))
+    return out
+
+
+def split_targets(root: DataRoot, split: Split) -> list[Target]:
+    """Every graph of ``split`` in ``root``, collection by collection."""
+    from competition.reader import list_graphs
+
+    return [Target(submission_id(c, p.stem), p, c) for c in Collection for p in list_graphs(root, c, split)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Which runs rank them
+# --------------------------------------------------------------------------------------------------------------
+
+
+def choose_models(models: Sequence[str] | None, collections: Sequence[Collection], runs_dir: Path,
+                  submissions: Path) -> Combination:
+    """Which models rank ``collections`` and how they are combined (see the module's docstring).
+
+    Raises:
+        PredictRefused: an unknown model; no model given and none with saved runs; an ensemble file the loader
+            refuses.
+    """
+    from competition.pipeline import ENSEMBLE
+    from competition.promotion import ENSEMBLE_FILE, RECORD, SUBMISSION, read_record
+    from competition.saved_runs import MODEL_FILE, run_folder
+    from models.registry import MODELS, ensemble_members
+
+    if models:
+        unknown = [m for m in models if m not in MODELS]
+        if unknown:
+            raise PredictRefused(f"--models: unknown model {unknown[0]!r}; expected one of {', '.join(sorted(MODELS))}")
+        members = ensemble_members(list(dict.fromkeys(models)))
+        said = f"models named: {', '.join(members)}"
+    else:
+        record = read_record(submissions / RECORD)
+        if record is not None and record.producer == ENSEMBLE:
+            ensemble = _load_ensemble(submissions / ENSEMBLE_FILE)
+            members = list(ensemble.models_)
+            said = f"as {submissions / SUBMISSION} was made: the ensemble of {', '.join(members)}"
+            return _with_ensemble(members, ensemble, submissions / ENSEMBLE_FILE, collections, said)
+        if record is not None and record.producer in MODELS:
+            return Combination([record.producer], None, f"as {submissions / SUBMISSION} was made: {record.producer}")
+        found = [m for m in MODELS if all((run_folder(runs_dir, m, c) / MODEL_FILE).is_file() for c in collections)]
+        if not found:
+            raise PredictRefused(
+                f"no model has a saved run in {runs_dir} for {', '.join(c.value for c in collections)}, and no "
+                f"{submissions / RECORD} says which made a submission: fit them with `fastslow submit` or `fastslow "
+                "train`, or give --runs-dir (and --models)")
+        members = ensemble_members(found)
+        said = f"no {submissions / RECORD}: the models with saved runs in {runs_dir}: {', '.join(members)}"
+    if len(members) == 1:
+        return Combination(members, None, said)
+    path = submissions / ENSEMBLE_FILE
+    ensemble = _load_ensemble(path) if path.is_file() else None
+    return _with_ensemble(members, ensemble, path, collections, said)
+
+
+def _load_ensemble(path: Path) -> Ensemble:
+    from models.ensemble import Ensemble
+
+    try:
+        return Ensemble.load(path)
+    except ValueError as exc:
+        raise PredictRefused(f"{exc}; give --submissions another folder, or name --models") from None
+
+
+def _with_ensemble(members: list[str], ensemble: Ensemble | None, path: Path, collections: Sequence[Collection],
+                   said: str) -> Combination:
+    """``members`` combined by ``ensemble`` (saved in ``path``) when it combines exactly them and has weights for
+    every collection, else by a plain mean, saying why."""
+    mean = "combined by a plain mean of their rank-normalised scores"
+    if ensemble is None:
+        return Combination(members, None, f"{said}; no {path}: {mean}")
+    if set(ensemble.models_) != set(members):
+        return Combination(members, None, f"{said}; {path} combines {', '.join(ensemble.models_)}, not these: {mean}")
+    lacking = [c.value for c in collections if c.value not in ensemble.collections_]
+    if lacking:
+        return Combination(members, None, f"{said}; {path} has no weights for {', '.join(lacking)}: {mean}")
+    return Combination(list(ensemble.models_), ensemble, f"{said}; combined by {path} ({ensemble.describe()})")
+
+
+def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
+    """The model ``name`` saved for ``collection`` in ``runs_dir``.
+
+    Raises:
+        PredictRefused: no saved model there; one the loader refuses; one of another model or collection.
+    """
+    from competition.saved_runs import MODEL_FILE, run_folder
+    from models.base import load_model
+
+    folder = run_folder(runs_dir, name, collection)
+    path = folder / MODEL_FILE
+    again = f"`fastslow train --model {name} --collections {collection.value} --runs-dir {runs_dir}`"
+    if not path.is_file():
+        held = (" (the folder holds a training run without a saved model: a run saves it when its fit ends)"
+                if (folder / "checkpoint.pt").is_file() else "")
+        raise PredictRefused(f"no saved run of {name} for {collection.value}: no {path}{held}; fit one with {again} "
+                             "or `fastslow submit`, or give --runs-dir")
+    try:
+        model = load_model(path)
+    except ValueError as exc:
+        raise PredictRefused(f"{name} on {collection.value}: {exc} (this fastslow cannot use it: {again} fits it "
+                             "again)") from None
+    fitted_on = getattr(model, "collection_", None)
+    if model.name != name or (fitted_on is not None and Collection(fitted_on) != collection):
+        raise PredictRefused(f"{path}: expected a {name} model fitted on {collection.value}; found a {model.name} "
+                             f"model fitted on {fitted_on}")
+    return model
+
+
+def feature_problem(model: RankingModel, graph: TileGraph | LayoutGraph) -> str | None:
+    """Why ``model`` cannot score ``graph``'s features (fitted on other feature columns than this version computes
+    from the graph), or ``None``: the GBDT's feature names, the GNN's fitted column selection, normalisation and
+    network width against its feature pipeline's output."""
+    from competition.reader import TileGraph
+    from models.gbdt import GBDTModel
+    from models.gnn.model import GNNModel
+
+    tile = isinstance(graph, TileGraph)
+    if isinstance(model, GBDTModel):
+        from features.tabular import layout_feature_names, tile_feature_names
+
+        names = tile_feature_names() if tile else layout_feature_names()
+        have = [str(n) for n in model.feature_names_]
+        if have == names:
+            return None
+        first = next((k for k, (a, b) in enumerate(zip(have, names, strict=False)) if a != b), min(len(have), len(names)))
+        there = repr(have[first]) if first < len(have) else "none"
+        here = repr(names[first]) if first < len(names) else "none"
+        return (f"was fitted on {len(have)} feature columns and this fastslow computes {len(names)} from {graph.path} "
+                f"(first differing at column {first}: {there} there, {here} here)")
+    if isinstance(model, GNNModel):
+        from features.data import graph_to_data
+        from models import settings as tree
+        from models.gnn.config import GNNConfig
+        from models.gnn.model import settings_pipeline
+
+        cfg = tree.from_dict(GNNConfig, model.settings_)
+        data = settings_pipeline(cfg)(graph_to_data(graph, None if tile else np.zeros(0, dtype=np.int64)))
+        width, fitted = int(data.x.shape[1]), int(model.columns_["num_columns"])
+        if width != fitted:
+            return (f"was trained on graphs of {fitted} node feature columns after its feature pipeline, and "
+                    f"{graph.path} gives {width}")
+        kept, normalized = len(model.columns_["kept"]), len(model.normalize_["mean"])
+        if not kept == normalized == cfg.num_features:
+            return (f"keeps {kept} node feature columns, normalises {normalized} and its network takes "
+                    f"{cfg.num_features}: its files do not fit together")
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Ranking
+# --------------------------------------------------------------------------------------------------------------
+
+
+def predict_targets(targets: Sequence[Target], combination: Combination, runs_dir: Path, *, progress: bool = True,
+                    say: Any = print) -> dict[str, npt.NDArray[np.float64]]:
+    """Score every graph of ``targets`` with the saved runs of ``combination`` (lower = predicted faster).
+
+    Every run is loaded, and checked against the first graph of its collection, before any graph is scored.
+
+    Returns:
+        ``{ID: scores}``, IDs sorted.
+
+    Raises:
+        PredictRefused: a run that cannot be used (see :func:`load_run`, :func:`feature_problem`).
+        DataFileError: a file the reader refuses.
+    """
+    from tqdm.auto import tqdm
+
+    from competition.reader import load_graph
+    from competition.saved_runs import MODEL_FILE, run_folder
+
+    collections = list(dict.fromkeys(t.collection for t in targets))
+    needed = {c: combination.needed(c) for c in collections}
+    runs: dict[tuple[str, Collection], RankingModel] = {}
+    for c in collections:
+        for name in needed[c]:
+            runs[name, c] = load_run(runs_dir, name, c)
+            say(f"{name} {c.value}: {run_folder(runs_dir, name, c) / MODEL_FILE}")
+    for c in collections:
+        first = next(t for t in targets if t.collection == c)
+        graph = load_graph(first.path, c)
+        for name in needed[c]:
+            problem = feature_problem(runs[name, c], graph)
+            if problem is not None:
+                raise PredictRefused(f"{name} on {c.value}: {run_folder(runs_dir, name, c) / MODEL_FILE} {problem}: "
+                                     "fit it again on data of this format")
+    scores: dict[str, dict[str, npt.NDArray[np.float64]]] = {m: {} for m in combination.members}
+    for t in tqdm(targets, disable=not progress, unit="graph", desc="predict", leave=False):
+        graph = load_graph(t.path, t.collection)
+        for name in needed[t.collection]:
+            scores[name][t.sid] = runs[name, t.collection].predict(graph)
+    return combination.combine({m: s for m, s in scores.items() if s})
+
+
+def ranking_text(scores: dict[str, npt.NDArray[np.float64]]) -> str:
+    """The ranking CSV of ``scores``: ``ID,Ranking``, a row per graph sorted by ID, every config index fastest
+    first (ties by index) joined by ``;``."""
+    from competition.metrics import predicted_order
+    from competition.submission import format_order
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(RANKING_HEADER)
+    writer.writerows((sid, format_order(predicted_order(scores[sid]))) for sid in sorted(scores))
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------------------------
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``fastslow predict`` to the command line."""
+    from competition.reader import DATA_ROOT_HELP
+
+    p = subparsers.add_parser(
+        "predict", help="rank configs with saved runs, without fitting: a submission, or rankings of npz files",
+        description="Rank every config of npz files, or of one split of a data root, with the models `fastslow "
+                    "train` and `fastslow submit` saved (RUNS/<model>/<collection>/model.json), without fitting "
+                    "anything. Two models or more are combined as `submit` combines them: by the ensemble it "
+                    "fitted when that combines exactly these models, else by a plain mean of their "
+                    "rank-normalised scores (said). The test split of a data root is written as a Kaggle submission, "
+                    "checked as `submit` checks its own; anything else as a CSV of rows ID,Ranking: the graph's ID "
+                    "(<collection>:<file stem>) and every config index, fastest predicted first, joined by ';'. A run "
+                    "that is missing, saved by a fastslow whose format this one refuses, or fitted on other feature "
+                    "columns than the files give is refused before anything is predicted.",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="npz files to rank (TpuGraphs format: a data root's, or `fastslow featurize`'s); each file's "
+                        "collection is read from its path (.../layout/xla/default/...), a tile file's from its "
+                        "members, else from --collection. Without FILEs, a split of the data root is ranked")
+    p.add_argument("--data", metavar="DIR", default=None, help=DATA_ROOT_HELP + "; without FILEs only")
+    p.add_argument("--split", choices=[s.value for s in Split], default=None,
+                   help="the split of the data root to rank; test (the default) is written as a Kaggle submission, "
+                        "valid and train as rankings")
+    p.add_argument("--collection", metavar="C", default=None,
+                   help="the collection of FILEs whose path does not say it (a layout file outside a "
+                        ".../layout/<xla|nlp>/<default|random>/ folder)")
+    p.add_argument("--models", nargs="+", metavar="NAME", default=None,
+                   help="the models whose saved runs rank the graphs, combined when two or more (the learned ones "
+                        "only, when two or more are named), as `submit` combines them (default: as the submission in "
+                        "--submissions was made; without one, every model with saved runs for these collections)")
+    p.add_argument("--runs-dir", metavar="DIR", default=None,
+                   help="where the runs are: the --runs-dir of `fastslow train` and `fastslow submit` (default: runs)")
+    p.add_argument("--submissions", metavar="DIR", default=None,
+                   help="the folder `fastslow submit` wrote (its --out-dir): its submission.json says which model or "
+                        "ensemble made the submission, its ensemble.json holds the ensemble's weights "
+                        "(default: submissions)")
+    p.add_argument("--out", metavar="FILE", default=DEFAULT_OUT,
+                   help="the CSV to write: a Kaggle submission for the test split of a data root, else the rankings "
+                        "(default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=cmd_predict, outputs={"out": "file"})
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """``fastslow predict`` (see :func:`add_parser`)."""
+    from competition.npzio import atomic_write_text
+    from competition.pipeline import DEFAULT_OUT_DIR, DEFAULT_RUNS_DIR, _problems
+    from competition.reader import find_data_root
+    from competition.submission import submission_text, validate_submission
+
+    started = time.perf_counter()
+    runs_dir = Path(args.runs_dir) if args.runs_dir is not None else DEFAULT_RUNS_DIR
+    submissions = Path(args.submissions) if args.submissions is not None else DEFAULT_OUT_DIR
+    try:
+        collection = None if args.collection is None else Collection.parse(args.collection)
+    except ValueError as exc:
+        raise PredictRefused(f"--collection: {exc}") from None
+    root = None
+    if args.files:
+        given = [f for f, v in (("--data", args.data), ("--split", args.split)) if v is not None]
+        if given:
+            raise PredictRefused(f"{' and '.join(given)}: rank npz FILEs or a split of a data root, not both")
+        targets = file_targets(args.files, collection)
+        split = None
+    else:
+        if collection is not None:
+            raise PredictRefused("--collection: it names the collection of FILEs; none were given")
+        root = find_data_root(args.data)
+        split = Split(args.split or Split.TEST.value)
+        targets = split_targets(root, split)
+        if not targets:
+            raise PredictRefused(f"{root.root}: no graphs in the {split.value} split")
+    collections = list(dict.fromkeys(t.collection for t in targets))
+    combination = choose_models(args.models, collections, runs_dir, submissions)
+    print(combination.said, flush=True)
+    scores = predict_targets(targets, combination, runs_dir, progress=not args.no_progress,
+                             say=lambda line: print(line, flush=True))
+    out = Path(args.out)
+    seconds = time.perf_counter() - started
+    if root is not None and split == Split.TEST:
+        def validate(tmp: Path) -> str | None:
+            problems = validate_submission(tmp, root, Split.TEST)
+            return _problems(problems, Split.TEST, root) if problems else None
+
+        atomic_write_text(out, submission_text(scores), check=validate)
+        print(f"wrote {out}: a submission of {len(scores)} test graphs, valid against "
+              f"{root.sample_submission or 'the test files'} ({seconds:.1f} s)")
+        return 0
+    atomic_write_text(out, ranking_text(scores))
+    where = f"the {split.value} split of {root.root}" if root is not None and split is not None else "the files given"
+    print(f"wrote {out}: the ranking of every config of {len(scores)} graphs of {where}, fastest first "
+          f"({seconds:.1f} s)")
+    return 0

@@ -1,0 +1,119 @@
+"""Saved runs: the fitted model that ``fastslow train`` and ``fastslow submit`` keep per model and collection, and
+when ``submit`` reuses one instead of fitting again.
+
+Every run lives in ``<runs dir>/<model>/<collection slug>/`` (the GNN's run folder, with its checkpoints), and holds:
+
+    model.json   the fitted model (:meth:`models.base.RankingModel.save`), which ``fastslow predict`` loads
+    fit.json     what it was fitted with (:func:`fit_key`: the model's settings and the data) and the SHA-256 of the
+                 model.json it describes, so that a model.json replaced since (a GNN run with other settings moves
+                 its files aside) is never taken for this fit
+
+A saved run is reused (:func:`reusable_run`) when its key equals the new fit's, its model.json is the one described,
+it was finished: the GNN's checkpoints (the first network's, each seed-ensemble member's and each refit's) say a
+finished stop and it kept every network its settings train; any other model's fit ran without a deadline (a GBDT cut
+short by the time budget would differ from one fitted again). A reused model is the one a new fit would return: the
+GNN's fit of a finished run returns its saved weights at once, and the GBDT's fit is deterministic for given settings
+and data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from competition.collections import Collection
+from competition.leaderboard import file_sha256
+from competition.npzio import atomic_write_text
+
+if TYPE_CHECKING:
+    from competition.dataset import CollectionData
+    from models.base import RankingModel
+
+MODEL_FILE = "model.json"
+RUN_RECORD = "fit.json"
+RECORD_FORMAT = 1
+PLACE_KEYS = ("run.runs_dir", "run.cache_dir")
+"""Settings that say where a run keeps its files, not what it learns: left out of :func:`fit_key`."""
+
+
+def run_folder(runs_dir: str | os.PathLike[str], model_name: str, collection: Collection | str) -> Path:
+    """``<runs_dir>/<model>/<collection slug>``: where a model's run for a collection lives."""
+    return Path(runs_dir) / model_name / Collection(collection).slug
+
+
+def data_key(data: CollectionData) -> dict[str, Any]:
+    """What identifies the data a fit learns from: the data root, the valid protocol, and each file (path relative
+    to the root and size) of the train split and of the split early stopping scores."""
+    splits = [data.train] + ([] if data.eval is None else [data.eval])
+    return {"root": data.train.data_id, "protocol": data.protocol.tag,
+            "files": {g.split.value: [[g.relpath(p), os.stat(p).st_size] for p in g.paths] for g in splits}}
+
+
+def fit_key(model_name: str, model: RankingModel, data: CollectionData) -> dict[str, Any]:
+    """The key of a fit: the model, the collection, every setting it fits with (defaults filled in, less
+    :data:`PLACE_KEYS`) and :func:`data_key`, as plain JSON data."""
+    settings = {k: v for k, v in model.resolved_params(data.collection).items() if k not in PLACE_KEYS}
+    key = {"model": model_name, "collection": data.collection.value, "settings": settings, "data": data_key(data)}
+    return json.loads(json.dumps(key, sort_keys=True, default=repr))
+
+
+def save_run(folder: Path, model_name: str, model: RankingModel, data: CollectionData, *, complete: bool) -> Path:
+    """Save a fitted ``model`` as ``folder/model.json`` with its ``fit.json`` (both atomically).
+
+    Args:
+        complete: whether the fit ran to its end (no deadline cut it short); only a complete fit is reused.
+
+    Returns:
+        The model file.
+    """
+    path = model.save(folder / MODEL_FILE)
+    record = {"format": RECORD_FORMAT, "complete": bool(complete), "model_sha256": file_sha256(path),
+              "key": fit_key(model_name, model, data)}
+    atomic_write_text(folder / RUN_RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def reusable_run(folder: Path, model_name: str, model: RankingModel, data: CollectionData) -> RankingModel | None:
+    """The model saved in ``folder`` when it can stand for fitting ``model`` on ``data`` (see the module's
+    docstring), else ``None``."""
+    try:
+        record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+            return None
+        if record.get("key") != fit_key(model_name, model, data):
+            return None
+        if file_sha256(folder / MODEL_FILE) != record.get("model_sha256"):
+            return None
+        from models.base import load_model
+
+        saved = load_model(folder / MODEL_FILE)
+    except (OSError, ValueError):
+        return None
+    from models.gnn.model import GNNModel
+
+    if isinstance(saved, GNNModel):
+        return saved if _gnn_finished(folder, saved, model, data.collection) else None
+    return saved if record.get("complete") is True else None
+
+
+def _gnn_finished(folder: Path, saved: Any, model: Any, collection: Collection) -> bool:
+    """Whether every network of the saved GNN finished its training: each run folder's checkpoint (the first
+    network's, each member's ``seed-<seed>/``, and the ``refit/`` of each) says a finished stop, and the model kept
+    as many networks as its settings train."""
+    from models.gnn.runs import CHECKPOINT, read_checkpoint
+    from models.gnn.train import finished
+
+    if saved.num_networks != model.train_config(collection).run.seeds:
+        return False
+    folders = [folder] + [folder / f"seed-{m['seed']}" for m in getattr(saved, "members_", ())]
+    for run in folders:
+        ckpt = read_checkpoint(run / CHECKPOINT)
+        if ckpt is None or not finished(ckpt["stopped"]):
+            return False
+        if (run / "refit" / CHECKPOINT).is_file():
+            refit = read_checkpoint(run / "refit" / CHECKPOINT)
+            if refit is None or not finished(refit["stopped"]):
+                return False
+    return True
