@@ -857,7 +857,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             return stack
 
         def save(c: Collection, model: RankingModel) -> None:
-            if main:  # with fit.json: `fastslow submit` reuses the run when its settings and data are the same
+            if main:  # with its fit record: `fastslow submit` reuses the run when its settings and data match
                 saved[c] = save_run(Path(args.runs_dir) / args.model / c.slug, args.model, model, dataset[c],
                                     complete=True)
 

@@ -1,19 +1,17 @@
 """Saved runs: the fitted model that ``fastslow train`` and ``fastslow submit`` keep per model and collection, and
 when ``submit`` reuses one instead of fitting again.
 
-Every run lives in ``<runs dir>/<model>/<collection slug>/`` (the GNN's run folder, with its checkpoints), and holds:
+Every run lives in ``<runs dir>/<model>/<collection slug>/`` (the GNN's run folder, with its checkpoints) and holds
+``model.json``, the fitted model (:meth:`models.base.RankingModel.save`), which ``fastslow predict`` loads, with one
+more top-level entry, ``fit``: what it was fitted with (:func:`fit_key`: the model's settings and the data) and
+whether the fit ran to its end. Inside the model's own file, the record goes wherever the model goes (a GNN run with
+other settings moves its files aside, ``model.json`` among them); the loader reads past it.
 
-    model.json   the fitted model (:meth:`models.base.RankingModel.save`), which ``fastslow predict`` loads
-    fit.json     what it was fitted with (:func:`fit_key`: the model's settings and the data) and the SHA-256 of the
-                 model.json it describes, so that a model.json replaced since (a GNN run with other settings moves
-                 its files aside) is never taken for this fit
-
-A saved run is reused (:func:`reusable_run`) when its key equals the new fit's, its model.json is the one described,
-it was finished: the GNN's checkpoints (the first network's, each seed-ensemble member's and each refit's) say a
-finished stop and it kept every network its settings train; any other model's fit ran without a deadline (a GBDT cut
-short by the time budget would differ from one fitted again). A reused model is the one a new fit would return: the
-GNN's fit of a finished run returns its saved weights at once, and the GBDT's fit is deterministic for given settings
-and data.
+A saved run is reused (:func:`reusable_run`) when its key equals the new fit's and it finished: the GNN's
+checkpoints (the first network's, each seed-ensemble member's and each refit's) say a finished stop and it kept every
+network its settings train; any other model's fit ran without a deadline (a GBDT cut short by the time budget would
+differ from one fitted again). A reused model is the one a new fit would return: the GNN's fit of a finished run
+returns its saved weights at once, and the GBDT's fit is deterministic for given settings and data.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from competition.collections import Collection
-from competition.leaderboard import file_sha256
 from competition.npzio import atomic_write_text
 
 if TYPE_CHECKING:
@@ -32,7 +29,7 @@ if TYPE_CHECKING:
     from models.base import RankingModel
 
 MODEL_FILE = "model.json"
-RUN_RECORD = "fit.json"
+FIT_ENTRY = "fit"
 RECORD_FORMAT = 1
 PLACE_KEYS = ("run.runs_dir", "run.cache_dir")
 """Settings that say where a run keeps its files, not what it learns: left out of :func:`fit_key`."""
@@ -60,7 +57,7 @@ def fit_key(model_name: str, model: RankingModel, data: CollectionData) -> dict[
 
 
 def save_run(folder: Path, model_name: str, model: RankingModel, data: CollectionData, *, complete: bool) -> Path:
-    """Save a fitted ``model`` as ``folder/model.json`` with its ``fit.json`` (both atomically).
+    """Save a fitted ``model`` as ``folder/model.json``, its ``fit`` entry added (atomically).
 
     Args:
         complete: whether the fit ran to its end (no deadline cut it short); only a complete fit is reused.
@@ -69,22 +66,20 @@ def save_run(folder: Path, model_name: str, model: RankingModel, data: Collectio
         The model file.
     """
     path = model.save(folder / MODEL_FILE)
-    record = {"format": RECORD_FORMAT, "complete": bool(complete), "model_sha256": file_sha256(path),
-              "key": fit_key(model_name, model, data)}
-    atomic_write_text(folder / RUN_RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc[FIT_ENTRY] = {"format": RECORD_FORMAT, "complete": bool(complete), "key": fit_key(model_name, model, data)}
+    return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
 
 def reusable_run(folder: Path, model_name: str, model: RankingModel, data: CollectionData) -> RankingModel | None:
     """The model saved in ``folder`` when it can stand for fitting ``model`` on ``data`` (see the module's
     docstring), else ``None``."""
     try:
-        record = json.loads((folder / RUN_RECORD).read_text(encoding="utf-8"))
+        doc = json.loads((folder / MODEL_FILE).read_text(encoding="utf-8"))
+        record = doc.get(FIT_ENTRY) if isinstance(doc, dict) else None
         if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
             return None
         if record.get("key") != fit_key(model_name, model, data):
-            return None
-        if file_sha256(folder / MODEL_FILE) != record.get("model_sha256"):
             return None
         from models.base import load_model
 

@@ -118,8 +118,9 @@ def test_submit_reuses_its_finished_runs_and_writes_the_same_bytes(tiny_world: P
                       for m in ("random", "gbdt") for c in Collection]
     assert {n: (out / n).read_bytes() for n in files} == before
     # A fit a deadline cut short (tile), or other settings (xla:default): fitted again.
-    record = runs / "gbdt" / "tile-xla" / "fit.json"
-    record.write_text(json.dumps({**json.loads(record.read_text()), "complete": False}))
+    saved = runs / "gbdt" / "tile-xla" / "model.json"
+    doc = json.loads(saved.read_text())
+    saved.write_text(json.dumps({**doc, "fit": {**doc["fit"], "complete": False}}))
     code, third, err = run(_submit(tiny_world, out, runs, "--param", "gbdt.layout:xla:default.n_estimators=5"),
                            capsys)
     assert code == 0, err
