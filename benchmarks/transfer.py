@@ -64,15 +64,16 @@ def transfer_cells(models: Sequence[str], collections: Sequence[Collection], wor
                    seeds: Sequence[int], params: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Fit every model on every world's train split and score it on the test split of each source's world of the
     same seed: one record per (model, collection, seed, train source, test source) with the mean per-graph score,
-    the test set's mean oracle, its number of graphs, and the seconds the fit and both scorings took."""
-    from models.registry import MODELS
+    the test set's mean oracle, its number of graphs, and the seconds from the start of the fit to the end of that
+    scoring (the first test source's record holds the fit and one scoring, the second's both)."""
+    from models.registry import MODELS, hyper_parameters
 
     records: list[dict[str, Any]] = []
     for seed in seeds:
         roots = {src: find_data_root(worlds[(src, seed)]) for src in SOURCES}
         for collection in collections:
             for name in models:
-                kwargs = {"runs_dir": None} if name.startswith("gnn") else {}
+                kwargs = {"run.runs_dir": None} if "run.runs_dir" in hyper_parameters(MODELS[name]) else {}
                 kwargs.update((params or {}).get(name, {}))
                 for train_src in SOURCES:
                     t0 = time.perf_counter()

@@ -761,7 +761,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from competition.pipeline import check_writable, fit_collections, model_folders
     from competition.reader import find_data_root, validate_root
     from competition.runlock import hold_run_folder
-    from competition.saved_runs import save_run
+    from competition.saved_runs import run_folder, save_run
     from competition.submission import score_predictions
     from models.gnn import distributed
     from models.gnn.steps import resolve_device
@@ -853,12 +853,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
             stack = contextlib.ExitStack()
             stack.enter_context(distributed.collectives(f"{args.model} on {c.value}"))
             if main:
-                stack.enter_context(hold_run_folder(Path(args.runs_dir) / args.model / c.slug))
+                stack.enter_context(hold_run_folder(run_folder(args.runs_dir, args.model, c)))
             return stack
 
         def save(c: Collection, model: RankingModel) -> None:
             if main:  # with its fit record: `fastslow submit` reuses the run when its settings and data match
-                saved[c] = save_run(Path(args.runs_dir) / args.model / c.slug, args.model, model, dataset[c],
+                saved[c] = save_run(run_folder(args.runs_dir, args.model, c), args.model, model, dataset[c],
                                     complete=True)
 
         # Each process predicts its share of the valid graphs; the first gathers them.

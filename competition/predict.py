@@ -135,9 +135,9 @@ def file_targets(paths: Sequence[str | Path], collection: Collection | None = No
 
 def split_targets(root: DataRoot, split: Split) -> list[Target]:
     """Every graph of ``split`` in ``root``, collection by collection."""
-    from competition.reader import list_graphs
+    from competition.dataset import open_split
 
-    return [Target(submission_id(c, p.stem), p, c) for c in Collection for p in list_graphs(root, c, split)]
+    return [Target(submission_id(c, p.stem), p, c) for c in Collection for p in open_split(root, c, split).paths]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -220,13 +220,14 @@ def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
     """
     from competition.saved_runs import MODEL_FILE, run_folder
     from models.base import load_model
+    from models.gnn.runs import CHECKPOINT
 
     folder = run_folder(runs_dir, name, collection)
     path = folder / MODEL_FILE
     again = f"`fastslow train --model {name} --collections {collection.value} --runs-dir {runs_dir}`"
     if not path.is_file():
         held = (" (the folder holds a training run without a saved model: a run saves it when its fit ends)"
-                if (folder / "checkpoint.pt").is_file() else "")
+                if (folder / CHECKPOINT).is_file() else "")
         raise PredictRefused(f"no saved run of {name} for {collection.value}: no {path}{held}; fit one with {again} "
                              "or `fastslow submit`, or give --runs-dir")
     try:
@@ -311,9 +312,10 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
         for name in needed[c]:
             runs[name, c] = load_run(runs_dir, name, c)
             say(f"{name} {c.value}: {run_folder(runs_dir, name, c) / MODEL_FILE}")
+    firsts: dict[str, TileGraph | LayoutGraph] = {}  # each collection's first graph, read once for both uses
     for c in collections:
         first = next(t for t in targets if t.collection == c)
-        graph = load_graph(first.path, c)
+        graph = firsts[first.sid] = load_graph(first.path, c)
         for name in needed[c]:
             problem = feature_problem(runs[name, c], graph)
             if problem is not None:
@@ -321,7 +323,7 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
                                      "fit it again on data of this format")
     scores: dict[str, dict[str, npt.NDArray[np.float64]]] = {m: {} for m in combination.members}
     for t in tqdm(targets, disable=not progress, unit="graph", desc="predict", leave=False):
-        graph = load_graph(t.path, t.collection)
+        graph = firsts.pop(t.sid, None) or load_graph(t.path, t.collection)
         for name in needed[t.collection]:
             scores[name][t.sid] = runs[name, t.collection].predict(graph)
     return combination.combine({m: s for m, s in scores.items() if s})

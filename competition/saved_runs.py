@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from competition.collections import Collection
-from competition.npzio import atomic_write_text
 
 if TYPE_CHECKING:
     from competition.dataset import CollectionData
     from models.base import RankingModel
 
 MODEL_FILE = "model.json"
+"""A saved run's fitted model, in its run folder."""
 FIT_ENTRY = "fit"
 RECORD_FORMAT = 1
 PLACE_KEYS = ("run.runs_dir", "run.cache_dir")
@@ -65,10 +65,8 @@ def save_run(folder: Path, model_name: str, model: RankingModel, data: Collectio
     Returns:
         The model file.
     """
-    path = model.save(folder / MODEL_FILE)
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc[FIT_ENTRY] = {"format": RECORD_FORMAT, "complete": bool(complete), "key": fit_key(model_name, model, data)}
-    return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    record = {"format": RECORD_FORMAT, "complete": bool(complete), "key": fit_key(model_name, model, data)}
+    return model.save(folder / MODEL_FILE, extra={FIT_ENTRY: record})
 
 
 def reusable_run(folder: Path, model_name: str, model: RankingModel, data: CollectionData) -> RankingModel | None:

@@ -133,11 +133,13 @@ class RankingModel(abc.ABC):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(self, path: str | os.PathLike[str], *, extra: Mapping[str, Any] | None = None) -> Path:
         """Write the model to a JSON file, atomically.
 
         Args:
             path: destination (conventionally ``*.json``).
+            extra: more top-level entries (plain JSON data) for what keeps records beside the model (a saved
+                run's ``fit``: :mod:`competition.saved_runs`); the loader reads past them.
 
         Returns:
             The destination path.
@@ -150,6 +152,7 @@ class RankingModel(abc.ABC):
             "params": self.get_params(),
             "collection": None if collection is None else str(collection),
             "state": {k: _encode(v) for k, v in state.items()},
+            **(extra or {}),
         }
         return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 

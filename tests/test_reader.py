@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -541,26 +542,38 @@ def test_zero_normalizer_in_a_train_file(tmp_path: Path):
                                                   "0 at config 1 (1 in all)")
 
 
-def test_what_numpy_writes_reads_as_the_format_says(tiny_world: Path, tmp_path: Path):
-    """A 1-D ``node_splits`` (the official featurizer's) and Fortran-ordered members (numpy's ``savez`` of a
-    transposed or column-selected array) read back as the C-ordered ``[1, S]`` arrays of the original."""
+def _rewritten_train_file(tiny_world: Path, tmp_path: Path, c: Collection,
+                          change: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+                          ) -> tuple[Path, Path, dict[str, np.ndarray]]:
+    """The first train graph of ``c`` copied into a data root's tree under ``tmp_path`` and rewritten by
+    ``np.savez`` with the members ``change`` returns: ``(original, copy, the arrays written)``."""
     import shutil
 
     from competition.npzio import NpzReader
-    from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.reader import find_data_root, list_graphs
 
-    c = Collection.LAYOUT_XLA_DEFAULT
     original = list_graphs(find_data_root(tiny_world), c, Split.TRAIN)[0]
-    folder = tmp_path / "npz" / "layout" / "xla" / "default" / "train"
+    folder = tmp_path / "npz" / Path(*c.value.split(":")) / "train"
     folder.mkdir(parents=True)
     copy = Path(shutil.copy(original, folder / original.name))
     with NpzReader(copy) as r:
         arrays = {k: r.load(k) for k in r.keys()}
-    arrays["node_splits"] = arrays["node_splits"].reshape(-1)
-    arrays["node_feat"] = np.asfortranarray(arrays["node_feat"])
-    arrays["edge_index"] = np.asfortranarray(arrays["edge_index"])
+    arrays.update(change(arrays))
     with open(copy, "wb") as f:
         np.savez(f, **arrays)
+    return original, copy, arrays
+
+
+def test_what_numpy_writes_reads_as_the_format_says(tiny_world: Path, tmp_path: Path):
+    """A 1-D ``node_splits`` (the official featurizer's) and Fortran-ordered members (numpy's ``savez`` of a
+    transposed or column-selected array) read back as the C-ordered ``[1, S]`` arrays of the original."""
+    from competition.npzio import NpzReader
+    from competition.reader import load_graph
+
+    c = Collection.LAYOUT_XLA_DEFAULT
+    original, copy, arrays = _rewritten_train_file(tiny_world, tmp_path, c, lambda a: {
+        "node_splits": a["node_splits"].reshape(-1), "node_feat": np.asfortranarray(a["node_feat"]),
+        "edge_index": np.asfortranarray(a["edge_index"])})
     with NpzReader(copy) as r:
         assert r.info("node_splits").shape == (arrays["node_splits"].size,) and r.info("node_feat").fortran_order
     want, got = load_graph(original, c), load_graph(copy, c)
@@ -576,23 +589,13 @@ def test_a_fortran_ordered_node_config_feat_streams_from_a_c_ordered_copy(tiny_w
     """Its rows are not stored together: the reader copies it to C order in passes of ``convert_bytes`` of rows,
     each one forward pass over the member, and streams rows from the copy, which is removed when the reader
     closes. Every read gives the original's values."""
-    import shutil
-
-    from competition import npzio
     from competition.npzio import NpzReader
-    from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.reader import load_graph
 
     c = Collection.LAYOUT_XLA_DEFAULT
-    original = list_graphs(find_data_root(tiny_world), c, Split.TRAIN)[0]
-    folder = tmp_path / "npz" / "layout" / "xla" / "default" / "train"
-    folder.mkdir(parents=True)
-    copy = Path(shutil.copy(original, folder / original.name))
-    with NpzReader(copy) as r:
-        arrays = {k: r.load(k) for k in r.keys()}
-    want = arrays["node_config_feat"]
-    arrays["node_config_feat"] = np.asfortranarray(want)
-    with open(copy, "wb") as f:
-        np.savez(f, **arrays)
+    original, copy, arrays = _rewritten_train_file(tiny_world, tmp_path, c, lambda a: {
+        "node_config_feat": np.asfortranarray(a["node_config_feat"])})
+    want = np.ascontiguousarray(arrays["node_config_feat"])
     row_bytes = int(np.prod(want.shape[1:])) * want.itemsize
     opened: list[str] = []
     real_open = NpzReader._open_member
@@ -617,4 +620,3 @@ def test_a_fortran_ordered_node_config_feat_streams_from_a_c_ordered_copy(tiny_w
     assert not temp.exists()
     got = load_graph(copy, c)
     np.testing.assert_array_equal(got.config_features(), load_graph(original, c).config_features())
-    assert npzio.CONVERT_BYTES >= 64 * 1024 * 1024

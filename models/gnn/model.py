@@ -39,6 +39,7 @@ from competition.collections import Collection
 from competition.dataset import CollectionData, SplitGraphs
 from competition.reader import LayoutGraph, TileGraph
 from competition.runlock import hold_run_folder
+from competition.saved_runs import run_folder
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from features.transforms import (
@@ -114,6 +115,14 @@ def stored_settings(cfg: GNNConfig) -> dict[str, Any]:
     return tree.as_dict(cfg, skip=("run",))
 
 
+def _key(name: str) -> str:
+    """A setting's ``section.name`` (a name that is no setting is kept, for the tree to refuse naming it)."""
+    try:
+        return tree.resolve(GNNConfig, name).key
+    except KeyError:
+        return name
+
+
 class GNNModel(RankingModel):
     """A GNN ranker, one per collection.
 
@@ -158,9 +167,10 @@ class GNNModel(RankingModel):
             raise TypeError(f"{type(self).__name__} takes a GNNConfig or settings by name; got "
                             f"{type(config).__name__}")
         self.config = config
-        self.settings = {tree.resolve(GNNConfig, k).key if tree.problem(GNNConfig, k, v) is None else k: v
-                         for k, v in settings.items()}
-        self.train_config("layout")  # a value no run could take is refused now, not after the data is read
+        self.settings = {_key(k): v for k, v in settings.items()}
+        # A value no run could take is refused now, not after the data is read. The run and predict sections are
+        # the same for every collection: what the properties below read.
+        self._layout = self.train_config("layout")
 
     def get_params(self) -> dict[str, Any]:
         """The settings given, by ``section.name`` (a whole tree's, when built from one)."""
@@ -171,7 +181,7 @@ class GNNModel(RankingModel):
     @property
     def run_settings(self) -> RunSettings:
         """How this model runs (device, folders, time cap): the same for every collection."""
-        return self.train_config("layout").run
+        return self._layout.run
 
     @property
     def device(self) -> str:
@@ -191,7 +201,7 @@ class GNNModel(RankingModel):
 
     @property
     def tta(self) -> int:
-        return self.train_config("layout").predict.tta
+        return self._layout.predict.tta
 
     @classmethod
     def upgrade_saved(cls, params: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -259,8 +269,12 @@ class GNNModel(RankingModel):
         return {k: tree.get(cfg, k) for k in tree.leaves(GNNConfig)}
 
     def _trained_config(self) -> GNNConfig:
-        """The tree the fitted network was trained with (``settings_``)."""
-        return tree.from_dict(GNNConfig, self.settings_)
+        """The tree the fitted network was trained with (``settings_``), built once per fit or load (prediction asks
+        for it at every graph)."""
+        kept = vars(self).get("_trained")
+        if kept is None or kept[0] is not self.settings_:
+            kept = self._trained = (self.settings_, tree.from_dict(GNNConfig, self.settings_))
+        return kept[1]
 
     def _pipeline(self) -> BaseTransform:
         return settings_pipeline(self._trained_config())
@@ -279,7 +293,7 @@ class GNNModel(RankingModel):
         """
         if self.runs_dir is None or not distributed.is_main():
             return self._fit(data, progress=progress, deadline=deadline, predict_by=predict_by)
-        with hold_run_folder(Path(self.runs_dir) / self.name / data.collection.slug):
+        with hold_run_folder(run_folder(self.runs_dir, self.name, data.collection)):
             return self._fit(data, progress=progress, deadline=deadline, predict_by=predict_by)
 
     def _fit(self, data: CollectionData, *, progress: bool, deadline: float | None,
@@ -330,7 +344,7 @@ class GNNModel(RankingModel):
         data_key = _data_key(repr(pipeline), data.train.data_id, str(settings.max_train_configs), stopping,
                              *sorted(d.stem for d in datas))
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
-        run_dir = None if self.runs_dir is None else Path(self.runs_dir) / self.name / collection.slug
+        run_dir = None if self.runs_dir is None else run_folder(self.runs_dir, self.name, collection)
         max_seconds = self.max_seconds
         if deadline is not None:
             remaining = max(0.0, deadline - time.monotonic())

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from competition.npzio import atomic_path, atomic_write_text, failures_named
+from competition.saved_runs import MODEL_FILE
 from features.cache import UnusableFileError, load_plain, set_aside
 from models import settings as tree
 
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 CURVES_CSV = "curves.csv"
 CURVES_PNG = "curves.png"
-MODEL_FILE = "model.json"
 SETTINGS_FILE = "settings.json"
 PLOT_SECONDS = 30.0
 """``curves.csv`` is written after every epoch, ``curves.png`` when the run ends and otherwise at most this often
