@@ -20,11 +20,10 @@ from competition.hlo.featurize import (
     tile_npz_arrays,
     tiles_from_records,
 )
-from competition.hlo.ir import HloFormatError
+from competition.hlo.ir import HloFormatError, Module
 from competition.hlo.proto import read_module_proto
 from competition.hlo.records import read_layout_records, read_tile_records
 from competition.hlo.text import parse_hlo_text
-from competition.synthetic.hlo import Module
 
 LAYOUT_COLLECTIONS = [c.value for c in Collection if c.is_layout]
 

@@ -1,8 +1,8 @@
 """Modules and tuning records turned into TpuGraphs layout and tile npz files.
 
-The graph arrays come from the feature writer the synthetic world uses
-(:func:`competition.synthetic.featurize.featurize`), the members and their order from
-:func:`~competition.synthetic.featurize.layout_arrays` and :func:`~competition.synthetic.featurize.tile_arrays`.
+The graph arrays come from the feature writer the synthetic world shares
+(:func:`competition.hlo.features.featurize`), the members and their order from
+:func:`~competition.hlo.features.layout_arrays` and :func:`~competition.hlo.features.tile_arrays`.
 
 Configs come from records when there are any; without them:
 
@@ -30,10 +30,9 @@ import numpy as np
 import numpy.typing as npt
 
 from competition import schema
-from competition.hlo.ir import HloFormatError, HloInstruction
+from competition.hlo.features import featurize, layout_arrays, tile_arrays
+from competition.hlo.ir import Computation, HloFormatError, HloInstruction, Instruction, Module, Shape
 from competition.hlo.records import ModuleRecords, TileConfig
-from competition.synthetic.featurize import featurize, layout_arrays, tile_arrays
-from competition.synthetic.hlo import Computation, Instruction, Module, Shape
 
 LAYOUT_OPCODES = ("convolution", "dot", "reshape")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")

@@ -7,9 +7,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from competition.hlo.ir import HloFormatError, HloInstruction, known_opcode
+from competition.hlo.ir import (
+    Computation,
+    ConvDims,
+    DotDims,
+    HloFormatError,
+    HloInstruction,
+    Module,
+    Shape,
+    Window,
+    known_opcode,
+)
 from competition.hlo.wire import Schema, WireError, decode, encode
-from competition.synthetic.hlo import Computation, ConvDims, DotDims, Module, Shape, Window
 
 PRIMITIVE_TYPES: dict[int, str] = {
     0: "invalid", 1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",

@@ -16,10 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from competition.hlo.ir import HloFormatError
+from competition.hlo.ir import HloFormatError, Module
 from competition.hlo.proto import MODULE, module_from_dict, module_to_dict
 from competition.hlo.wire import Schema, WireError, decode, encode
-from competition.synthetic.hlo import Module
 
 EXECUTION_PROFILE: Schema = {4: ("compute_time_ns", "int64", False)}
 TILE_SIZE_CONFIG: Schema = {1: ("kernel_bounds", "int64", True), 2: ("output_bounds", "int64", True),

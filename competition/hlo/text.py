@@ -19,9 +19,18 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from competition.hlo.ir import HloFormatError, HloInstruction, known_opcode
+from competition.hlo.ir import (
+    Computation,
+    ConvDims,
+    DotDims,
+    HloFormatError,
+    HloInstruction,
+    Module,
+    Shape,
+    Window,
+    known_opcode,
+)
 from competition.schema import ELEMENT_ITEMSIZE
-from competition.synthetic.hlo import Computation, ConvDims, DotDims, Module, Shape, Window
 
 _NAME = r"[A-Za-z0-9_.\-]+"
 _HEADER = re.compile(r"\s*HloModule\s+(" + _NAME + r")")

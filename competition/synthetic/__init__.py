@@ -1,1 +1,1 @@
-"""The synthetic TpuGraphs world: HLO-like programs, their featurization, runtime physics, and the writer."""
+"""The synthetic TpuGraphs world: programs (in :mod:`competition.hlo.ir`), runtime physics, and the writer."""

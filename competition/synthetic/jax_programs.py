@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from competition.synthetic.hlo import Module
+from competition.hlo.ir import Module
 
 FAMILIES: tuple[str, ...] = ("mlp", "resnet", "transformer", "unet")
 """The zoo's model families (``xla`` draws all of them, ``nlp`` the transformer only)."""

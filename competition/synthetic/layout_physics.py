@@ -37,9 +37,9 @@ from itertools import product
 import numpy as np
 import numpy.typing as npt
 
+from competition.hlo.ir import ITEMSIZE, Instruction, Module, Shape, default_layout
 from competition.schema import row_hashes
 from competition.synthetic import physics
-from competition.synthetic.hlo import ITEMSIZE, Instruction, Module, Shape, default_layout
 
 CONFIGURABLE: frozenset[str] = frozenset({"convolution", "dot", "reshape"})
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from competition.synthetic.hlo import Computation, ConvDims, DotDims, Instruction, Module, Shape, Window
+from competition.hlo.ir import Computation, ConvDims, DotDims, Instruction, Module, Shape, Window
 
 _Back = Callable[[int], int]
 

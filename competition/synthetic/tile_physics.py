@@ -32,9 +32,9 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from competition.hlo.ir import ITEMSIZE, Instruction, Module, Shape
 from competition.schema import MAX_RANK
 from competition.synthetic import physics
-from competition.synthetic.hlo import ITEMSIZE, Instruction, Module, Shape
 
 TILE_OVERHEAD_NS: float = 60.0
 """Fixed cost of one tile step (pipeline fill, DMA setup), ns."""

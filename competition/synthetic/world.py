@@ -29,9 +29,9 @@ import numpy.typing as npt
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
+from competition.hlo.features import featurize, layout_arrays, tile_arrays
+from competition.hlo.ir import Module
 from competition.npzio import StreamedArray, atomic_write_text, remove_stale_temps, write_npz
-from competition.synthetic.featurize import featurize, layout_arrays, tile_arrays
-from competition.synthetic.hlo import Module
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.physics import TILE_BUSY_SHARE, measure, measure_tile
 from competition.synthetic.programs import build_program, tile_kernels

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from competition.hlo.features import featurize
 from competition.hlo.featurize import configurable_nodes
 from competition.hlo.ir import HloFormatError
 from competition.hlo.proto import read_module_proto, write_module_proto
 from competition.hlo.text import parse_hlo_text
-from competition.synthetic.featurize import featurize
 
 
 def test_structure(hand_text):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from competition import schema
+from competition.hlo.features import featurize
+from competition.hlo.ir import Computation, ConvDims, Module, Shape, Window
 from competition.opcodes import opcode_id
-from competition.synthetic.featurize import featurize
-from competition.synthetic.hlo import Computation, ConvDims, Module, Shape, Window
 
 F32 = 2 + schema.ELEMENT_TYPES.index("f32")
 

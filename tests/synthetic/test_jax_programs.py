@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from competition import Collection, Split
+from competition.hlo.features import featurize
 from competition.reader import find_data_root, list_graphs, validate_file, validate_root
-from competition.synthetic.featurize import featurize
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.world import generate_world
 

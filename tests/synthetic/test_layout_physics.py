@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from competition.hlo.ir import Computation, ConvDims, DotDims, Module, Shape, Window, default_layout
 from competition.synthetic import layout_physics as lp_mod
-from competition.synthetic.hlo import Computation, ConvDims, DotDims, Module, Shape, Window, default_layout
 from competition.synthetic.layout_physics import ELEMENTWISE, NO_DEMAND, LayoutProblem
 from competition.synthetic.physics import HBM_BYTES_PER_NS, LAUNCH_NS, PEAK_FLOPS_PER_NS
 

@@ -9,9 +9,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from competition.hlo.features import featurize
+from competition.hlo.ir import Module
 from competition.opcodes import CONFIGURABLE_OPCODES, NUM_OPCODES, OPCODE_NAMES
-from competition.synthetic.featurize import featurize
-from competition.synthetic.hlo import Module
 from competition.synthetic.programs import NLP_BATCH_SIZES, NLP_MODELS, build_program, tile_kernels
 
 # Real nlp names: small_bert_bert_en_uncased_L-10_H-256_A-4_batch_size_64_train, albert_en_xlarge_batch_size_16_test.

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.hlo.ir import Computation, Module, Shape
 from competition.reader import load_graph, validate_file
-from competition.synthetic.hlo import Computation, Module, Shape
 from competition.synthetic.tile_physics import TileProblem
 from competition.synthetic.world import (
     SCALES,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from competition.synthetic.hlo import Computation, ConvDims, DotDims, Module, Shape
+from competition.hlo.ir import Computation, ConvDims, DotDims, Module, Shape
 from competition.synthetic.physics import HBM_BYTES_PER_NS, ONCHIP_BYTES, VECTOR_FLOPS_PER_NS, measure
 from competition.synthetic.tile_physics import HALO, SPILL_SLOPE, TILE_OVERHEAD_NS, TileProblem
 

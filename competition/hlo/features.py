@@ -1,5 +1,6 @@
-"""Featurize an HLO-like :class:`~competition.synthetic.hlo.Module` into TpuGraphs arrays: the one feature
-writer of both sources of modules, the synthetic world and real XLA programs (:mod:`competition.hlo`).
+"""Featurize a :class:`~competition.hlo.ir.Module` into TpuGraphs arrays: the one feature writer of both
+sources of modules, real XLA programs (:mod:`competition.hlo.featurize`) and the synthetic world
+(:mod:`competition.synthetic.world`).
 
 The column map is the one of the format spec (``docs`` / ``tpugraphs-format.md`` section 3.2), quirks included:
 lists are truncated (6 entries, 2 for slice / dynamic-slice / pad, 4 for conv spatial dims), missing entries are 0,
@@ -16,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition import schema
-from competition.synthetic.hlo import Instruction, Module, Shape
+from competition.hlo.ir import Instruction, Module, Shape
 
 _TYPE_COLUMN: dict[str, int] = {t: 2 + k for k, t in enumerate(schema.ELEMENT_TYPES)}
 
