@@ -761,8 +761,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from competition.pipeline import check_writable, fit_collections, model_folders
     from competition.reader import find_data_root, validate_root
     from competition.runlock import hold_run_folder
-    from competition.saved_runs import run_folder, save_run
+    from competition.saved_runs import save_run
     from competition.submission import score_predictions
+    from models.base import run_folder
     from models.gnn import distributed
     from models.gnn.steps import resolve_device
 

@@ -312,7 +312,8 @@ def fit_collection(model_name: str, model: RankingModel, data: CollectionData, *
     With ``runs_dir``, the model is saved in its run folder (:func:`competition.saved_runs.run_folder`; a GNN's own
     ``runs_dir`` first), and a finished run saved there with the same settings and data is loaded instead of
     fitting (:func:`competition.saved_runs.reusable_run`), saying so."""
-    from competition.saved_runs import reusable_run, run_folder, save_run
+    from competition.saved_runs import reusable_run, save_run
+    from models.base import run_folder
 
     collection = data.collection
     started = time.monotonic()

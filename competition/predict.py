@@ -155,7 +155,7 @@ def choose_models(models: Sequence[str] | None, collections: Sequence[Collection
     """
     from competition.pipeline import ENSEMBLE
     from competition.promotion import ENSEMBLE_FILE, RECORD, SUBMISSION, read_record
-    from competition.saved_runs import MODEL_FILE, run_folder
+    from models.base import MODEL_FILE, run_folder
     from models.registry import MODELS, ensemble_members
 
     if models:
@@ -218,8 +218,7 @@ def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
     Raises:
         PredictRefused: no saved model there; one the loader refuses; one of another model or collection.
     """
-    from competition.saved_runs import MODEL_FILE, run_folder
-    from models.base import load_model
+    from models.base import MODEL_FILE, load_model, run_folder
     from models.gnn.runs import CHECKPOINT
 
     folder = run_folder(runs_dir, name, collection)
@@ -303,7 +302,7 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
     from tqdm.auto import tqdm
 
     from competition.reader import load_graph
-    from competition.saved_runs import MODEL_FILE, run_folder
+    from models.base import MODEL_FILE, run_folder
 
     collections = list(dict.fromkeys(t.collection for t in targets))
     needed = {c: combination.needed(c) for c in collections}

@@ -22,22 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from competition.collections import Collection
+from models.base import MODEL_FILE
 
 if TYPE_CHECKING:
     from competition.dataset import CollectionData
     from models.base import RankingModel
 
-MODEL_FILE = "model.json"
-"""A saved run's fitted model, in its run folder."""
 FIT_ENTRY = "fit"
 RECORD_FORMAT = 1
 PLACE_KEYS = ("run.runs_dir", "run.cache_dir")
 """Settings that say where a run keeps its files, not what it learns: left out of :func:`fit_key`."""
-
-
-def run_folder(runs_dir: str | os.PathLike[str], model_name: str, collection: Collection | str) -> Path:
-    """``<runs_dir>/<model>/<collection slug>``: where a model's run for a collection lives."""
-    return Path(runs_dir) / model_name / Collection(collection).slug
 
 
 def data_key(data: CollectionData) -> dict[str, Any]:

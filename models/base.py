@@ -45,6 +45,15 @@ def init_params(obj: object) -> dict[str, Any]:
     return {p: getattr(obj, p) for p in names}
 
 
+MODEL_FILE = "model.json"
+"""A saved run's fitted model, in its run folder."""
+
+
+def run_folder(runs_dir: str | os.PathLike[str], model_name: str, collection: Collection | str) -> Path:
+    """``<runs_dir>/<model>/<collection slug>``: where a model's run for a collection lives."""
+    return Path(runs_dir) / model_name / Collection(collection).slug
+
+
 class RankingModel(abc.ABC):
     """Scores the configs of one graph; lower score means predicted faster.
 

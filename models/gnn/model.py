@@ -39,7 +39,6 @@ from competition.collections import Collection
 from competition.dataset import CollectionData, SplitGraphs
 from competition.reader import LayoutGraph, TileGraph
 from competition.runlock import hold_run_folder
-from competition.saved_runs import run_folder
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from features.transforms import (
@@ -54,7 +53,7 @@ from features.transforms import (
     ShapeAlignmentFeatures,
 )
 from models import settings as tree
-from models.base import NotFittedError, RankingModel
+from models.base import NotFittedError, RankingModel, run_folder
 from models.gnn import distributed
 from models.gnn.config import (
     GNNConfig,

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 
 from competition.npzio import atomic_path, atomic_write_text, failures_named
-from competition.saved_runs import MODEL_FILE
 from features.cache import UnusableFileError, load_plain, set_aside
 from models import settings as tree
+from models.base import MODEL_FILE
 
 if TYPE_CHECKING:
     from models.gnn.config import GNNConfig
