@@ -1,0 +1,521 @@
+"""Real TPU measurements as a benchmark: models ranking the measured configs of real XLA kernels and of one real
+module, from the records shipped in competition/data/real_records/ (:mod:`competition.real_records`).
+
+Run it as::
+
+    python -m benchmarks.real_records                  # gbdt and gnn-attn, the demo world (make bench-real)
+    python -m benchmarks.real_records --models gbdt    # a quick run
+
+**Tile.** Each real kernel with at least 2 distinct configs is ranked by:
+
+- ``random``: the exact expectation over uniformly random orders (no sampling);
+- ``compiler-default``: the compiler's own choice alone (the records' default run), what XLA ships;
+- ``default-first`` and every ``--models`` model, each fitted two ways: on a synthetic world's ``tile:xla`` train
+  split, early-stopping on its valid split as the pipeline does (``/world``; the mean over ``--world-seeds``), and on
+  the other real kernels, leaving the kernel ranked out (``/real``; no early stopping: too few graphs for a valid
+  split). Kernels with one distinct config (the three reshapes, measured 2-3 times) have no order to learn and are
+  left out of both.
+
+Two tables, a row per kernel: the top-5 score (``2 - best of the first 5 / best``, 1 is best) and the top-1
+slowdown (the first-ranked config's runtime / the best, 1 is best); then the mean over the kernels with at least
+``--min-configs`` distinct configs, and over every scored kernel (geometric mean for the slowdown). The kernels are
+few, so one kernel moves a mean a lot: read the rows.
+
+**Layout.** The module's 112 measured runs, repeats of one config averaged (they agree within 0.004%), give 91
+distinct configs, ranked by ``random`` (expected tau 0: the spread of 1,000 seeded random orders is printed as the
+noise scale), ``default-first`` (no fit: configs that leave more nodes to the compiler first) and every model fitted
+on a world's ``--layout-collection``; scored by Kendall tau. There is one module, so there is no leave-one-out; its
+runs span about 1.6% of the runtime, so a tau here rests on small differences.
+
+Worlds are generated once under ``--work-dir`` (``fastslow data synth``) and reused; each fit is saved under
+``--work-dir/runs/<digest of its key>/`` (:mod:`competition.saved_runs`: model, settings and data) and a finished one
+reused, so a second run only predicts. Nothing is written to ``runs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import math
+import shlex
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from competition.collections import Collection, Split
+from competition.dataset import CollectionData, open_collection, open_split
+from competition.metrics import (
+    TILE_TOP_K,
+    graph_score,
+    kendall_tau,
+    submitted_order,
+    top_k_error,
+    top_k_score,
+)
+from competition.reader import DataRoot, LayoutGraph, TileGraph, find_data_root, list_graphs, load_graph
+from competition.real_records import LAYOUT_COLLECTION, featurize_records
+from competition.worlds import world_dir
+
+TILE = Collection.TILE_XLA
+RANDOM, COMPILER = "random", "compiler-default"
+REFERENCE_FIT = "default-first"
+WORLD, REAL = "world", "real"
+RANDOM_ORDERS = 1000
+"""Seeded random orders whose taus give the layout noise scale."""
+
+
+def default_models() -> list[str]:
+    """The learned models of :data:`models.registry.SUBMIT_MODELS`, and ``gnn-attn`` when it is not one of them."""
+    from models.registry import MODELS, SUBMIT_MODELS
+
+    learned = [n for n in SUBMIT_MODELS if not MODELS[n].reference]
+    return learned if "gnn-attn" in learned else [*learned, "gnn-attn"]
+
+
+def distinct_configs(features: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Configs with the same features grouped.
+
+    Args:
+        features: ``[C, ...]`` the configs' features (tile ``config_feat``, layout ``node_config_feat``).
+
+    Returns:
+        ``(first [D], group [C])``: the first config of each distinct one, ascending, and each config's group (an
+        index into ``first``).
+    """
+    flat = np.asarray(features).reshape(len(features), -1)
+    _, first, group = np.unique(flat, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order].astype(np.int64), rank[group.reshape(-1)].astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One real kernel's npz file: its name, configs as written and how many are distinct, and what they rank by
+    (``runtime / the default's runtime``, :meth:`competition.reader.TileGraph.normalized_runtime`)."""
+
+    path: Path
+    name: str
+    targets: npt.NDArray[np.float64]
+    distinct: int
+    default: int
+
+    @property
+    def configs(self) -> int:
+        return int(self.targets.size)
+
+    @property
+    def spread(self) -> float:
+        """Worst / best."""
+        return float(self.targets.max() / self.targets.min())
+
+
+def read_kernels(root: DataRoot) -> list[Kernel]:
+    """Every real kernel of the records' data root, in file order."""
+    from models.baselines import tile_default_index
+
+    out = []
+    for path in list_graphs(root, TILE, Split.TRAIN):
+        graph = load_graph(path, TILE)
+        assert isinstance(graph, TileGraph)
+        out.append(Kernel(path, path.stem.rsplit("_", 1)[0], graph.normalized_runtime(),
+                          len(distinct_configs(graph.config_feat)[0]), tile_default_index(graph)))
+    return out
+
+
+def random_tile_cell(targets: npt.ArrayLike) -> tuple[float, float]:
+    """The top-5 score and top-1 slowdown of a uniformly random order, in expectation, exactly.
+
+    The first 5 of a random order are 5 configs drawn without replacement; the best of them is the ``i``-th fastest
+    (from 0) with probability ``comb(C - 1 - i, k - 1) / comb(C, k)``, ``k = min(5, C)``. The first one is each
+    config with probability ``1 / C``.
+    """
+    t = np.sort(np.asarray(targets, dtype=np.float64))
+    c = t.size
+    k = min(TILE_TOP_K, c)
+    total = math.comb(c, k)
+    top5 = sum(math.comb(c - 1 - i, k - 1) / total * top_k_score([i], t) for i in range(c - k + 1))
+    top1 = sum(1.0 + top_k_error([i], t, 1) for i in range(c)) / c
+    return float(top5), float(top1)
+
+
+def order_tile_cell(targets: npt.ArrayLike, order: npt.ArrayLike) -> tuple[float, float]:
+    """The top-5 score and top-1 slowdown of an order (config indices, fastest first)."""
+    return graph_score(TILE, targets, order=order), 1.0 + top_k_error(order, targets, 1)
+
+
+def scored_tile_cell(targets: npt.ArrayLike, scores: npt.ArrayLike) -> tuple[float, float]:
+    """The top-5 score and top-1 slowdown of a model's scores (lower = faster), as a submission row lists them."""
+    return order_tile_cell(targets, submitted_order(TILE, scores))
+
+
+@dataclass(frozen=True)
+class ModuleConfigs:
+    """The layout module's distinct configs: the graph restricted to the first run of each, and each one's mean
+    runtime over its repeats (ns)."""
+
+    graph: LayoutGraph
+    runtime: npt.NDArray[np.float64]
+    runs: int
+
+    @property
+    def spread(self) -> float:
+        """Worst / best - 1."""
+        return float(self.runtime.max() / self.runtime.min() - 1.0)
+
+
+def read_module(root: DataRoot) -> ModuleConfigs:
+    """The records' layout module, its repeated configs averaged."""
+    (path,) = list_graphs(root, LAYOUT_COLLECTION, Split.TRAIN)
+    graph = load_graph(path, LAYOUT_COLLECTION)
+    assert isinstance(graph, LayoutGraph)
+    first, group = distinct_configs(graph.config_features())
+    runtime = np.bincount(group, weights=graph.config_runtime) / np.bincount(group)
+    return ModuleConfigs(graph.select_configs(first), runtime, graph.num_configs)
+
+
+def random_tau_spread(runtime: npt.ArrayLike, orders: int = RANDOM_ORDERS, seed: int = 0) -> float:
+    """The standard deviation of Kendall tau over ``orders`` seeded uniformly random orders."""
+    rng = np.random.default_rng(seed)
+    r = np.asarray(runtime, dtype=np.float64)
+    return float(np.std([kendall_tau(rng.permutation(r.size), r) for _ in range(orders)]))
+
+
+def fit_cached(name: str, params: dict[str, Any], data: CollectionData, cache: Path,
+               say: Callable[[str], object] = print) -> tuple[Any, float | None]:
+    """``name`` fitted on ``data``, or the finished fit saved for the same model, settings and data.
+
+    Each fit is saved in ``cache/<12 hex digits of its key>/<model>/<collection>/``
+    (:func:`competition.saved_runs.fit_key`, :func:`~competition.saved_runs.save_run`), a GNN's checkpoints beside
+    it and its processed graphs in ``cache/processed``.
+
+    Returns:
+        ``(model, seconds)``; ``seconds`` is ``None`` when the saved fit was reused.
+    """
+    from competition.saved_runs import fit_key, reusable_run, save_run
+    from models.base import run_folder
+    from models.registry import MODELS, hyper_parameters, make_model
+
+    key = fit_key(name, make_model(name, **params), data)
+    base = cache / hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+    if "run.runs_dir" in hyper_parameters(MODELS[name]):
+        params = {**params, "run.runs_dir": str(base), "run.cache_dir": str(cache / "processed")}
+    model = make_model(name, **params)
+    folder = run_folder(base, name, data.collection)
+    saved = reusable_run(folder, name, model, data)
+    if saved is not None:
+        say(f"  reused {folder}")
+        return saved, None
+    started = time.perf_counter()
+    model.fit(data, progress=False)
+    seconds = time.perf_counter() - started
+    save_run(folder, name, model, data, complete=True)
+    say(f"  fitted in {seconds:.1f} s, saved in {folder}")
+    return model, seconds
+
+
+@dataclass(frozen=True)
+class World:
+    """A synthetic world fitted on: a label for the tables and its data root."""
+
+    label: str
+    root: DataRoot
+
+
+def make_worlds(scale: str, seeds: Sequence[int], base: Path) -> list[World]:
+    """The world of each seed under ``base``, generated by ``fastslow data synth`` when not complete there."""
+    worlds = []
+    for seed in seeds:
+        path = world_dir(scale, seed, base)
+        cmd = [sys.executable, "-m", "competition", "data", "synth", "--scale", scale, "--seed", str(seed),
+               "--out", str(path)]
+        print(f"world {scale} seed {seed}: {shlex.join(['fastslow', *cmd[3:]])} (a complete world is reused)",
+              flush=True)
+        subprocess.run(cmd, check=True)
+        worlds.append(World(f"{scale}-seed{seed}", find_data_root(path)))
+    return worlds
+
+
+def world_params(name: str, params: dict[str, Any], world: World, collection: Collection) -> dict[str, Any]:
+    """``params`` with the model's quick settings under them on a quick-scale world, as the pipeline fits it."""
+    from competition.pipeline import QUICK_SCALES, with_quick_params
+    from models.registry import ModelParams
+
+    if world.root.world_scale not in QUICK_SCALES:
+        return dict(params)
+    quick = with_quick_params(name, ModelParams(common=params), [collection], str(world.root.world_scale))
+    return quick.for_collection(collection)
+
+
+def leave_one_out(root: DataRoot, kernels: Sequence[Kernel], held_out: Kernel) -> CollectionData:
+    """The real kernels other than ``held_out`` with at least 2 distinct configs as train graphs; no early
+    stopping (``eval`` is ``None``)."""
+    train = open_split(root, TILE, Split.TRAIN)
+    keep = [i for i, p in enumerate(train.paths) if p != held_out.path
+            and next(k for k in kernels if k.path == p).distinct >= 2]
+    empty = {s: open_split(root, TILE, s) for s in (Split.VALID, Split.TEST)}
+    return CollectionData(TILE, train.subset(keep), None, empty[Split.VALID], empty[Split.TEST])
+
+
+def tile_records(kernels: Sequence[Kernel], root: DataRoot, worlds: Sequence[World], models: Sequence[str],
+                 params: dict[str, dict[str, Any]], cache: Path) -> list[dict[str, Any]]:
+    """Every tile cell: one record per (kernel, column, world) with the top-5 score and the top-1 slowdown, and one
+    per fit with its time."""
+    scored = [k for k in kernels if k.distinct >= 2]
+    records: list[dict[str, Any]] = []
+
+    def cell(kernel: Kernel, model: str, fitted_on: str | None, values: tuple[float, float]) -> None:
+        records.append(dict(part="tile", kernel=kernel.name, configs=kernel.configs, distinct=kernel.distinct,
+                            spread=kernel.spread, model=model, fitted_on=fitted_on, top5=values[0],
+                            top1=values[1]))
+
+    for k in scored:
+        cell(k, RANDOM, None, random_tile_cell(k.targets))
+        cell(k, COMPILER, None, order_tile_cell(k.targets, [k.default]))
+    for name in [REFERENCE_FIT, *models]:
+        for world in worlds:
+            print(f"{name} on world {world.label} ({TILE.value}, train; early stopping on valid)", flush=True)
+            data = open_collection(world.root, TILE)
+            model, seconds = fit_cached(name, world_params(name, params.get(name, {}), world, TILE), data, cache)
+            records.append(dict(part="fit", model=name, collection=TILE.value, fitted_on=f"{WORLD}:{world.label}",
+                                seconds=seconds))
+            for k in scored:
+                cell(k, name, f"{WORLD}:{world.label}", scored_tile_cell(k.targets, model.predict(load_graph(k.path, TILE))))
+        for k in scored:
+            data = leave_one_out(root, kernels, k)
+            print(f"{name} on the {len(data.train)} other real kernels, {k.name} held out (no early stopping)",
+                  flush=True)
+            model, seconds = fit_cached(name, dict(params.get(name, {})), data, cache)
+            records.append(dict(part="fit", model=name, collection=TILE.value, fitted_on=f"{REAL}:not {k.name}",
+                                seconds=seconds))
+            cell(k, name, REAL, scored_tile_cell(k.targets, model.predict(load_graph(k.path, TILE))))
+    return records
+
+
+def layout_records(module: ModuleConfigs, worlds: Sequence[World], models: Sequence[str],
+                   params: dict[str, dict[str, Any]], collection: Collection, cache: Path) -> list[dict[str, Any]]:
+    """Every layout row: one record per (model, world) with the Kendall tau over the module's distinct configs."""
+    from models.registry import make_model
+
+    graph, runtime = module.graph, module.runtime
+    base = dict(part="layout", module=graph.stem, runs=module.runs, distinct=graph.num_configs, spread=module.spread)
+    records = [dict(base, model=RANDOM, fitted_on=None, tau=0.0, tau_spread=random_tau_spread(runtime)),
+               dict(base, model=REFERENCE_FIT, fitted_on=None,
+                    tau=kendall_tau(make_model(REFERENCE_FIT).predict(graph), runtime))]
+    for name in models:
+        for world in worlds:
+            print(f"{name} on world {world.label} ({collection.value}, train; early stopping on valid)", flush=True)
+            data = open_collection(world.root, collection)
+            model, seconds = fit_cached(name, world_params(name, params.get(name, {}), world, collection), data,
+                                        cache)
+            records.append(dict(part="fit", model=name, collection=collection.value,
+                                fitted_on=f"{WORLD}:{world.label}", seconds=seconds))
+            records.append(dict(base, model=name, fitted_on=f"{WORLD}:{world.label}",
+                                tau=graph_score(collection, runtime, scores=model.predict(graph))))
+    return records
+
+
+def _columns(tile: Sequence[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+    """``(header, model, source)`` of each tile column, in order."""
+    out: list[tuple[str, str, str | None]] = [(RANDOM, RANDOM, None), (COMPILER, COMPILER, None)]
+    for model in dict.fromkeys(r["model"] for r in tile if r["fitted_on"] is not None):
+        out += [(f"{model}/{WORLD}", model, WORLD), (f"{model}/{REAL}", model, REAL)]
+    return out
+
+
+def _values(tile: Sequence[dict[str, Any]], kernel: str, model: str, source: str | None, metric: str) -> list[float]:
+    return [r[metric] for r in tile if r["kernel"] == kernel and r["model"] == model
+            and (r["fitted_on"] if source is None else (r["fitted_on"] or "").split(":")[0]) == source]
+
+
+def _mean(values: Sequence[float], metric: str) -> float:
+    """The arithmetic mean of top-5 scores, the geometric mean of slowdowns."""
+    return float(np.mean(values)) if metric == "top5" else float(np.exp(np.mean(np.log(values))))
+
+
+def format_tile(records: Sequence[dict[str, Any]], min_configs: int) -> str:
+    """The two tile tables (top-5 score, top-1 slowdown): a row per kernel, then the two means."""
+    tile = [r for r in records if r["part"] == "tile"]
+    columns = _columns(tile)
+    info = {r["kernel"]: r for r in tile}
+    kernels = sorted(info, key=lambda k: (-info[k]["distinct"], k))
+    widths = [max(9, len(h) + 2) for h, _, _ in columns]
+
+    def row(first: str, cells: Sequence[float] | Sequence[str]) -> str:
+        return first + "".join(f"{c:>{w}.4f}" if isinstance(c, float) else f"{c:>{w}s}"
+                               for c, w in zip(cells, widths, strict=True))
+
+    lines = []
+    for metric, title in (("top5", "top-5 score: 2 - best of the first 5 / best (1 is best; mean)"),
+                          ("top1", "top-1 slowdown: runtime of the first-ranked config / best (1 is best; "
+                                   "geometric mean)")):
+        head = row(f"{'kernel':12s}{'configs':>8s}{'worst/best':>11s}", [h for h, _, _ in columns])
+        lines += ["", f"TILE, {title}", head, "-" * len(head)]
+        per_kernel = {k: [_mean(_values(tile, k, m, s, metric), metric) for _, m, s in columns] for k in kernels}
+        lines += [row(f"{k:12s}{info[k]['distinct']:8d}{info[k]['spread']:11.2f}", per_kernel[k]) for k in kernels]
+        lines.append("-" * len(head))
+        for least in (min_configs, 2):
+            chosen = [k for k in kernels if info[k]["distinct"] >= least]
+            label = f"mean, {len(chosen)} kernels >= {least} configs"
+            if not chosen:
+                lines.append(f"{label}: none")
+                continue
+            lines.append(row(f"{label:31s}", [_mean([per_kernel[k][j] for k in chosen], metric)
+                                               for j in range(len(columns))]))
+    return "\n".join(lines)
+
+
+def format_layout(records: Sequence[dict[str, Any]]) -> str:
+    """The layout table: a row per (model, world) with its Kendall tau."""
+    rows = [r for r in records if r["part"] == "layout"]
+    if not rows:
+        return ""
+    r0 = rows[0]
+    lines = ["", f"LAYOUT, Kendall tau over the distinct configs of the real module {r0['module']}: {r0['runs']} "
+                 f"measured runs, {r0['distinct']} distinct configs (repeats averaged); spread worst/best - 1 = "
+                 f"{100 * r0['spread']:.2f}%",
+             f"{'model':16s}{'fitted on':28s}{'tau':>8s}", "-" * 52]
+    for r in rows:
+        if r["model"] == RANDOM:
+            lines.append(f"{RANDOM:16s}{'-':28s}{0.0:8.4f}  expected; sd over {RANDOM_ORDERS:,} random orders "
+                         f"{r['tau_spread']:.4f}")
+        elif r["fitted_on"] is None:
+            lines.append(f"{r['model']:16s}{'- (layout needs no fit)':28s}{r['tau']:8.4f}")
+        else:
+            lines.append(f"{r['model']:16s}{r['fitted_on']:28s}{r['tau']:8.4f}")
+    lines.append("One module: no leave-one-out for layout; a tau here is one graph's, within the noise scale above.")
+    return "\n".join(lines)
+
+
+LEGEND = (f"{RANDOM}: the exact expectation over uniformly random orders; {COMPILER}: the records' default config "
+          f"alone (what XLA ships); MODEL/{WORLD}: fitted on the synthetic world(s), early-stopping on valid (mean "
+          f"over the worlds); MODEL/{REAL}: fitted on the other real kernels with 2 configs or more, no early "
+          "stopping (leave one out)")
+
+
+def format_report(records: Sequence[dict[str, Any]], min_configs: int) -> str:
+    """Every table, with the tile columns' legend."""
+    tile = format_tile(records, min_configs)
+    legend = textwrap.fill(LEGEND, width=118) if tile else ""
+    return "\n".join(part for part in (tile, legend, format_layout(records)) if part)
+
+
+def parse_params(given: Sequence[str], models: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``MODEL.KEY=VALUE`` items as ``{model: {key: value}}`` (values Python literals, else text).
+
+    Raises:
+        ValueError: an item without ``=`` or a model, a model not fitted, or a value the model refuses.
+    """
+    from models.registry import MODELS, canonical_key, param_problem
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in given:
+        address, sep, text = item.partition("=")
+        model, dot, key = address.partition(".")
+        if not sep or not dot or not key:
+            raise ValueError(f"--param {item!r}: expected MODEL.KEY=VALUE")
+        if model not in (REFERENCE_FIT, *models):
+            raise ValueError(f"--param {item}: {model!r} is not fitted here ({', '.join([REFERENCE_FIT, *models])})")
+        try:
+            value: Any = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        if (problem := param_problem(MODELS[model], key, value)) is not None:
+            raise ValueError(f"--param {item}: {problem}")
+        out.setdefault(model, {})[canonical_key(MODELS[model], key)] = value
+    return out
+
+
+def run(argv: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Parse the command line, fit and score everything; returns the records and the printed report."""
+    from models.registry import MODELS
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.real_records", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=default_models(), metavar="MODEL",
+                        help="learned models, each fitted on every world and (tile) on the other real kernels; "
+                             f"default-first is always fitted. Registered: {', '.join(sorted(MODELS))}")
+    parser.add_argument("--data", nargs="+", default=None, metavar="ROOT",
+                        help="synthetic world roots to fit on, instead of generating --scale worlds")
+    parser.add_argument("--scale", default="demo", choices=["tiny", "demo", "bench", "full"],
+                        help="scale of the worlds generated (without --data)")
+    parser.add_argument("--world-seeds", type=int, nargs="+", default=[0], metavar="SEED",
+                        help="one world per seed (without --data); /world cells are the mean over them")
+    parser.add_argument("--work-dir", default="bench-out/real-records", metavar="DIR",
+                        help="where the records' npz files, the worlds (worlds/) and the fits (runs/) are kept "
+                             "and reused")
+    parser.add_argument("--min-configs", type=int, default=10, metavar="N",
+                        help="the first tile mean is over the kernels with at least N distinct configs")
+    parser.add_argument("--layout-collection", default=Collection.LAYOUT_XLA_RANDOM.value,
+                        choices=[c.value for c in Collection if c.is_layout],
+                        help="the world's layout collection the layout models are fitted on")
+    parser.add_argument("--parts", nargs="+", default=["tile", "layout"], choices=["tile", "layout"],
+                        help="which parts to run")
+    parser.add_argument("--param", action="append", default=[], metavar="MODEL.KEY=VALUE",
+                        help="a hyper-parameter instead of its default, for every fit of MODEL (repeatable; "
+                             "`fastslow params MODEL` lists them), e.g. --param gbdt.booster.n_estimators=50")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write the records as JSON")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; registered: {sorted(MODELS)}")
+    models = [m for m in args.models if m != REFERENCE_FIT]
+    try:
+        params = parse_params(args.param, models)
+    except ValueError as exc:
+        parser.error(str(exc))
+    started = time.perf_counter()
+    work = Path(args.work_dir).resolve()
+    root = find_data_root(featurize_records(work))
+    print(f"real records: {root.root}", flush=True)
+    worlds = ([World(Path(d).name, find_data_root(Path(d).resolve())) for d in args.data] if args.data
+              else make_worlds(args.scale, args.world_seeds, work / "worlds"))
+    cache = work / "runs"
+    kernels = read_kernels(root)
+    records: list[dict[str, Any]] = []
+    if "tile" in args.parts:
+        records += tile_records(kernels, root, worlds, models, params, cache)
+    if "layout" in args.parts:
+        records += layout_records(read_module(root), worlds, models, params, Collection(args.layout_collection),
+                                  cache)
+    command = shlex.join(["python", "-m", "benchmarks.real_records", *(sys.argv[1:] if argv is None else argv)])
+    fits = [r for r in records if r["part"] == "fit"]
+    left_out = [k for k in kernels if k.distinct < 2]
+    report = "\n".join([
+        format_report(records, args.min_configs),
+        "",
+        *(["not scored (one distinct config, nothing to rank): "
+           + ", ".join(f"{k.name} ({k.configs} runs)" for k in left_out)] if left_out and "tile" in args.parts
+          else []),
+        "fitted on: " + "; ".join(f"world {w.label} ({w.root.root})" for w in worlds)
+        + ("; tile also on the other real kernels (leave one out)" if "tile" in args.parts else ""),
+        f"fits: {len(fits)}, {sum(r['seconds'] is None for r in fits)} reused, "
+        f"{sum(r['seconds'] or 0.0 for r in fits):.0f} s fitting; {time.perf_counter() - started:.0f} s in all",
+        f"command: {command}",
+    ])
+    print(report, flush=True)
+    if args.json:
+        doc = {"command": command, "worlds": [{"label": w.label, "root": str(w.root.root)} for w in worlds],
+               "records_root": str(root.root), "records": records}
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return records, report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    run(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
