@@ -102,8 +102,17 @@ def distinct_configs(features: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64],
 
 @dataclass(frozen=True)
 class Kernel:
-    """One real kernel's npz file: its name, configs as written and how many are distinct, and what they rank by
-    (``runtime / the default's runtime``, :meth:`competition.reader.TileGraph.normalized_runtime`)."""
+    """One real kernel's npz file.
+
+    Attributes:
+        path: the file.
+        name: the kernel's name in the records (the file stem less its fingerprint), e.g. ``fusion.191``.
+        targets: float64 ``[C]``, what the configs rank by: runtime / the default's runtime
+            (:meth:`competition.reader.TileGraph.normalized_runtime`).
+        distinct: how many of the configs differ in their features.
+        default: the compiler's default config (:func:`models.baselines.tile_default_index`: its runtime is the
+            normalizer).
+    """
 
     path: Path
     name: str
@@ -382,9 +391,9 @@ def format_layout(records: Sequence[dict[str, Any]]) -> str:
     if not rows:
         return ""
     r0 = rows[0]
-    lines = ["", f"LAYOUT, Kendall tau over the distinct configs of the real module {r0['module']}: {r0['runs']} "
-                 f"measured runs, {r0['distinct']} distinct configs (repeats averaged); spread worst/best - 1 = "
-                 f"{100 * r0['spread']:.2f}%",
+    lines = ["", f"LAYOUT, Kendall tau over the distinct configs of the real module {r0['module']}:",
+             f"{r0['runs']} measured runs, {r0['distinct']} distinct configs (repeats averaged); spread worst/best - 1 "
+             f"= {100 * r0['spread']:.2f}%",
              f"{'model':16s}{'fitted on':28s}{'tau':>8s}", "-" * 52]
     for r in rows:
         if r["model"] == RANDOM:
