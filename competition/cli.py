@@ -121,6 +121,7 @@ def _data_parsers(sub: argparse._SubParsersAction) -> None:
     _stats_parser(dsub)
     _data_validate_parser(dsub)
     _where_parser(dsub)
+    _calibration_parser(dsub)
 
 
 def _synth_parser(dsub: argparse._SubParsersAction) -> None:
@@ -206,6 +207,40 @@ def _where_parser(dsub: argparse._SubParsersAction) -> None:
                             description="Resolve the data root as every command does, and count its graphs.")
     _add_data_arg(where)
     where.set_defaults(func=_cmd_where)
+
+
+def _calibration_parser(dsub: argparse._SubParsersAction) -> None:
+    """``fastslow data calibration``."""
+    cal = dsub.add_parser(
+        "calibration", help="compare a data root's runtime figures with real TPU records, real | world | range",
+        description="Compute the calibration figures (competition/synthetic/calibration.py: tile bounds, runtime "
+                    "against tile size, spread, default against best; layout runtime/best, default-search spread, "
+                    "opcode shares) on the train and valid graphs of a data root, beside the same figures of the "
+                    "real tuning records shipped with fastslow, and the range a synthetic world must stay within. "
+                    "Exits 1 when a figure is outside its range.",
+    )
+    _add_data_arg(cal)
+    cal.add_argument("--limit", type=_jobs, default=None, metavar="N",
+                     help="read at most N graphs per collection and split (default: all)")
+    cal.add_argument("--cache-dir", default=".cache", metavar="DIR",
+                     help="where the featurized real records are kept (default: %(default)s)")
+    cal.set_defaults(func=_cmd_calibration)
+
+
+def _cmd_calibration(args: argparse.Namespace) -> int:
+    from competition.reader import find_data_root
+    from competition.real_records import featurize_records
+    from competition.synthetic import calibration
+
+    root = find_data_root(args.data)
+    print(f"data root: {root.root} ({root.source})")
+    real = calibration.figures(find_data_root(featurize_records(args.cache_dir)), splits=(Split.TRAIN,))
+    world = calibration.figures(root, limit=args.limit)
+    print(calibration.table(world, real))
+    bad = calibration.failures(world)
+    for line in bad:
+        print(f"outside: {line}")
+    return 1 if bad else 0
 
 
 def _validate_parser(sub: argparse._SubParsersAction) -> None:

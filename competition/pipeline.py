@@ -118,7 +118,8 @@ def resolve_data(data: str | Path | None, synth_dir: str | Path = DEFAULT_SYNTH_
 
         print(f"No real TpuGraphs data found: using the synthetic {scale} world in {synth_dir} "
               "(scores on it say nothing about the Kaggle leaderboard).")
-        generate_world(synth_dir, scale=scale, seed=seed, progress=progress)
+        # The folder is fastslow's own: a world of other settings or of an older generator there is remade.
+        generate_world(synth_dir, scale=scale, seed=seed, progress=progress, force=True)
         root = find_data_root(synth_dir)
     return root, root.is_synthetic
 

@@ -164,7 +164,7 @@ def evaluate_worlds(
     for k, seed in enumerate(seeds, 1):
         path = world_dir(scale, seed, worlds_dir)
         print(f"\n=== world {k}/{len(seeds)}: {scale} scale, seed {seed} ({path}) ===", flush=True)
-        generate_world(path, scale=scale, seed=seed, progress=progress)
+        generate_world(path, scale=scale, seed=seed, progress=progress, force=True)  # fastslow's own folder
         evaluations[seed] = evaluate_models(path, models=models, out_dir=Path(out_dir) / f"{scale}-seed{seed}",
                                             progress=progress, protocol=protocol, params=params, jobs=jobs)
     summary = summarize(evaluations)

@@ -1,8 +1,8 @@
 """Tabular per-config features for gradient-boosted trees: one row per config, fixed columns per collection.
 
-* :func:`tile_features` (tile:xla): the 24 tile-size config columns, tile sizes relative to the kernel's output
-  shape, log2 tile sizes, the number of tiles, lane/sublane padding waste, what a tile holds in on-chip memory,
-  and graph aggregates.
+* :func:`tile_features` (tile:xla): the 24 tile-size config columns, the share of the tiled array a tile covers
+  (bounds count hardware tiles, :mod:`competition.hlo.tiles`), log2 tile sizes, the number of tiles, what a tile
+  holds in on-chip memory, and graph aggregates.
 * :func:`layout_features` (layout:*): per configurable-node type (convolution, dot, reshape) counts of the chosen
   layouts, the distance from the compiler's default, a link-disagreement count that stands in for the copies the
   compiler inserts between producer and consumer layouts, and graph aggregates. Configs are streamed in blocks
@@ -25,22 +25,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from competition.hlo.tiles import granules
 from competition.opcodes import CONVOLUTION, DOT, OPCODE_IDS, PARAMETER, RESHAPE
 from competition.reader import LayoutGraph, RowSelection, TileGraph
 from competition.schema import (
     COL_IS_ROOT,
     COL_SHAPE_PRODUCT,
     COLS_KERNEL_BOUNDS,
+    COLS_LAYOUT,
     COLS_OUTPUT_BOUNDS,
     COLS_SHAPE,
     LAYOUT_SLOT_COLUMNS,
     MAX_RANK,
-    TPU_LANES,
-    TPU_SUBLANES,
     element_itemsize,
 )
-
-LANE, SUBLANE = TPU_LANES, TPU_SUBLANES
 
 FREQUENT_OPCODES: tuple[str, ...] = (
     "parameter", "constant", "add", "multiply", "subtract", "divide", "maximum", "convert", "broadcast",
@@ -72,7 +70,76 @@ def tile_root(node_feat: npt.NDArray[np.float32]) -> int:
     return int(roots[-1]) if roots.size else node_feat.shape[0] - 1
 
 
-def _pad_up(x: npt.NDArray[np.float64], multiple: int) -> npt.NDArray[np.float64]:
+@dataclass(frozen=True)
+class TiledArray:
+    """The array a tile config's bounds cut, read from node features: its dims in physical order (major to minor,
+    from the layout columns) and the elements per bound unit of each (:func:`competition.hlo.tiles.granules`).
+
+    Attributes:
+        node: the node whose output it is.
+        dims: float64 ``[r]``, physical dims.
+        granules: float64 ``[r]``, elements per unit.
+        itemsize: bytes per element.
+    """
+
+    node: int
+    dims: npt.NDArray[np.float64]
+    granules: npt.NDArray[np.float64]
+    itemsize: float
+
+    @property
+    def units(self) -> npt.NDArray[np.float64]:
+        """Units per dim: the largest bound of each."""
+        return np.maximum(np.ceil(self.dims / self.granules), 1.0)
+
+    def elements(self, bounds: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """The elements per dim a tile of ``bounds`` (``[C, r]``, units) covers; a missing bound (0) the whole
+        dim."""
+        return np.where(bounds > 0, np.minimum(bounds * self.granules, self.dims), self.dims)
+
+
+def _physical(node_feat: npt.NDArray[np.floating], node: int) -> npt.NDArray[np.float64]:
+    shape = node_feat[node, COLS_SHAPE].astype(np.float64)
+    rank = int((shape > 0).sum())
+    shape = shape[:rank]
+    m2m = node_feat[node, COLS_LAYOUT].astype(np.int64)[:rank]
+    if rank <= MAX_RANK and sorted(m2m.tolist()) == list(range(rank)):
+        return shape[m2m[::-1]]
+    return shape
+
+
+def tiled_array(node_feat: npt.NDArray[np.floating], bounds: npt.NDArray[np.floating],
+                candidates: npt.NDArray[np.bool_] | None = None) -> TiledArray | None:
+    """The array ``bounds`` (``[C, 6]``, units, 0 past the rank) cut: among the nodes of as many positive dims as
+    the bounds have entries whose units hold every config's bounds, the one with the fewest units (the tightest),
+    the last one on ties (nearest the root); ``None`` without bounds or without such a node.
+
+    Real kernels' outputs are often tuples (multi-output fusions) and a reduce walks its operand's space, so the
+    array is found by its shape, not taken from the root. ``candidates``: a mask of the nodes to consider.
+    """
+    b = np.asarray(bounds, dtype=np.float64)
+    rank = int((b > 0).any(axis=0).sum()) if b.size else 0
+    if rank == 0:
+        return None
+    need = b[:, :rank].max(axis=0)
+    grans = np.asarray(granules(rank), dtype=np.float64)
+    ranks = (node_feat[:, COLS_SHAPE] > 0).sum(axis=1)
+    mask = ranks == rank if candidates is None else (ranks == rank) & candidates
+    best: tuple[float, int] | None = None
+    for node in np.flatnonzero(mask):
+        dims = _physical(node_feat, int(node))
+        units = np.maximum(np.ceil(dims / grans), 1.0)
+        if np.all(units >= need):
+            key = (float(np.prod(units)), -int(node))
+            best = key if best is None else min(best, key)
+    if best is None:
+        return None
+    node = -best[1]
+    itemsize = float(element_itemsize(node_feat[node: node + 1])[0]) or 4.0
+    return TiledArray(node, _physical(node_feat, node), grans, itemsize)
+
+
+def _pad_up(x: npt.NDArray[np.float64], multiple: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """``x`` rounded up to a multiple of ``multiple``: a TPU tile dim as its (8, 128) registers hold it."""
     return np.ceil(x / multiple) * multiple
 
@@ -105,15 +172,16 @@ TILE_MEMORY_NAMES: tuple[str, ...] = ("log2_tile_bytes", "log2_tile_operand_byte
 
 @dataclass(frozen=True)
 class _TileBytes:
-    """What :func:`tile_memory` and :func:`tile_matrix_memory` share, before the log: per config the padded output
-    tile's bytes, the share of the output each output dim's tile covers (``[C, rank]``, 1 where a bound is
-    missing), all tiles' padded elements; and the kernel's bytes per element per node and its parameters' bytes."""
+    """What :func:`tile_memory`, :func:`tile_matrix_memory` and :func:`tile_features` share, before the log: the
+    tiled array (:func:`tiled_array`; ``None`` without output bounds), per config the padded output tile's bytes, the
+    share of each tiled dim a tile covers (``[C, r]``), the number of tiles, all tiles' padded elements; the
+    parameters' bytes."""
 
-    root: int
+    array: TiledArray | None
     tile_bytes: npt.NDArray[np.float64]
     dim_share: npt.NDArray[np.float64]
+    num_tiles: npt.NDArray[np.float64]
     padded_elements: npt.NDArray[np.float64]
-    itemsize: npt.NDArray[np.float64]
     param_bytes: float
 
     @property
@@ -124,23 +192,25 @@ class _TileBytes:
 
 def _tile_bytes(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
                 config_feat: npt.NDArray[np.floating]) -> _TileBytes:
-    root = tile_root(node_feat)
-    shape = node_feat[root, COLS_SHAPE].astype(np.float64)
-    rank = int((shape > 0).sum())
-    out_b = np.asarray(config_feat, dtype=np.float64)[:, COLS_OUTPUT_BOUNDS][:, :rank]
-    shape = shape[:rank]
-    valid = (out_b > 0) & (shape > 0)
-    padded = np.where(out_b > 0, out_b, 1.0)
-    for dim, multiple in ((rank - 1, LANE), (rank - 2, SUBLANE)):
-        if dim >= 0:
-            padded[:, dim] = _pad_up(padded[:, dim], multiple)
-    tile_elems = padded.prod(axis=1)
-    tiles = np.ceil(np.divide(shape, out_b, out=np.ones_like(out_b), where=valid)).prod(axis=1)
-    dim_share = np.where(valid, np.minimum(np.divide(out_b, shape, out=np.ones_like(out_b), where=valid), 1.0), 1.0)
+    """Bounds count hardware tiles of the tiled array's physical dims (:mod:`competition.hlo.tiles`): a tile of
+    ``b`` units covers ``min(b * granule, dim)`` elements, padded to whole granules in memory."""
+    out_b = np.asarray(config_feat, dtype=np.float64)[:, COLS_OUTPUT_BOUNDS][:, :MAX_RANK]
+    array = tiled_array(node_feat, out_b, candidates=np.asarray(node_opcode) != PARAMETER)
     itemsize = element_itemsize(node_feat)
     params = np.asarray(node_opcode) == PARAMETER
     param_bytes = float((node_feat[params, COL_SHAPE_PRODUCT].astype(np.float64) * itemsize[params]).sum())
-    return _TileBytes(root, tile_elems * itemsize[root], dim_share, tile_elems * tiles, itemsize, param_bytes)
+    c = out_b.shape[0]
+    if array is None:  # no output bounds (a kernel the records tile as a whole): one tile of everything
+        root = tile_root(node_feat)
+        whole = float(node_feat[root, COL_SHAPE_PRODUCT]) * (itemsize[root] or 4.0)
+        return _TileBytes(None, np.full(c, whole), np.ones((c, 1)), np.ones(c), np.full(c, whole), param_bytes)
+    r = array.dims.size
+    elems = array.elements(out_b[:, :r])
+    padded = _pad_up(elems, array.granules)
+    num_tiles = np.ceil(array.dims / elems).prod(axis=1)
+    tile_elems = padded.prod(axis=1)
+    return _TileBytes(array, tile_elems * array.itemsize, elems / array.dims, num_tiles, tile_elems * num_tiles,
+                      param_bytes)
 
 
 def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
@@ -148,16 +218,16 @@ def tile_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np
     """What one tile of each config holds in on-chip memory, whose overflow (a spill) costs a kernel several times
     its runtime: float64 ``[C, 4]``, columns :data:`TILE_MEMORY_NAMES`, each ``log2(1 + x)`` of
 
-    * the output tile's bytes: its elements, the minor-most output dim (``rank - 1``) padded up to 128 and the next
-      (``rank - 2``) to 8 as the TPU pads registers, times the output's bytes per element (the kernel's output is
-      :func:`tile_root`; ``rank`` its number of positive shape dims);
-    * the kernel's parameters' bytes times the share of the output one tile covers (``prod_d min(1, output_bounds_d
-      / shape_d)``): each operand taken as cut like the output;
+    * the output tile's bytes: the elements its bounds cover in the tiled array (:func:`tiled_array`), each dim
+      padded to whole granules as the TPU's (8, 128) registers hold it, times the array's bytes per element;
+    * the kernel's parameters' bytes times the share of the tiled array one tile covers: each operand taken as cut
+      like the output;
     * twice their sum: the double-buffered working set;
     * the padded elements of all tiles (the padded tile times the number of tiles): the work the units do.
 
-    Raw ``node_feat`` and tile ``config_feat`` (zeros, not -1, where a bound is missing), as stored. ``raw``: the
-    same arrays' :func:`_tile_bytes`, if the caller has it.
+    Raw ``node_feat`` and tile ``config_feat`` (zeros, not -1, where a bound is missing), as stored; bounds in the
+    records' units (:mod:`competition.hlo.tiles`). ``raw``: the same arrays' :func:`_tile_bytes`, if the caller has
+    it.
     """
     b = _tile_bytes(node_feat, node_opcode, config_feat) if raw is None else raw
     operand_bytes = b.operand_bytes
@@ -170,47 +240,27 @@ TILE_MATRIX_NAMES: tuple[str, ...] = ("log2_kernel_tile_bytes", "log2_kernel_foo
 """The columns of :func:`tile_matrix_memory`, in order."""
 
 
-def _root_operands(root: int, node_feat: npt.NDArray[np.floating], edge_index: npt.NDArray[np.integer],
-                   kernel_bounds: npt.NDArray[np.float64]) -> tuple[int, int] | None:
-    """``(input, kernel)`` operands of a convolution or dot root: the kernel is the operand whose shape agrees with
-    the config's kernel tile in the most dims (the tile cuts only the contracting dim), the input the largest other
-    operand; ``None`` with fewer than two operands. Edges are stored sorted, so operand order is not known."""
-    edges = np.asarray(edge_index).reshape(-1, 2)
-    ops = np.unique(edges[edges[:, 0] == root, 1])
-    if len(ops) < 2:
-        return None
-    shapes = node_feat[ops][:, COLS_SHAPE].astype(np.float64)
-    agree = (shapes == kernel_bounds[None, :]) & (shapes > 0)
-    rank_match = (shapes > 0).sum(axis=1) == (kernel_bounds > 0).sum()
-    kernel = int(np.argmax(agree.sum(axis=1) + 0.5 * rank_match))
-    others = [i for i in range(len(ops)) if i != kernel]
-    sizes = node_feat[ops, COL_SHAPE_PRODUCT].astype(np.float64)
-    inp = max(others, key=lambda i: sizes[i])
-    return int(ops[inp]), int(ops[kernel])
-
-
 def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
                        edge_index: npt.NDArray[np.integer], config_feat: npt.NDArray[np.floating], *,
                        raw: _TileBytes | None = None) -> npt.NDArray[np.float64]:
-    """What one step of a matrix kernel (a convolution or dot root) holds on chip, as a matrix-unit tiler cuts it:
-    float64 ``[C, 4]``, columns :data:`TILE_MATRIX_NAMES`, each ``log2(1 + x)`` of
+    """What one step of a matrix kernel (a convolution or dot in it, with kernel bounds) holds on chip: float64
+    ``[C, 4]``, columns :data:`TILE_MATRIX_NAMES`, each ``log2(1 + x)`` of
 
-    * the kernel tile's bytes as the config gives it (``prod_d kernel_bounds_d`` times the kernel's bytes per
-      element; 0 without kernel bounds);
-    * the kernel's footprint per step: the kernel tile times the share of the output's minor-most dim a tile covers
-      (a tile of output columns needs those columns of the kernel);
-    * the input's footprint per step: the input operand's bytes times the share of the output's other dims a tile
-      covers, times the share of the contracting dim the kernel tile holds (a tile of output rows needs those rows
-      of the input, one contracting chunk at a time);
-    * twice the sum of the padded output tile's bytes, both footprints and the other operands' bytes cut like the
-      output (the kernel's parameters' bytes beyond the input's and the kernel's: what its fused elementwise ops
-      read): the double-buffered working set of a step.
+    * the kernel tile's bytes: the elements the kernel bounds cover in the kernel array (:func:`tiled_array` of the
+      kernel bounds among the parameters), padded to whole granules, times its bytes per element; 0 without kernel
+      bounds;
+    * the kernel's footprint per step: the kernel tile (its output-feature dim already follows the output tile's
+      most-minor dim, so the tile is what a step needs);
+    * the input's footprint per step: the other parameters' bytes times the share of the output's other dims a tile
+      covers, times the share of the contracting dims the kernel tile holds (a tile of output rows needs those rows
+      of the input, one contracting chunk at a time), taken as the kernel tile's share over the output tile's share
+      of its most-minor dim (the kernel's output-feature dim follows it, as in the real records);
+    * twice the sum of the padded output tile's bytes and both footprints: the double-buffered working set of a
+      step.
 
-    :func:`tile_memory` takes every operand as cut like the output, which a matrix kernel's operands are not: a
-    batched dot's kernel tile keeps its batch dims whole whatever the output tile. Kernels of other roots (or
-    without kernel bounds) get 0 kernel bytes, :func:`tile_memory`'s operand bytes as the input footprint and its
-    working set. The input and kernel operands are told apart by shape (:func:`_root_operands`). ``raw``: the same
-    arrays' :func:`_tile_bytes`, if the caller has it.
+    Kernels without kernel bounds (or whose kernel array is not found) get 0 kernel bytes, :func:`tile_memory`'s
+    operand bytes as the input footprint and its working set. ``edge_index`` is accepted for the callers' sake.
+    ``raw``: the same arrays' :func:`_tile_bytes`, if the caller has it.
     """
     b = _tile_bytes(node_feat, node_opcode, config_feat) if raw is None else raw
     operand_bytes = b.operand_bytes
@@ -219,27 +269,25 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     out[:, 2] = _log2_size(operand_bytes)
     out[:, 3] = _log2_size(2.0 * (b.tile_bytes + operand_bytes))
     ker_b = np.asarray(config_feat, dtype=np.float64)[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
-    if c == 0 or int(node_opcode[b.root]) not in (CONVOLUTION, DOT) or not (ker_b > 0).any():
+    opcodes = np.asarray(node_opcode)
+    if c == 0 or not np.isin(opcodes, (CONVOLUTION, DOT)).any() or not (ker_b > 0).any():
         return out
-    operands = _root_operands(b.root, node_feat, edge_index, ker_b[0])
-    if operands is None:
+    kernel = tiled_array(node_feat, ker_b, candidates=opcodes == PARAMETER)
+    if kernel is None:
         return out
-    inp, ker = operands
-    rank = b.dim_share.shape[1]
-    minor = b.dim_share[:, -1] if rank else np.ones(c)
-    major = b.dim_share[:, :-1].prod(axis=1) if rank > 1 else np.ones(c)
-    kernel_elems = np.where(ker_b > 0, ker_b, 1.0).prod(axis=1) * (ker_b > 0).any(axis=1)
-    kernel_tile = kernel_elems * b.itemsize[ker]
-    kernel_bytes = float(node_feat[ker, COL_SHAPE_PRODUCT]) * b.itemsize[ker]
-    contract = np.minimum(kernel_elems / max(float(node_feat[ker, COL_SHAPE_PRODUCT]), 1.0), 1.0)
-    input_bytes = float(node_feat[inp, COL_SHAPE_PRODUCT]) * b.itemsize[inp]
-    input_fp = input_bytes * major * contract
-    # the other operands (what the fused elementwise ops read besides the two matrices) cut like the output
-    other_fp = operand_bytes * max(1.0 - (input_bytes + kernel_bytes) / max(b.param_bytes, 1.0), 0.0)
+    r = kernel.dims.size
+    elems = kernel.elements(ker_b[:, :r])
+    kernel_tile = _pad_up(elems, kernel.granules).prod(axis=1) * kernel.itemsize
+    kernel_bytes = float(kernel.dims.prod()) * kernel.itemsize
+    share = b.dim_share
+    minor = share[:, -1]
+    major = share[:, :-1].prod(axis=1) if share.shape[1] > 1 else np.ones(c)
+    contract = np.minimum((elems / kernel.dims).prod(axis=1) / np.maximum(minor, 1e-12), 1.0)
+    input_fp = max(b.param_bytes - kernel_bytes, 0.0) * major * contract
     out[:, 0] = _log2_size(kernel_tile)
-    out[:, 1] = _log2_size(kernel_tile * minor)
+    out[:, 1] = _log2_size(kernel_tile)
     out[:, 2] = _log2_size(input_fp)
-    out[:, 3] = _log2_size(2.0 * (b.tile_bytes + kernel_tile * minor + input_fp + other_fp))
+    out[:, 3] = _log2_size(2.0 * (b.tile_bytes + kernel_tile + input_fp))
     return out
 
 
@@ -247,16 +295,14 @@ def tile_feature_names() -> list[str]:
     """Column names of :func:`tile_features`, in order."""
     return [
         *TILE_CONFIG_NAMES,
-        *(f"output_bounds_{d}/shape_{d}" for d in range(MAX_RANK)),
+        *(f"output_tile_share_{d}" for d in range(MAX_RANK)),
         *(f"log2_kernel_bounds_{d}" for d in range(MAX_RANK)),
         *(f"log2_output_bounds_{d}" for d in range(MAX_RANK)),
         "log2_num_tiles",
-        "lane_pad_ratio",
-        "sublane_pad_ratio",
         *TILE_MEMORY_NAMES,
         *TILE_MATRIX_NAMES,
-        "root_rank",
-        *(f"root_shape_{d}" for d in range(MAX_RANK)),
+        "tiled_rank",
+        *(f"tiled_dim_{d}" for d in range(MAX_RANK)),
         *_graph_aggregate_names(),
     ]
 
@@ -264,22 +310,21 @@ def tile_feature_names() -> list[str]:
 def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     """Per-config tile features.
 
-    Columns (:func:`tile_feature_names`), with the kernel's output = the last node flagged ``is_root`` (else the
-    last node), ``rank`` = its number of positive shape dims, dims counted as stored (0 = major-most):
+    Columns (:func:`tile_feature_names`). Bounds count hardware tiles of the tiled array's physical dims
+    (:mod:`competition.hlo.tiles`); the tiled array is found by :func:`tiled_array` (real kernels' roots are often
+    tuples), dims counted major to minor:
 
     * the 24 ``config_feat`` columns as stored (kernel, output, input bounds: dims 0-5, sum, product);
-    * ``output_bounds_d / shape_d`` for d = 0..5 (0 where either is not positive);
+    * ``output_tile_share_d`` for d = 0..5: the share of tiled dim ``d`` one tile covers (0 past the rank);
     * ``log2(1 + kernel_bounds_d)`` and ``log2(1 + output_bounds_d)`` for d = 0..5;
-    * ``log2_num_tiles``: ``log2(prod_d ceil(shape_d / output_bounds_d))`` over the dims ``d < rank`` with a
-      positive bound;
-    * ``lane_pad_ratio`` / ``sublane_pad_ratio``: the tile of the minor-most output dim (``rank - 1``) rounded up
-      to a multiple of 128, and of the next dim (``rank - 2``) rounded up to 8, divided by the tile itself: the
-      TPU pads registers to (8, 128), so 1 means no waste; 1 where that dim or its bound is missing;
+    * ``log2_num_tiles``: ``log2`` of the number of output tiles;
     * what one tile holds in on-chip memory (:func:`tile_memory`), and what one step of a matrix kernel holds
       (:func:`tile_matrix_memory`);
-    * ``root_rank`` and the root's shape dims 0..5;
+    * ``tiled_rank`` and the tiled array's physical dims 0..5 (0 past the rank);
     * graph aggregates: node and edge counts, ``sum log2(1 + shape product)`` over nodes, and the count of each
       opcode of :data:`FREQUENT_OPCODES` (including convolution and dot).
+
+    A tile is always whole (8, 128) registers in these units, so no column measures per-config padding waste.
 
     Args:
         graph: a tile graph.
@@ -287,28 +332,21 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     Returns:
         float32 ``[C, F]`` with ``F = len(tile_feature_names())``.
     """
-    shape = graph.node_feat[tile_root(graph.node_feat), COLS_SHAPE].astype(np.float64)
-    rank = int((shape > 0).sum())
     cfg = graph.config_feat.astype(np.float64)
     out_b = cfg[:, COLS_OUTPUT_BOUNDS][:, :MAX_RANK]
     ker_b = cfg[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
     c = graph.num_configs
-    valid = (out_b > 0) & (shape > 0)
-    ratio = np.divide(out_b, shape, out=np.zeros_like(out_b), where=valid)
-    tiles = np.divide(shape, out_b, out=np.ones_like(out_b), where=valid)
-    log_tiles = np.log2(np.ceil(tiles)).sum(axis=1)
-
-    def pad_ratio(dim: int, multiple: int) -> npt.NDArray[np.float64]:
-        if dim < 0:
-            return np.ones(c)
-        b = out_b[:, dim]
-        return np.divide(_pad_up(b, multiple), b, out=np.ones(c), where=b > 0)
-
-    per_graph = np.concatenate([[rank], shape, _graph_aggregates(graph)])
     raw = _tile_bytes(graph.node_feat, graph.node_opcode, graph.config_feat)
+    share = np.zeros((c, MAX_RANK))
+    dims = np.zeros(MAX_RANK)
+    rank = 0
+    if raw.array is not None:
+        rank = raw.array.dims.size
+        share[:, :rank] = raw.dim_share
+        dims[:rank] = raw.array.dims
+    per_graph = np.concatenate([[rank], dims, _graph_aggregates(graph)])
     x = np.concatenate([
-        cfg, ratio, _log2_size(ker_b), _log2_size(out_b), log_tiles[:, None],
-        pad_ratio(rank - 1, LANE)[:, None], pad_ratio(rank - 2, SUBLANE)[:, None],
+        cfg, share, _log2_size(ker_b), _log2_size(out_b), np.log2(raw.num_tiles)[:, None],
         tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat, raw=raw),
         tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat, raw=raw),
         np.broadcast_to(per_graph, (c, per_graph.size)),

@@ -10,8 +10,8 @@
     looks like relative to the kernel's output shape (see :func:`tile_default_features`): in each training graph
     the default is the config whose ``config_runtime / config_runtime_normalizers`` is closest to 1, and the model
     stores, per feature, the median over these defaults and a robust spread (median absolute deviation, floored).
-    The features are ``log2(output tile / output dim)`` counted from the most-minor output dim, and
-    ``log2(kernel tile)`` per kernel dim.
+    The features are ``log2`` of the share of each tiled dim a tile covers, counted from the most-minor
+    physical dim, and ``log2(kernel bounds)`` per kernel dim.
     A config's score is ``sum_j |x_j - median_j| / spread_j`` over the features it has (a robust L1 distance).
 """
 
@@ -26,13 +26,14 @@ import numpy.typing as npt
 from tqdm.auto import tqdm
 
 from competition.dataset import CollectionData
+from competition.opcodes import PARAMETER
 from competition.reader import LayoutGraph, TileGraph
-from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, COLS_SHAPE, MAX_RANK
-from features.tabular import tile_root
+from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, MAX_RANK
+from features.tabular import tiled_array
 from models.base import Graph, NotFittedError, RankingModel
 from models.settings import Configured, Section, section, setting
 
-TILE_FEATURES = tuple(f"log2(output_bounds/shape), minor dim {k}" for k in range(MAX_RANK)) + tuple(
+TILE_FEATURES = tuple(f"log2(output tile share), minor dim {k}" for k in range(MAX_RANK)) + tuple(
     f"log2(kernel_bounds_{d})" for d in range(MAX_RANK)
 )
 """Names of the tile features of :func:`tile_default_features`, in column order."""
@@ -99,12 +100,11 @@ def layout_default_distance(graph: LayoutGraph, block_rows: int | None = None) -
 def tile_default_features(graph: TileGraph) -> npt.NDArray[np.float64]:
     """Shape-relative tile features of every config, NaN where a feature does not apply.
 
-    Columns (:data:`TILE_FEATURES`): for k = 0..5, ``log2(output_bounds_i / shape_i)`` with ``i = rank - 1 - k``,
-    i.e. counted from the most-minor dim of the output shape of :func:`tile_root` (``rank`` = its number of
-    positive dims; both values must be positive); then ``log2(kernel_bounds_d)`` for d = 0..5 (where positive).
-    Counting from the minor end lines up the lane and sublane dims of kernels of different ranks, which is where
-    defaults differ most. The kernel's operand shapes are not among the root's features, so kernel tiles stay
-    absolute.
+    Columns (:data:`TILE_FEATURES`): for k = 0..5, ``log2`` of the share of the tiled array's dim ``i = rank - 1 -
+    k`` one tile covers, i.e. counted from the most-minor physical dim (the bounds count hardware tiles of the array
+    :func:`features.tabular.tiled_array` finds; ``rank`` its dims); then ``log2(kernel_bounds_d)`` for d = 0..5
+    (where positive). Counting from the minor end lines up the lane and sublane dims of kernels of different ranks,
+    which is where defaults differ most. Kernel tiles stay absolute.
 
     Args:
         graph: a tile graph.
@@ -112,15 +112,17 @@ def tile_default_features(graph: TileGraph) -> npt.NDArray[np.float64]:
     Returns:
         float64 ``[C, 12]``.
     """
-    shape = graph.node_feat[tile_root(graph.node_feat), COLS_SHAPE].astype(np.float64)
-    rank = int((shape > 0).sum())
     out_b = graph.config_feat[:, COLS_OUTPUT_BOUNDS][:, :MAX_RANK].astype(np.float64)
     ker_b = graph.config_feat[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK].astype(np.float64)
     ratio = np.full((graph.num_configs, MAX_RANK), np.nan)
+    array = tiled_array(graph.node_feat, out_b, candidates=graph.node_opcode != PARAMETER)
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in range(rank):
-            i = rank - 1 - k
-            ratio[:, k] = np.where(out_b[:, i] > 0, np.log2(out_b[:, i] / shape[i]), np.nan)
+        if array is not None:
+            rank = array.dims.size
+            share = array.elements(out_b[:, :rank]) / array.dims
+            for k in range(rank):
+                i = rank - 1 - k
+                ratio[:, k] = np.where(out_b[:, i] > 0, np.log2(share[:, i]), np.nan)
         kernel = np.where(ker_b > 0, np.log2(ker_b), np.nan)
     return np.concatenate([ratio, kernel], axis=1)
 

@@ -11,9 +11,9 @@ Configs come from records when there are any; without them:
   the 2 most-minor dimensions of its output, first and second operand (as the real files specify them), a reshape
   the whole minor-to-major order of its output and operand;
 - **tile**: one kernel per fusion instruction (its fused computation and what that calls, then an entry computation
-  of parameters and the fusion). Config 0 is one tile over the whole output (output bounds = output dims), then up
-  to ``n`` distinct sampled output bounds (a power of two below each dimension, or the dimension); kernel and input
-  bounds stay empty.
+  of parameters and the fusion). Config 0 is one tile over the whole output (each output bound the dim's count of
+  hardware tiles, :mod:`competition.hlo.tiles`), then up to ``n`` distinct sampled output bounds (a divisor of that
+  count, a power of two below it, or the whole count); kernel and input bounds stay empty.
 
 Without records the runtimes are unknown: they are written as the public test files hide theirs (layout and tile
 ``config_runtime`` all 0, tile normalizers all 1), which the format accepts only in the test split.
@@ -33,6 +33,7 @@ from competition import schema
 from competition.hlo.features import featurize, layout_arrays, tile_arrays
 from competition.hlo.ir import Computation, HloFormatError, HloInstruction, Instruction, Module, Shape
 from competition.hlo.records import ModuleRecords, TileConfig
+from competition.hlo.tiles import physical_dims, tile_sizes, tile_units, tiled_shape
 
 LAYOUT_OPCODES = ("convolution", "dot", "reshape")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -147,20 +148,14 @@ def tile_row(config: TileConfig) -> list[float]:
     return _bounds(config.kernel_bounds) + _bounds(config.output_bounds) + _bounds(config.input_bounds)
 
 
-def _output_array(shape: Shape) -> Shape:
-    while shape.is_tuple and shape.tuple_shapes:
-        shape = shape.tuple_shapes[0]
-    return shape
-
-
 def sample_tiles(kernel: Module, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
     """``1 + n`` tile configs of a kernel (one tile over the whole output first, then distinct sampled output
-    bounds; fewer when the space has fewer), float32 ``[C, 24]``."""
-    root = kernel.entry.instructions[kernel.entry.root_index]
-    dims = _output_array(root.shape).dims
-    choices = [sorted({d, *(2 ** k for k in range(max(d, 1).bit_length()) if 2 ** k < d)}) for d in dims]
-    configs = [tuple(dims)]
-    space = int(np.prod([len(c) for c in choices], dtype=np.float64)) if dims else 1
+    bounds; fewer when the space has fewer), float32 ``[C, 24]``. Bounds count hardware tiles of the physical dims
+    of the array the kernel tiles (:func:`~competition.hlo.tiles.tiled_shape`), as real tile configs do."""
+    units = tile_units(physical_dims(tiled_shape(kernel))[-schema.MAX_RANK:])
+    choices = [tile_sizes(u) for u in units]
+    configs = [tuple(units)]
+    space = int(np.prod([len(c) for c in choices], dtype=np.float64)) if units else 1
     for _ in range(20 * n):
         if len(configs) > n or len(configs) >= space:
             break

@@ -286,6 +286,12 @@ class GraphJob:
     count: int = 1  # tile: kernels taken from this program
 
 
+GENERATOR_VERSION: int = 2
+"""The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
+bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records), so that a world made by an
+older generator is never taken for a current one. A manifest without it was made by version 1."""
+
+
 @dataclass(frozen=True)
 class WorldConfig:
     """What a world is made of; stored in ``world.json`` so that a rerun can tell whether it may resume."""
@@ -296,6 +302,7 @@ class WorldConfig:
     limit: int | None
     tile_limit: int | None = None  # overrides ``limit`` for tile:xla
     programs: str = "generator"  # where programs come from: see PROGRAM_SOURCES
+    generator: int = GENERATOR_VERSION
 
     def as_dict(self) -> dict:
         """The settings as ``world.json`` stores them; ``programs`` only when it is not the generator, so a
@@ -589,7 +596,7 @@ def read_world_config(out: str | os.PathLike[str]) -> WorldConfig:
     try:
         config = json.loads(manifest.read_text())["config"]
         config["collections"] = tuple(config["collections"])
-        return WorldConfig(**{"tile_limit": None, **config})
+        return WorldConfig(**{"tile_limit": None, "generator": 1, **config})
     except FileNotFoundError:
         raise ValueError(f"{manifest}: no such file; {out} is not a generated synthetic world") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -743,14 +750,17 @@ def generate_world(
         _check_foreign(out, force)
     else:
         old = _read_manifest(manifest)
-        # Worlds written before tile_limit existed hold no such key: it was None for them.
-        same = {"tile_limit": None, **(old.get("config") or {})} == json.loads(json.dumps(cfg.as_dict()))
+        # Worlds written before tile_limit (or the generator version) existed hold no such key: it was None (1).
+        made = {"tile_limit": None, "generator": 1, **(old.get("config") or {})}
+        same = made == json.loads(json.dumps(cfg.as_dict()))
         if same and old.get("complete") and _all_present(out, cfg):
             return out
         if not same:
             if not force:
+                older = (f" by an older generator (version {made['generator']}; this is {GENERATOR_VERSION})"
+                         if made["generator"] != GENERATOR_VERSION else "")
                 raise WorldMismatch(
-                    f"{out} holds a world made with {old.get('config')}; asked for {cfg.as_dict()}. "
+                    f"{out} holds a world made{older} with {old.get('config')}; asked for {cfg.as_dict()}. "
                     "Choose another --out, or pass --force to regenerate it."
                 )
             _clear_world(out)

@@ -10,7 +10,7 @@ import pytest
 import features.tabular
 from competition.collections import Collection
 from competition.npzio import write_npz
-from competition.opcodes import CONVOLUTION, DOT, RESHAPE, opcode_id
+from competition.opcodes import CONVOLUTION, DOT, PARAMETER, RESHAPE, opcode_id
 from competition.reader import LayoutGraph, TileGraph, load_graph
 from competition.schema import COL_SHAPE_PRODUCT, ELEMENT_TYPES, LAYOUT_SLOT_COLUMNS, element_itemsize
 from features.tabular import (
@@ -22,6 +22,7 @@ from features.tabular import (
     layout_links,
     tile_feature_names,
     tile_features,
+    tiled_array,
 )
 
 LAYOUT = Collection.LAYOUT_XLA_RANDOM
@@ -281,14 +282,87 @@ def test_layout_rows_read_the_file_once(layout_graph: LayoutGraph, monkeypatch: 
         layout_features(layout_graph, np.array([True, False]))
 
 
-def test_tile_features_exact(tmp_path: Path):
+def _array(feat: np.ndarray, node: int, dtype: str, dims: list[int], minor_to_major: list[int] | None = None) -> None:
+    """Node ``node`` of ``feat`` outputs a ``dtype`` array of logical ``dims``, laid out ``minor_to_major``
+    (columns 134..: the default layout when not given)."""
+    feat[node, 2 + ELEMENT_TYPES.index(dtype)] = 1
+    feat[node, 21: 21 + len(dims)] = dims
+    feat[node, COL_SHAPE_PRODUCT] = np.prod(dims)
+    m2m = list(range(len(dims)))[::-1] if minor_to_major is None else minor_to_major
+    feat[node, 134: 134 + len(dims)] = m2m
+
+
+def test_tiled_array_of_a_tuple_root_is_the_larger_output_its_bounds_fit():
+    """The real fusion.191: a convolution by an f32 [3,3,192,384] kernel whose fused computation returns a tuple of
+    a u16 [32,12,384] reduce and a bf16 [32,12,12,384] convert of the f32 convolution output, all 4-d arrays but the
+    kernel laid out {3,0,2,1}: physical dims (12, 12, 32, 384), units (12, 12, 4, 3). Its bounds reach those units
+    (test_tiles.py), so they cut neither the input [32,12,12,192] (units (12, 12, 4, 2)) nor the kernel (units
+    (3, 3, 24, 3)); the convolution and the convert tie, and the one nearest the root (the tuple's output) wins."""
+    feat = np.zeros((7, 140), dtype=np.float32)
+    nhwc = [3, 0, 2, 1]
+    _array(feat, 0, "f32", [384])  # the bias
+    _array(feat, 1, "bf16", [32, 12, 12, 192], nhwc)  # the input
+    _array(feat, 2, "f32", [3, 3, 192, 384])  # the kernel
+    _array(feat, 3, "f32", [32, 12, 12, 384], nhwc)  # the convolution
+    _array(feat, 4, "u16", [32, 12, 384], [2, 0, 1])  # the reduce: the tuple's first output
+    _array(feat, 5, "bf16", [32, 12, 12, 384], nhwc)  # the convert: the tuple's second output
+    feat[6, 2 + ELEMENT_TYPES.index("tuple")] = 1  # the root: a tuple has no dims and no layout
+    feat[6, 0] = 1
+    out = np.zeros((3, 6), dtype=np.float32)
+    out[:, :4] = [[12, 12, 4, 3], [1, 1, 1, 1], [6, 12, 2, 3]]
+    a = tiled_array(feat, out)
+    assert a is not None and a.node == 5 and a.itemsize == 2
+    np.testing.assert_array_equal(a.dims, [12, 12, 32, 384])
+    np.testing.assert_array_equal(a.granules, [1, 1, 8, 128])
+    np.testing.assert_array_equal(a.units, [12, 12, 4, 3])
+    # 12 x 12 x 32 x 384, 1 x 1 x 8 x 128 and 6 x 12 x 16 x 384 elements
+    np.testing.assert_array_equal(a.elements(out[:, :4].astype(np.float64)),
+                                  [[12, 12, 32, 384], [1, 1, 8, 128], [6, 12, 16, 384]])
+    # without the convert, the convolution (f32) is the tightest array the bounds fit
+    conv = tiled_array(feat, out, candidates=np.arange(7) != 5)
+    assert conv is not None and conv.node == 3 and conv.itemsize == 4
+    # the input's 2 lane units do not hold a bound of 3; the bounds' rank picks the 4-d arrays only
+    assert tiled_array(feat, out, candidates=np.isin(np.arange(7), [0, 1, 2, 4, 6])) is None
+    # the kernel bounds, among the parameters, cut the kernel: units (3, 3, 24, 3)
+    ker = np.zeros((2, 6), dtype=np.float32)
+    ker[:, :4] = [[3, 3, 24, 3], [1, 1, 4, 1]]
+    k = tiled_array(feat, ker, candidates=np.isin(np.arange(7), [0, 1, 2]))
+    assert k is not None and k.node == 2
+    np.testing.assert_array_equal(k.units, [3, 3, 24, 3])
+    assert tiled_array(feat, np.zeros((2, 6), dtype=np.float32)) is None  # no bounds
+
+
+def test_tiled_array_of_a_non_default_layout_counts_physical_dims():
+    """fusion.261's f32 [4096,1000]{0,1}: the 4096 dim is the most minor, so the physical dims are (1000, 4096),
+    8 and 128 elements a unit: units (125, 32). In the default layout {1,0} the units would be (512, 8), which do
+    not hold a bound of 32 on the minor dim."""
     feat = np.zeros((2, 140), dtype=np.float32)
+    _array(feat, 0, "f32", [4096, 1000], [0, 1])
+    feat[1] = feat[0]
+    feat[1, 134:136] = [1, 0]
+    out = np.zeros((2, 6), dtype=np.float32)
+    out[:, :2] = [[125, 32], [8, 4]]
+    a = tiled_array(feat, out)
+    assert a is not None and a.node == 0 and a.itemsize == 4
+    np.testing.assert_array_equal(a.dims, [1000, 4096])
+    np.testing.assert_array_equal(a.units, [125, 32])
+    np.testing.assert_array_equal(a.elements(out[:, :2].astype(np.float64)), [[1000, 4096], [64, 512]])
+    assert tiled_array(feat, out, candidates=np.array([False, True])) is None
+    d = tiled_array(feat, out[1:], candidates=np.array([False, True]))  # (8, 4) fits the default layout too
+    assert d is not None and d.node == 1
+    np.testing.assert_array_equal(d.dims, [4096, 1000])
+    np.testing.assert_array_equal(d.units, [512, 8])
+
+
+def test_tile_features_exact(tmp_path: Path):
+    """An f32 [16, 300] output, units (2, 3): 8 rows and 128 columns a unit, the last column unit partial (44 of
+    128). Its one parameter, a bf16 [10, 100] of 1,000 elements, has units (2, 1): too few for the bounds."""
+    feat = np.zeros((2, 140), dtype=np.float32)
+    _array(feat, 0, "bf16", [10, 100])  # the parameter: 2,000 bytes
+    _array(feat, 1, "f32", [16, 300])  # the root (a convolution): 4 bytes per element
     feat[1, 0] = 1
-    feat[1, 21:23] = [16, 256]
-    feat[1, 2 + ELEMENT_TYPES.index("f32")] = 1  # the root (a convolution): 4 bytes per element
-    feat[0, 2 + ELEMENT_TYPES.index("bf16")] = 1  # the parameter: 1,000 elements of 2 bytes
-    feat[0, COL_SHAPE_PRODUCT] = 1000
-    bounds = np.array([[8, 128], [16, 200], [4, 256]], dtype=np.float32)
+    # 8 x 256, 16 x 300 (the whole output) and 8 x 128 elements
+    bounds = np.array([[1, 2], [2, 3], [1, 1]], dtype=np.float32)
     cfg = np.zeros((3, 24), dtype=np.float32)
     cfg[:, 0] = 3
     cfg[:, 8:10] = bounds
@@ -302,29 +376,38 @@ def test_tile_features_exact(tmp_path: Path):
     }
     graph = load_graph(write_npz(tmp_path / "npz_all/npz/tile/xla/train/t.npz", arrays), TILE)
     assert isinstance(graph, TileGraph)
+    array = tiled_array(graph.node_feat, graph.config_feat[:, 8:14])
+    assert array is not None and array.node == 1 and array.itemsize == 4
+    np.testing.assert_array_equal(array.units, [2, 3])
     names = tile_feature_names()
+    assert not {"lane_pad_ratio", "sublane_pad_ratio"} & set(names), "a tile is whole registers in these units"
     x = tile_features(graph)
     assert x.shape == (3, len(names)) and len(set(names)) == len(names)
     col = _columns(x.astype(np.float64), names)
     np.testing.assert_array_equal(x[:, :24], cfg)
-    np.testing.assert_allclose(col["output_bounds_0/shape_0"], [0.5, 1, 0.25])
-    np.testing.assert_allclose(col["output_bounds_1/shape_1"], [0.5, 200 / 256, 1])
-    assert col["output_bounds_2/shape_2"] == [0, 0, 0]
-    assert col["log2_num_tiles"] == [2, 1, 2]
-    np.testing.assert_allclose(col["lane_pad_ratio"], [1, 256 / 200, 1], rtol=1e-6)
-    assert col["sublane_pad_ratio"] == [1, 1, 2]
+    # shares of the 16 rows (8, 16, 8) and of the 300 columns (256, min(384, 300) = 300, 128)
+    np.testing.assert_allclose(col["output_tile_share_0"], [0.5, 1, 0.5])
+    np.testing.assert_allclose(col["output_tile_share_1"], [256 / 300, 1, 128 / 300], rtol=1e-6)
+    assert col["output_tile_share_2"] == [0, 0, 0]
+    # 2 x 2, 1 x 1 and 2 x 3 tiles
+    np.testing.assert_allclose(col["log2_num_tiles"], [2, 0, np.log2(6)], rtol=1e-6)
     assert col["log2_kernel_bounds_0"] == [2, 2, 2]
-    assert col["root_rank"] == [2] * 3 and col["graph_count_convolution"] == [1] * 3
-    # Padded tiles (dim 0 to 8, dim 1 to 128): 8 x 128, 16 x 256, 8 x 256 elements of 4 bytes. Their share of the
-    # 16 x 256 output: 1/4, 200/256, 1/4 of the parameter's 2,000 bytes.
-    tile_bytes = np.array([8 * 128, 16 * 256, 8 * 256]) * 4.0
-    operand_bytes = np.array([0.25, 200 / 256, 0.25]) * 2000
+    np.testing.assert_allclose(col["log2_output_bounds_1"], np.log2([3, 4, 2]), rtol=1e-6)
+    assert col["tiled_rank"] == [2] * 3 and col["graph_count_convolution"] == [1] * 3
+    assert col["tiled_dim_0"] == [16] * 3 and col["tiled_dim_1"] == [300] * 3 and col["tiled_dim_2"] == [0] * 3
+    # Padded tiles (whole units): 8 x 256, 16 x 384, 8 x 128 elements of 4 bytes. Their share of the 16 x 300
+    # output: 1/2 x 256/300, 1, 1/2 x 128/300 of the parameter's 2,000 bytes.
+    tile_bytes = np.array([8 * 256, 16 * 384, 8 * 128]) * 4.0
+    operand_bytes = np.array([0.5 * 256 / 300, 1, 0.5 * 128 / 300]) * 2000
+    np.testing.assert_allclose(tile_bytes, [8192, 24576, 4096])
+    np.testing.assert_allclose(operand_bytes, [2560 / 3, 2000, 1280 / 3])
     np.testing.assert_allclose(col["log2_tile_bytes"], np.log2(1 + tile_bytes), rtol=1e-6)
     np.testing.assert_allclose(col["log2_tile_operand_bytes"], np.log2(1 + operand_bytes), rtol=1e-6)
     np.testing.assert_allclose(col["log2_working_set"], np.log2(1 + 2 * (tile_bytes + operand_bytes)), rtol=1e-6)
-    # padded tile elements times the number of tiles (4, 2, 4)
-    np.testing.assert_allclose(col["log2_padded_elements"], np.log2(1 + np.array([4096, 8192, 8192])), rtol=1e-6)
-    # a root with one operand is no matrix kernel to cut: no kernel tile, the operand and working set as above
+    # padded tile elements times the number of tiles: 2,048 x 4, 6,144 x 1, 1,024 x 6 (the 4,800 elements padded)
+    np.testing.assert_allclose(col["log2_padded_elements"], np.log2(1 + np.array([8192, 6144, 6144])), rtol=1e-6)
+    # the kernel bounds (rank 1) fit no parameter of rank 1, so no kernel array: no kernel tile, the operand and
+    # working set as above
     assert col["log2_kernel_tile_bytes"] == [0] * 3 and col["log2_kernel_footprint"] == [0] * 3
     np.testing.assert_allclose(col["log2_input_footprint"], col["log2_tile_operand_bytes"])
     np.testing.assert_allclose(col["log2_matrix_working_set"], col["log2_working_set"])
@@ -333,47 +416,54 @@ def test_tile_features_exact(tmp_path: Path):
 @pytest.mark.parametrize("kernel_first", [False, True])
 def test_tile_matrix_memory_of_a_batched_dot(tmp_path: Path, kernel_first: bool):
     """out[4, 16, 256] = input[4, 16, 32] x kernel[4, 32, 256], all f32, and a third parameter of 256 elements that
-    the kernel's other ops read; the config's kernel tile keeps the batch and output-feature dims whole and cuts the
-    contracting dim (8 or 32)."""
+    the kernel's other ops read. Units: output (4, 2, 2), kernel (4, 4, 2), input (4, 2, 1), third (1). The
+    config's kernel tile keeps the batch dim whole, follows the output tile's columns in its output-feature dim
+    (as the real records do) and cuts the contracting dim (8 or 32: 1 or 4 units)."""
     feat = np.zeros((4, 140), dtype=np.float32)
-    feat[:, 2 + ELEMENT_TYPES.index("f32")] = 1
-    # edges are stored sorted, so the operand order is not in the file: the kernel is told by its shape
+    # the kernel is told by its shape (the array the kernel bounds fit among the parameters), not by operand order
     shapes = ([4, 32, 256], [4, 16, 32]) if kernel_first else ([4, 16, 32], [4, 32, 256])
     for node, dims in enumerate((*shapes, [4, 16, 256], [256])):
-        feat[node, 21:24] = dims
-        feat[node, COL_SHAPE_PRODUCT] = np.prod(dims)
+        _array(feat, node, "f32", dims)
     feat[2, 0] = 1  # the root
     cfg = np.zeros((2, 24), dtype=np.float32)
-    cfg[:, 0:3] = [[4, 8, 256], [4, 32, 256]]  # kernel tiles
-    cfg[:, 8:11] = [[1, 16, 128], [4, 8, 256]]  # output tiles
+    cfg[:, 0:3] = [[4, 1, 1], [4, 4, 2]]  # kernel tiles: 4 x 8 x 128 and 4 x 32 x 256 elements
+    cfg[:, 8:11] = [[1, 2, 1], [4, 1, 2]]  # output tiles: 1 x 16 x 128 and 4 x 8 x 256 elements
+    opcode = np.array([opcode_id("parameter"), opcode_id("parameter"), DOT, opcode_id("parameter")], dtype=np.uint8)
     arrays = {
         "node_feat": feat,
-        "node_opcode": np.array([opcode_id("parameter"), opcode_id("parameter"), DOT, opcode_id("parameter")],
-                                dtype=np.uint8),
+        "node_opcode": opcode,
         "edge_index": np.array([[2, 0], [2, 1]], dtype=np.int64),
         "config_feat": cfg,
         "config_runtime": np.array([2, 1], dtype=np.int64),
         "config_runtime_normalizers": np.full(2, 2, dtype=np.int64),
     }
     graph = load_graph(write_npz(tmp_path / "npz_all/npz/tile/xla/train/t.npz", arrays), TILE)
+    output = tiled_array(graph.node_feat, graph.config_feat[:, 8:14])  # the input's 1 lane unit holds no 2
+    kernel = tiled_array(graph.node_feat, graph.config_feat[:, 0:6], candidates=graph.node_opcode == PARAMETER)
+    assert output is not None and output.node == 2
+    assert kernel is not None and kernel.node == (0 if kernel_first else 1)
     col = _columns(tile_features(graph).astype(np.float64), tile_feature_names())
-    # kernel tiles 4 x 8 x 256 and 4 x 32 x 256 elements of 4 bytes; the output tile covers 128 / 256 and 256 / 256
-    # of the output's columns; the input (8,192 bytes) is cut to the output tile's rows (1/4 x 16/16, 4/4 x 8/16)
-    # and the contracting chunk (8 / 32, 32 / 32); the output tiles hold 1 x 16 x 128 and 4 x 8 x 256 elements;
-    # the third parameter's 1,024 bytes are cut like the output (1/8, 1/2).
-    kernel_tile = np.array([8192, 32768]) * 4.0
-    kernel_fp = kernel_tile * [0.5, 1.0]
-    input_fp = 8192 * np.array([0.25 * 0.25, 0.5 * 1.0])
+    # Output tile shares (batch, rows, columns): (1/4, 1, 1/2) and (1, 1/2, 1); padded tiles 2,048 and 8,192
+    # elements. Kernel tiles 4 x 8 x 128 and 4 x 32 x 256 elements of 4 bytes (whole units, no padding): shares
+    # 1/8 and 1 of the kernel, its output-feature share that of the output tile's columns (1/2, 1), so the
+    # contracting chunk is 1/4 and 1. The input footprint: the parameters other than the kernel (the input's
+    # 8,192 bytes and the third's 1,024) cut to the output tile's batch and rows (1/4 x 1, 1 x 1/2) and the
+    # contracting chunk (1/4, 1).
     out_tile = np.array([2048, 8192]) * 4.0
-    other = 1024 * np.array([1 / 8, 1 / 2])
+    kernel_tile = np.array([4096, 32768]) * 4.0
+    input_fp = (8192 + 1024) * np.array([0.25 * 0.25, 0.5 * 1.0])
+    np.testing.assert_allclose(input_fp, [576, 4608])
+    np.testing.assert_allclose(col["log2_tile_bytes"], np.log2(1 + out_tile), rtol=1e-6)
     np.testing.assert_allclose(col["log2_kernel_tile_bytes"], np.log2(1 + kernel_tile), rtol=1e-6)
-    np.testing.assert_allclose(col["log2_kernel_footprint"], np.log2(1 + kernel_fp), rtol=1e-6)
+    np.testing.assert_allclose(col["log2_kernel_footprint"], np.log2(1 + kernel_tile), rtol=1e-6)
     np.testing.assert_allclose(col["log2_input_footprint"], np.log2(1 + input_fp), rtol=1e-6)
-    np.testing.assert_allclose(col["log2_matrix_working_set"],
-                               np.log2(1 + 2 * (out_tile + kernel_fp + input_fp + other)), rtol=1e-6)
-    # both operands are cut like the output by tile_memory: it counts the kernel's 131,072 bytes at a 1/8 share in
-    # the first config, which the matrix tiler holds at 16,384 bytes (half the kernel tile)
-    np.testing.assert_allclose(col["log2_tile_operand_bytes"][0], np.log2(1 + (8192 + 131072 + 1024) / 8),
+    # 2 x (8,192 + 16,384 + 576) and 2 x (32,768 + 131,072 + 4,608)
+    np.testing.assert_allclose(col["log2_matrix_working_set"], np.log2(1 + np.array([50304, 336896])), rtol=1e-6)
+    np.testing.assert_allclose(col["log2_matrix_working_set"], np.log2(1 + 2 * (out_tile + kernel_tile + input_fp)),
+                               rtol=1e-6)
+    # every parameter (140,288 bytes) is cut like the output by tile_memory: it counts the kernel's 131,072 bytes at
+    # a 1/8 share in the first config, which the matrix tiler holds as a 16,384-byte kernel tile
+    np.testing.assert_allclose(col["log2_tile_operand_bytes"], np.log2(1 + np.array([140288 / 8, 140288 / 2])),
                                rtol=1e-6)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from competition import Collection, Split
 from competition.cli import main
-from competition.hlo.featurize import fusion_kernels, sample_layouts, seeded_rng
+from competition.hlo.featurize import fusion_kernels, sample_layouts, sample_tiles, seeded_rng
 from competition.hlo.proto import write_module_proto
 from competition.hlo.records import (
     ModuleRecords,
@@ -62,6 +62,45 @@ def test_sampled_layouts(hand_text):
         assert sorted(reshape[0:2]) == [0, 1] and sorted(reshape[6:10]) == [0, 1, 2, 3]
         assert (reshape[10:] == -1).all() and (conv[2:6] == -1).all() and (dot[14:] == -1).all()
         assert sorted(conv[12:14]) != [-1, -1] and len(set(dot[0:2])) == 2
+
+
+TRANSPOSED = """\
+HloModule t
+
+%fused (p0: f32[300,20]) -> f32[300,20] {
+  %p0 = f32[300,20]{0,1} parameter(0)
+  ROOT %e = f32[300,20]{0,1} exponential(%p0)
+}
+
+ENTRY %main (x: f32[300,20]) -> f32[300,20] {
+  %x = f32[300,20]{0,1} parameter(0)
+  ROOT %f = f32[300,20]{0,1} fusion(%x), kind=kLoop, calls=%fused
+}
+"""
+
+
+def test_sampled_tiles_count_hardware_tiles(hand_text):
+    """Without records a kernel's output bounds count hardware tiles of its output's physical dims: config 0 is
+    one tile over the whole output (the units themselves), the others distinct bounds within them."""
+    (_, kernel), = fusion_kernels(parse_hlo_text(hand_text))
+    # f32[2,4,6,6]{3,2,1,0}: units [2, 4, ceil(6/8), ceil(6/128)] = [2, 4, 1, 1]: 2 x 3 sizes, 6 configs.
+    feat = sample_tiles(kernel, 10, seeded_rng(0, "hand"))
+    assert feat.shape == (6, 24) and len({f.tobytes() for f in feat}) == 6
+    assert feat[0].tolist() == [0] * 8 + [2, 4, 1, 1, 0, 0, 8, 8] + [0] * 8
+    assert sorted(tuple(f[8:12]) for f in feat) == [(a, b, 1, 1) for a in (1, 2) for b in (1, 2, 4)]
+    assert (feat[:, :8] == 0).all() and (feat[:, 16:] == 0).all()
+    assert (feat[:, 14] == feat[:, 8:14].sum(axis=1)).all() and (feat[:, 15] == feat[:, 8:12].prod(axis=1)).all()
+    # Fewer asked for: 1 + n, still within the units.
+    few = sample_tiles(kernel, 3, seeded_rng(0, "hand"))
+    assert few.shape == (4, 24) and few[0].tolist() == feat[0].tolist()
+    assert ((few[:, 8:12] >= 1) & (few[:, 8:12] <= [2, 4, 1, 1])).all()
+    # f32[300,20]{0,1}: physical [20, 300] (the 300 dim most minor): units [ceil(20/8), ceil(300/128)] = [3, 3],
+    # where logical order would have given [38, 1].
+    (_, kernel), = fusion_kernels(parse_hlo_text(TRANSPOSED))
+    feat = sample_tiles(kernel, 20, seeded_rng(0, "t"))
+    assert feat[0].tolist() == [0] * 8 + [3, 3, 0, 0, 0, 0, 6, 9] + [0] * 8
+    assert sorted(tuple(f[8:10]) for f in feat) == [(a, b) for a in (1, 2, 3) for b in (1, 2, 3)]
+    assert (feat[:, 10:14] == 0).all()
 
 
 def test_records_featurized_into_train(hand_text, tmp_path, capsys):

@@ -55,7 +55,9 @@ def write_layout(tmp_path: Path, non_default: list[int], stem: str = "g", nc: in
 
 def write_tile(root: Path, stem: str, shape: tuple[int, int], bounds: list[tuple[int, int]],
                runtime: list[int], normalizer: int, split: str = "train") -> TileGraph:
-    """A 2-node kernel whose root (node 1) has a rank-2 output ``shape``; config j tiles it by ``bounds[j]``."""
+    """A 2-node kernel whose root (node 1) has a rank-2 output ``shape`` (default layout); config j tiles it by
+    ``bounds[j]``, in units: rows 8 and columns 128 a unit (``shape`` of 8 x 128 multiples, so a tile of ``(b0,
+    b1)`` covers ``8 b0`` rows and ``128 b1`` columns)."""
     feat = np.zeros((2, 140), dtype=np.float32)
     feat[1, 0] = 1  # is_root
     feat[1, 21:23] = shape
@@ -82,10 +84,12 @@ def tile_root_dir(tmp_path: Path) -> Path:
     """Three train graphs whose default tiles the whole major dim and half the minor one.
 
     In each, the default's runtime equals the normalizer; one other config is faster than the default, so only
-    the normalizer (not the fastest runtime) identifies it.
+    the normalizer (not the fastest runtime) identifies it. Shapes [16, 512], [32, 1024], [64, 512]: units (2, 4),
+    (4, 8), (8, 4).
     """
-    for i, (s0, s1) in enumerate([(8, 256), (16, 1024), (64, 512)]):
-        bounds = [(s0 // 2, s1), (s0, s1 // 2), (s0, s1 // 4), (s0 // 2, s1 // 2)]
+    for i, (s0, s1) in enumerate([(16, 512), (32, 1024), (64, 512)]):
+        u0, u1 = s0 // 8, s1 // 128
+        bounds = [(u0 // 2, u1), (u0, u1 // 2), (u0, u1 // 4), (u0 // 2, u1 // 2)]
         write_tile(tmp_path, f"k{i}", (s0, s1), bounds, runtime=[1500, 1000, 900, 1200], normalizer=1000)
     return tmp_path
 
@@ -118,9 +122,11 @@ def test_layout_fit_learns_nothing_and_returns_self(tmp_path: Path):
 
 
 def test_tile_features_count_dims_from_the_minor_end(tmp_path: Path):
-    g = write_tile(tmp_path, "t", (16, 1024), [(16, 512), (4, 1024)], runtime=[5, 6], normalizer=5)
+    # [32, 1024]: units (4, 8); tiles of 32 x 512 and 8 x 1024 elements
+    g = write_tile(tmp_path, "t", (32, 1024), [(4, 4), (1, 8)], runtime=[5, 6], normalizer=5)
     f = tile_default_features(g)
     assert f.shape == (2, 12)
+    # column 0 the minor dim's share (512 / 1024, 1024 / 1024), column 1 the major's (32 / 32, 8 / 32)
     np.testing.assert_array_equal(f[:, :2], [[-1.0, 0.0], [0.0, -2.0]])
     assert np.isnan(f[:, 2:]).all(), "rank 2, and no kernel bounds"
 
@@ -132,9 +138,11 @@ def test_tile_learns_the_default_and_ranks_it_first_on_a_held_out_graph(tile_roo
     np.testing.assert_array_equal(model.tile_center_[:2], [-1.0, 0.0])  # minor dim halved, major dim whole
     np.testing.assert_array_equal(model.tile_spread_[:2], [MIN_SPREAD, MIN_SPREAD])
     assert np.isnan(model.tile_center_[2:]).all()
-    # Held out: a new shape, the default (whole major, half minor) at index 2.
-    held = write_tile(tile_root_dir, "new", (32, 2048), [(32, 2048), (8, 1024), (32, 1024), (32, 512)],
+    # Held out: a new shape [32, 2048], units (4, 16), the default (whole major, half minor) at index 2: tiles of
+    # 32 x 2048, 8 x 1024, 32 x 1024 and 32 x 512 elements.
+    held = write_tile(tile_root_dir, "new", (32, 2048), [(4, 16), (1, 8), (4, 8), (4, 4)],
                       runtime=[1, 1, 1, 1], normalizer=1, split="valid")
+    np.testing.assert_array_equal(tile_default_features(held)[:, :2], [[0, 0], [-1, -2], [-1, 0], [-2, 0]])
     scores = model.predict(held)
     # |minor - (-1)| / 0.25 + |major - 0| / 0.25 per config.
     np.testing.assert_allclose(scores, [4.0, 8.0, 0.0, 4.0])
@@ -142,7 +150,7 @@ def test_tile_learns_the_default_and_ranks_it_first_on_a_held_out_graph(tile_roo
 
 
 def test_tile_predict_before_fit_raises_a_clear_error(tmp_path: Path):
-    g = write_tile(tmp_path, "t", (8, 128), [(8, 128), (8, 64)], runtime=[5, 6], normalizer=5)
+    g = write_tile(tmp_path, "t", (8, 256), [(1, 2), (1, 1)], runtime=[5, 6], normalizer=5)
     with pytest.raises(NotFittedError, match="fit"):
         DefaultFirstModel().predict(g)
     with pytest.raises(NotFittedError):
@@ -198,7 +206,7 @@ def test_random_fit_returns_self(tmp_path: Path):
 
 
 def test_save_load_round_trip_gives_identical_predictions(tile_root_dir: Path, tmp_path: Path):
-    held = write_tile(tile_root_dir, "new", (32, 2048), [(32, 2048), (8, 1024), (32, 1024)],
+    held = write_tile(tile_root_dir, "new", (32, 2048), [(4, 16), (1, 8), (4, 8)],
                       runtime=[1, 1, 1], normalizer=1, split="valid")
     layout = write_layout(tmp_path / "layout", [0, 2, 1, 0])
     tile_model = DefaultFirstModel().fit(open_collection(find_data_root(tile_root_dir), TILE), progress=False)

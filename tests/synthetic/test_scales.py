@@ -13,7 +13,8 @@ import pytest
 from competition.collections import Collection, Split
 from competition.hlo.ir import Computation, Module, Shape
 from competition.reader import load_graph, validate_file
-from competition.synthetic.tile_physics import TileProblem
+from competition.synthetic.physics import ONCHIP_BYTES
+from competition.synthetic.tile_physics import SAMPLE_STEPS, TileProblem
 from competition.synthetic.world import (
     SCALES,
     CountDist,
@@ -166,14 +167,27 @@ def test_full_tile_configs():
 
 
 def test_wide_tile_search_holds_thousands_of_configs():
-    from tests.synthetic.test_tile_physics import _conv
+    """The full world wants up to ~9,900 configs of a kernel: the narrow grid (divisors and powers of two per dim,
+    including the kernel's chunked dims) of this conv holds a few thousand, the wide one far more, and the wide
+    search really returns 9,900 distinct configs, all of them ones a search may measure."""
+    from tests.synthetic.test_tile_physics import _by_hand, _conv
 
     p = TileProblem.from_kernel(_conv(8, 56, 256, 256))
-    assert p.config_space() < 1000 < 10_000 < p.config_space(wide=True)
+    assert p.out_units == [8, 56, 7, 2] and p.kernel_units == [3, 3, 32, 2] and p.kernel_free == [0, 1, 2]
+    # Narrow grid 4 x 10 x 4 x 2 (output) x 3 x 3 x 6 (kernel chunks) = 17,280 combos: counted exactly, and a search
+    # asking for more returns all of them.
+    narrow = p.config_space()
+    assert 1000 < narrow < 9_900
+    assert len(p.sample_configs(20_000, np.random.default_rng(0))) == narrow
+    # The wide grid (725,760 combos) is estimated from a sample of it (about 250,000 fit).
+    assert 200_000 < p.config_space(wide=True) < 300_000
     f = p.sample_configs(9_900, np.random.default_rng(0), wide=True)
     assert f.shape == (9_900, 24) and len(np.unique(f, axis=0)) == 9_900
     assert np.any(np.all(f == p.default_config(), axis=1))
     assert np.isfinite(p.runtime_ns(f)).all()
+    ws, steps = _by_hand(p, f)
+    d_ws, d_steps = _by_hand(p, p.default_config())
+    assert ws.max() <= max(ONCHIP_BYTES, d_ws[0]) and steps.max() <= SAMPLE_STEPS * d_steps[0]
     # The narrow search is unchanged by the wide grid's existence.
     n1 = p.sample_configs(50, np.random.default_rng(5))
     n2 = p.sample_configs(50, np.random.default_rng(5), wide=False)
@@ -193,8 +207,11 @@ def test_fit_kernel_prefers_a_kernel_with_room_not_used_yet():
 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_two_config_tile_kernel_round_trips(tmp_path: Path, split: str):
-    kernel = _elementwise((128,))
+    # Rank 1: units of 1024 elements, so 2048 elements are 2 units: bounds 1 or 2 (the wide steps between 1 and 2
+    # round to 1 or 2 too). [128] would be one unit, one config.
+    kernel = _elementwise((2048,))
     p = TileProblem.from_kernel(kernel)
+    assert p.out_units == [2] and TileProblem.from_kernel(_elementwise((128,))).config_space(wide=True) == 1
     assert p.config_space() == p.config_space(wide=True) == 2
     path = tmp_path / "npz" / "tile" / "xla" / split / "k.npz"
     secret = tmp_path / "secret" / "tile" / "xla" / split / "k.npz"
@@ -204,7 +221,7 @@ def test_two_config_tile_kernel_round_trips(tmp_path: Path, split: str):
     assert validate_file(path, Collection.TILE_XLA, deep=True) == []
     g = load_graph(path)
     assert g.config_feat.shape == (2, 24) and g.config_runtime.shape == (2,)
-    assert len(np.unique(g.config_feat, axis=0)) == 2
+    assert len(np.unique(g.config_feat, axis=0)) == 2 and sorted(g.config_feat[:, 8].tolist()) == [1, 2]
     if split == "test":
         assert g.is_test and (g.config_runtime == 0).all()
     else:

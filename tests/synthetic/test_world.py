@@ -109,3 +109,31 @@ def test_other_settings_refuse_without_force(tmp_path: Path):
         generate_world(tmp_path, seed=2, **kw)
     generate_world(tmp_path, seed=2, force=True, **kw)
     assert json.loads((tmp_path / "world.json").read_text())["config"]["seed"] == 2
+
+
+def test_a_world_of_an_older_generator_is_never_taken_for_current(tmp_path: Path):
+    """A manifest of the same settings made by an older generator (version 1 wrote no ``generator`` key) is another
+    world: refused without --force, naming the versions; remade with it; and the pipeline's own folder is remade."""
+    from competition.pipeline import resolve_data
+    from competition.synthetic.world import GENERATOR_VERSION, read_world_config
+
+    kw = dict(scale="tiny", seed=1, limit=1, collections=["tile:xla"], progress=False, workers=1)
+    generate_world(tmp_path, **kw)
+    manifest = tmp_path / "world.json"
+    doc = json.loads(manifest.read_text())
+    assert doc["config"]["generator"] == GENERATOR_VERSION
+    del doc["config"]["generator"]
+    manifest.write_text(json.dumps(doc))
+    assert read_world_config(tmp_path).generator == 1
+    with pytest.raises(WorldMismatch, match=f"older generator \\(version 1; this is {GENERATOR_VERSION}\\)"):
+        generate_world(tmp_path, **kw)
+    generate_world(tmp_path, force=True, **kw)
+    assert read_world_config(tmp_path).generator == GENERATOR_VERSION
+
+    demo = tmp_path / "own"
+    generate_world(demo, scale="tiny", seed=0, progress=False, workers=1)
+    doc = json.loads((demo / "world.json").read_text())
+    doc["config"]["generator"] = 1
+    (demo / "world.json").write_text(json.dumps(doc))
+    resolve_data(None, demo, scale="tiny", progress=False)
+    assert read_world_config(demo).generator == GENERATOR_VERSION

@@ -1,0 +1,321 @@
+"""How the synthetic world compares with real TPU measurements: one table of figures, real against world.
+
+Every figure is computed by the same function from a data root's graphs, so the real column is what these
+functions give on the real tuning records featurized into a data root (:mod:`competition.real_records`) and the
+world column what they give on a synthetic world. Each figure has the range the world must stay within: the real
+value with the slack its few real samples allow. ``fastslow data calibration --data ROOT`` prints the table, and
+the test suite fails when a world leaves a range.
+
+Tile figures (over the train and valid kernels of ``tile:xla`` that carry runtimes):
+
+* ``tile.bound``: output bounds per dimension (the non-zero entries of ``config_feat[:, 8:14]``), p50 / p90 / max;
+* ``tile.out_product``: the product of a config's output bounds (column 15), p50 / max;
+* ``tile.kernel_product``: the product of its kernel bounds (column 7, where a kernel is tiled), p50 / max;
+* ``tile.spearman``: per kernel with at least :data:`MIN_RANK_CONFIGS` distinct configs, the Spearman correlation
+  of runtime with the output-bounds product, median and p90 (a larger tile is faster: negative; the real records
+  have 4 such kernels, a world hundreds, so the world's p90 stands for the real maximum);
+* ``tile.worst_best``: per kernel with at least :data:`MIN_RANK_CONFIGS` distinct configs, worst / best runtime,
+  median;
+* ``tile.near_best``: per such kernel of at most :data:`NEAR_BEST_MAX_CONFIGS` configs, the share of its other
+  configs within 5% of the best, median;
+* ``tile.default_best``: per kernel, the default config's runtime (the normalizer) over the best, median and max;
+  ``tile.default_near_best``: the share of kernels whose default is within 5% of their best.
+
+Layout figures (over the train and valid graphs of the layout collections, observed runtimes: the real ones are
+measured; every row counts, repeated configs included, as the real figures count them; graphs of fewer than
+:data:`MIN_SEARCH_ROWS` rows are left out):
+
+* ``layout.<source>.random.p50`` / ``p75`` / ``p90`` / ``max``: per graph of ``layout:<source>:random``, the
+  quantile over its rows of runtime / the graph's best; the median over graphs (each real figure is one graph's);
+* ``layout.<source>.<search>.spread_min``: per graph, worst / best runtime - 1; the least over the collection's graphs
+  (real searches exist where the layouts barely matter);
+* ``layout.xla.select_compare`` / ``layout.xla.constant``: per xla training graph (a graph holding an
+  ``all-reduce``, as the real module does: a training step across devices; default and random share programs, so
+  each stem counts once), the share of its nodes that are ``select`` or ``compare`` / ``constant``; the median over
+  graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from competition.collections import Collection, Split
+from competition.opcodes import OPCODE_IDS
+from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
+
+MIN_RANK_CONFIGS: int = 5
+"""Kernels with fewer distinct configs say nothing about how runtime varies with the tile."""
+
+NEAR_BEST: float = 1.05
+"""A config within this factor of its kernel's best counts as near the best."""
+
+NEAR_BEST_MAX_CONFIGS: int = 64
+"""The near-best share is taken over kernels of at most this many configs: the best of more configs lies further
+from the rest, and three of the four real kernels of 5 configs or more have 5 to 16."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of the calibration table.
+
+    Attributes:
+        key: the figure's name (``tile.bound.p50`` ...).
+        what: what it measures, for the table.
+        real: the real value, in words (the records' figure and where it comes from).
+        low: the least value a world may have.
+        high: the largest value a world may have.
+    """
+
+    key: str
+    what: str
+    real: str
+    low: float
+    high: float
+
+    def holds(self, value: float) -> bool:
+        """Whether a world's value lies in the range."""
+        return bool(np.isfinite(value)) and self.low <= value <= self.high
+
+
+TILE_FIGURES: tuple[Figure, ...] = (
+    Figure("tile.bound.p50", "output bound per dimension, p50", "3 (10 real kernels)", 1.0, 8.0),
+    Figure("tile.bound.p90", "output bound per dimension, p90", "6", 3.0, 32.0),
+    Figure("tile.bound.max", "output bound per dimension, max", "125", 16.0, 4096.0),
+    Figure("tile.out_product.p50", "product of output bounds, p50", "48", 8.0, 300.0),
+    Figure("tile.out_product.max", "product of output bounds, max", "864 (1,872 in the 15-kernel file)", 200.0,
+           20_000.0),
+    Figure("tile.kernel_product.p50", "product of kernel bounds, p50", "128", 8.0, 2000.0),
+    Figure("tile.kernel_product.max", "product of kernel bounds, max", "1,000", 100.0, 100_000.0),
+    Figure("tile.spearman.median", "Spearman(runtime, output-bounds product) per kernel, median", "-0.77",
+           -1.0, -0.6),
+    Figure("tile.spearman.p90", "Spearman(runtime, output-bounds product) per kernel, p90",
+           "-0.63 (the largest of 4 kernels)", -1.0, -0.4),
+    Figure("tile.worst_best.median", "worst / best runtime per kernel, median", "7.3", 4.0, 15.0),
+    Figure("tile.near_best.median", "share of a kernel's other configs within 5% of its best, median",
+           "0.13 (0, 0.13, 0.20)", 0.03, 0.30),
+    Figure("tile.default_best.median", "default / best runtime per kernel, median", "1.00 (1.00 to 1.14)", 1.0,
+           1.10),
+    Figure("tile.default_best.max", "default / best runtime per kernel, max", "1.14", 1.0, 2.5),
+    Figure("tile.default_near_best", "share of kernels whose default is within 5% of their best",
+           "0.86 (6 of 7)", 0.5, 0.95),
+)
+
+
+MIN_SEARCH_ROWS: int = 100
+"""Layout graphs with fewer rows (tiny or cut searches) say nothing about how a search's runtimes spread."""
+
+_ALEXNET = "alexnet, 47,712 rows of a real xla random search"
+_MODULE = "the records' module (3,163 nodes, a training step)"
+LAYOUT_FIGURES: tuple[Figure, ...] = (
+    # Random search, one real graph (shared/spec/real-sizes.md): half its rows within 0.16% of its best, a tail to
+    # 5.4x. The records' module (its 112 runs change 57 of its 62 nodes: a random-like search) lies far inside that:
+    # p50 1.00004, p90 1.015, max 1.016. The ranges ask the world's typical graph to look like the alexnet one.
+    Figure("layout.xla.random.p50", "xla random: runtime / best, p50 (median over graphs)",
+           f"1.0016 ({_ALEXNET})", 1.0, 1.02),
+    Figure("layout.xla.random.p75", "xla random: runtime / best, p75 (median over graphs)", "1.050", 1.005, 1.25),
+    Figure("layout.xla.random.p90", "xla random: runtime / best, p90 (median over graphs)", "2.31", 1.5, 3.5),
+    Figure("layout.xla.random.max", "xla random: runtime / best, max (median over graphs)",
+           "5.39 (of 47,712 rows; fewer rows reach less far)", 2.0, 15.0),
+    # No real nlp record: the xla graph's figures with wider slack (nlp graphs vary one transformer family).
+    Figure("layout.nlp.random.p50", "nlp random: runtime / best, p50 (median over graphs)",
+           "none (xla: 1.0016)", 1.0, 1.05),
+    Figure("layout.nlp.random.p75", "nlp random: runtime / best, p75 (median over graphs)", "none (xla: 1.050)",
+           1.0, 1.5),
+    Figure("layout.nlp.random.p90", "nlp random: runtime / best, p90 (median over graphs)", "none (xla: 2.31)",
+           1.1, 5.0),
+    Figure("layout.nlp.random.max", "nlp random: runtime / best, max (median over graphs)", "none (xla: 5.39)",
+           1.5, 25.0),
+    # Narrowest search: the records' module spans 1.6% over 112 runs. One real graph that narrow among the few
+    # known: a collection must hold at least one graph within a few percent.
+    Figure("layout.xla.default.spread_min", "xla default: worst / best - 1, least over graphs",
+           f"0.016 ({_MODULE})", 0.0, 0.03),
+    Figure("layout.nlp.default.spread_min", "nlp default: worst / best - 1, least over graphs",
+           "none (xla: 0.016)", 0.0, 0.03),
+    Figure("layout.xla.random.spread_min", "xla random: worst / best - 1, least over graphs",
+           "0.016 (the module's search is random-like)", 0.0, 0.05),
+    # Opcode mix of the records' module, a training step across devices (it holds all-reduce).
+    Figure("layout.xla.select_compare", "xla training graphs: select + compare share of nodes (median)",
+           f"0.083 ({_MODULE})", 0.04, 0.16),
+    Figure("layout.xla.constant", "xla training graphs: constant share of nodes (median)", "0.017", 0.008, 0.05),
+)
+
+
+def _spearman(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> float:
+    from scipy.stats import spearmanr
+
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+def _q(values: Sequence[float], q: float) -> float:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=np.float64)
+    return float(np.quantile(v, q)) if v.size else float("nan")
+
+
+def tile_figures(graphs: Iterable[TileGraph]) -> dict[str, float]:
+    """The tile figures of :data:`TILE_FIGURES` over kernels with measured runtimes."""
+    bounds: list[npt.NDArray[np.float64]] = []
+    out_products: list[npt.NDArray[np.float64]] = []
+    kernel_products: list[npt.NDArray[np.float64]] = []
+    spearman: list[float] = []
+    worst_best: list[float] = []
+    near_best: list[float] = []
+    default_best: list[float] = []
+    for g in graphs:
+        runtime = g.config_runtime.astype(np.float64)
+        if runtime.size == 0 or runtime.min() <= 0:
+            continue
+        feat = g.config_feat.astype(np.float64)
+        out = feat[:, 8:14]
+        bounds.append(out[out > 0])
+        has_out = (out > 0).any(axis=1)
+        out_products.append(feat[has_out, 15])
+        kernel_products.append(feat[feat[:, 7] > 0, 7])
+        best = runtime.min()
+        default_best.append(float(g.config_runtime_normalizers[0]) / best)
+        distinct = np.unique(feat, axis=0).shape[0]
+        if distinct >= MIN_RANK_CONFIGS:
+            spearman.append(_spearman(runtime, feat[:, 15]))
+            worst_best.append(runtime.max() / best)
+            # The best itself left out: the share would otherwise shrink with the count as 1 / configs.
+            if runtime.size <= NEAR_BEST_MAX_CONFIGS:
+                near_best.append(float(np.count_nonzero(runtime <= NEAR_BEST * best) - 1) / (runtime.size - 1))
+    b = np.concatenate(bounds) if bounds else np.zeros(0)
+    op = np.concatenate(out_products) if out_products else np.zeros(0)
+    kp = np.concatenate(kernel_products) if kernel_products else np.zeros(0)
+    return {
+        "tile.bound.p50": _q(b, 0.5), "tile.bound.p90": _q(b, 0.9), "tile.bound.max": _q(b, 1.0),
+        "tile.out_product.p50": _q(op, 0.5), "tile.out_product.max": _q(op, 1.0),
+        "tile.kernel_product.p50": _q(kp, 0.5), "tile.kernel_product.max": _q(kp, 1.0),
+        "tile.spearman.median": _q(spearman, 0.5), "tile.spearman.p90": _q(spearman, 0.9),
+        "tile.worst_best.median": _q(worst_best, 0.5), "tile.near_best.median": _q(near_best, 0.5),
+        "tile.default_best.median": _q(default_best, 0.5), "tile.default_best.max": _q(default_best, 1.0),
+        "tile.default_near_best": (float(np.mean(np.asarray(default_best) <= NEAR_BEST)) if default_best
+                                   else float("nan")),
+    }
+
+
+def _graphs(root: DataRoot, collection: Collection, splits: Sequence[Split], limit: int | None):
+    for split in splits:
+        paths = list_graphs(root, collection, split)
+        for p in paths[:limit]:
+            yield load_graph(p, collection)
+
+
+FigureFn = Callable[[DataRoot, Sequence[Split], "int | None"], dict[str, float]]
+
+
+def _tile(root: DataRoot, splits: Sequence[Split], limit: int | None) -> dict[str, float]:
+    return tile_figures(_graphs(root, Collection.TILE_XLA, splits, limit))  # type: ignore[arg-type]
+
+
+_SELECT_COMPARE = (OPCODE_IDS["select"], OPCODE_IDS["compare"])
+_CONSTANT = OPCODE_IDS["constant"]
+_ALL_REDUCE = OPCODE_IDS["all-reduce"]
+
+
+def search_figures(graphs: Iterable[LayoutGraph], prefix: str, quantiles: bool) -> dict[str, float]:
+    """The runtime figures of one layout collection's graphs (:data:`LAYOUT_FIGURES`, keys under ``prefix``):
+    ``spread_min`` and, with ``quantiles``, ``p50`` / ``p75`` / ``p90`` / ``max`` of runtime / best (medians over
+    graphs). Observed runtimes, every row (repeats included); graphs of under :data:`MIN_SEARCH_ROWS` rows or
+    without runtimes (test files) are left out."""
+    spreads: list[float] = []
+    per_graph: list[npt.NDArray[np.float64]] = []
+    for g in graphs:
+        runtime = g.config_runtime.astype(np.float64)
+        if runtime.size < MIN_SEARCH_ROWS or runtime.min() <= 0:
+            continue
+        ratio = runtime / runtime.min()
+        spreads.append(float(ratio.max()) - 1.0)
+        per_graph.append(np.quantile(ratio, (0.5, 0.75, 0.9, 1.0)))
+    out = {f"{prefix}.spread_min": float(min(spreads)) if spreads else float("nan")}
+    if quantiles:
+        med = np.median(np.asarray(per_graph), axis=0) if per_graph else np.full(4, np.nan)
+        out.update({f"{prefix}.{name}": float(v) for name, v in zip(("p50", "p75", "p90", "max"), med, strict=True)})
+    return out
+
+
+def opcode_figures(graphs: Iterable[LayoutGraph], prefix: str) -> dict[str, float]:
+    """Median over training graphs (holding an ``all-reduce``; each stem once) of the select + compare and the
+    constant shares of nodes."""
+    seen: set[str] = set()
+    sel: list[float] = []
+    const: list[float] = []
+    for g in graphs:
+        stem = g.path.stem
+        if stem in seen:
+            continue
+        seen.add(stem)
+        op = g.node_opcode
+        if not np.any(op == _ALL_REDUCE):
+            continue
+        sel.append(float(np.isin(op, _SELECT_COMPARE).mean()))
+        const.append(float(np.mean(op == _CONSTANT)))
+    return {f"{prefix}.select_compare": _q(sel, 0.5), f"{prefix}.constant": _q(const, 0.5)}
+
+
+def _layout(root: DataRoot, splits: Sequence[Split], limit: int | None) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for source in ("xla", "nlp"):
+        found = False
+        for search in ("default", "random"):
+            collection = Collection(f"layout:{source}:{search}")
+            if not any(list_graphs(root, collection, s) for s in splits):
+                continue
+            found = True
+            values.update(search_figures(_graphs(root, collection, splits, limit),  # type: ignore[arg-type]
+                                         f"layout.{source}.{search}", quantiles=search == "random"))
+        if source == "xla" and found:
+            graphs = (g for search in ("default", "random")
+                      for g in _graphs(root, Collection(f"layout:xla:{search}"), splits, limit))
+            values.update(opcode_figures(graphs, "layout.xla"))  # type: ignore[arg-type]
+    return {k: v for k, v in values.items() if k in _LAYOUT_KEYS}
+
+
+_LAYOUT_KEYS = frozenset(f.key for f in LAYOUT_FIGURES)
+
+
+SECTIONS: list[tuple[tuple[Figure, ...], FigureFn]] = [(TILE_FIGURES, _tile), (LAYOUT_FIGURES, _layout)]
+"""Each group of figures with the function computing them from a data root."""
+
+
+def figures(root: DataRoot, splits: Sequence[Split] = (Split.TRAIN, Split.VALID), limit: int | None = None,
+            sections: Sequence[int] | None = None) -> dict[str, float]:
+    """Every figure of a data root (train and valid graphs by default; ``limit`` graphs per split and collection).
+
+    A collection the root lacks gives no figures of its section."""
+    values: dict[str, float] = {}
+    for i, (_, fn) in enumerate(SECTIONS):
+        if sections is not None and i not in sections:
+            continue
+        values.update(fn(root, splits, limit))
+    return values
+
+
+def all_figures() -> tuple[Figure, ...]:
+    """Every figure of the table, section by section."""
+    return tuple(f for group, _ in SECTIONS for f in group)
+
+
+def failures(values: dict[str, float]) -> list[str]:
+    """One line per figure outside its range (figures the values lack are skipped)."""
+    return [f"{f.key} = {values[f.key]:.4g}, outside [{f.low:g}, {f.high:g}] (real: {f.real})"
+            for f in all_figures() if f.key in values and not f.holds(values[f.key])]
+
+
+def table(world: dict[str, float], real: dict[str, float] | None = None) -> str:
+    """The calibration table as Markdown: figure, real (the records' value when given, else the stated one),
+    world, range, and whether the world is inside."""
+    lines = ["| figure | real | world | range | in range |", "|---|---|---|---|---|"]
+    for f in all_figures():
+        if f.key not in world:
+            continue
+        r = f"{real[f.key]:.4g}" if real is not None and f.key in real and np.isfinite(real[f.key]) else f.real
+        w = world[f.key]
+        lines.append(f"| {f.what} | {r} | {w:.4g} | {f.low:g} to {f.high:g} | {'yes' if f.holds(w) else '**no**'} |")
+    return "\n".join(lines)
