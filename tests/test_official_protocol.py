@@ -262,7 +262,7 @@ def test_a_missing_or_empty_folder_is_refused(tmp_path: Path):
 
 
 TINY_LISTS = {  # the tiny world's valid graphs (seed 7): 49 and 73 configs in xla:default, 63 and 77 in nlp:random
-    "xla_default.json": {"unet3d_batch_1_test_1": [*range(49), 0, 1, 2, 48, 48],
+    "xla_default.json": {"tf2_bert_pretrain_dynamic_batch_size_1": [*range(49), 0, 1, 2, 48, 48],
                          "unet3d_batch_4_test_0": [5, 3, 70, 3, 9, 1, 72, 0]},
     "nlp_random.json": {"small_bert_bert_en_uncased_L-2_H-128_A-2_batch_size_16_test_1": [4, 2, 62, 2, 2, 30]},
 }
@@ -331,13 +331,14 @@ def test_bad_index_files_end_the_command_in_one_line(tiny_world: Path, tmp_path:
 def test_an_index_out_of_range_ends_the_command_in_one_line(tiny_world: Path, tmp_path: Path, capsys):
     folder = tmp_path / "indices"
     folder.mkdir()
-    (folder / "xla_default.json").write_text('{"unet3d_batch_1_test_1": [0, 49]}')
+    (folder / "xla_default.json").write_text('{"tf2_bert_pretrain_dynamic_batch_size_1": [0, 49]}')
     code = main(["submit", "--data", str(tiny_world), "--models", "random", "--out-dir", str(tmp_path / "out"),
                  "--no-progress", "--valid-indices", str(folder)])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert err == (f"error: {folder / 'xla_default.json'}: graph 'unet3d_batch_1_test_1' lists config index 49 "
-                   "(position 1), out of range for the 49 configs of layout:xla:default:unet3d_batch_1_test_1; these "
+    stem = "tf2_bert_pretrain_dynamic_batch_size_1"
+    assert err == (f"error: {folder / 'xla_default.json'}: graph '{stem}' lists config index 49 "
+                   f"(position 1), out of range for the 49 configs of layout:xla:default:{stem}; these "
                    "index files do not belong to this data: pass other --valid-indices, or leave the option out\n")
 
 

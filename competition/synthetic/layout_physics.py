@@ -1,16 +1,25 @@
 """Layout runtime model of the synthetic world: what a layout config costs, evaluated for many configs at once.
 
-The model (constants in :mod:`competition.synthetic.physics`):
+The model (the machine's constants in :mod:`competition.synthetic.physics`, the model's below):
 
 * A layout is a minor-to-major permutation per tensor. Configurable nodes are convolution, dot and reshape. A
   convolution or dot config names the two most-minor dims of its output, input (operand 0) and kernel (operand 1);
   the rest of each tensor follows in descending order. A reshape config names full permutations of output and input.
-  Choice 0 of every node is the compiler's default heuristic (feature row all -1): a concrete layout per tensor that
-  ignores the neighbours (conv: feature dims minor, kernel output-feature minor; dot and reshape: row-major).
+  Choice 0 of every node is the compiler's default heuristic (feature row all -1): the node's locally cheapest
+  layouts, costing its own op, the elementwise chains working in its output layout and its copies to and from fixed
+  (row-major) neighbours, but not the copies between two layout decisions, which a local heuristic does not see (ties
+  go to a structural guess: conv feature dims minor, kernel output-feature minor; dot and reshape row-major).
+* A node's explicit choices are its search space as a tuner's first sweep leaves it (:func:`_sweep`): the layouts
+  whose change alone, every other node at the default, slows the program by at most :data:`SWEEP_SLACK` (at least
+  :data:`MIN_KEPT` of them; most single changes then cost a copy or two: real random searches have half their rows
+  within 0.2% of the best), plus ``floor(WILD_SHARE * kept)`` of the worst others, which searches keep trying (the
+  catastrophes behind the real records' tail to 5x). The default's own layouts are always among them.
 * A convolution or dot runs at the roofline ``max(flops / peak * inefficiency, physical bytes / bandwidth) + launch``,
   the inefficiency a product over its three tensors of :data:`MINOR_PENALTY` indexed by where the tensor's key dim
   sits (most-minor, second-minor, elsewhere): conv input feature / kernel input feature / output feature; dot
-  contracting dims and the output's last dim. Physical bytes pad the minor dim to 128 and the second-minor to 8.
+  contracting dims and the output's last dim. A key dim outside the two tiled dims cannot feed the matrix unit from
+  (8, 128) tiles: it is gathered element by element, so "elsewhere" costs an order of magnitude. Physical bytes pad
+  the minor dim to 128 and the second-minor to 8.
 * Every other op takes the default (row-major) layout, except elementwise ops (:data:`ELEMENTWISE`, same shape as
   operand 0), which carry operand 0's layout on: chains of them carry a configurable producer's output layout to
   its consumers, and they pay their own physical bytes in that layout.
@@ -62,11 +71,28 @@ FREE_OPS: frozenset[str] = frozenset({
 NO_DEMAND: frozenset[str] = frozenset({"get-tuple-element", "bitcast", "add-dependency", "opt-barrier", "domain"})
 """Ops that place no layout demand on their operands."""
 
-MINOR_PENALTY: tuple[float, float, float] = (1.0, 1.25, 2.0)
-"""Matrix-unit inefficiency of one tensor whose key dim is most-minor, second-minor, or elsewhere."""
+MINOR_PENALTY: tuple[float, float, float] = (1.0, 1.25, 12.0)
+"""Matrix-unit inefficiency of one tensor whose key dim is most-minor, second-minor, or elsewhere (not tiled: gathered
+element by element). "Elsewhere" was 2.0 until the layout calibration; at 12 the worst layouts of a node are the
+catastrophes of a random search (docs/synthetic.md, "Calibration: real versus synthetic")."""
 
 MAX_CHOICES: int = 200
 """At most this many explicit choices per node (plus choice 0, the default)."""
+
+COMBO_CAP: int = 1024
+"""At most this many layout combos per node are costed before the sweep keeps its search space (a deterministic
+subset spread over the product when it is larger: rank-5 convolutions)."""
+
+SWEEP_SLACK: float = 0.005
+"""The sweep keeps a one-node change from the default when it slows the program by at most this share of the
+default config's runtime."""
+
+MIN_KEPT: int = 3
+"""The sweep keeps at least a node's this many cheapest layouts, however much they cost (in a small program every
+change weighs more than :data:`SWEEP_SLACK`)."""
+
+WILD_SHARE: float = 0.1
+"""Besides the sweep's ``kept`` layouts a node keeps ``floor(WILD_SHARE * kept)`` of the others, the worst first."""
 
 MAX_RESHAPE_OPTIONS: int = 12
 """At most this many layouts per reshape tensor (keeps link tables small)."""
@@ -188,6 +214,12 @@ def _subset(counts: Sequence[int], default_combo: tuple[int, ...], cap: int) -> 
     return combos[:cap] if default_combo in combos[:cap] else [default_combo] + combos[: cap - 1]
 
 
+def _all_combos(counts: Sequence[int], default_combo: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every option combo of a node (at most :data:`COMBO_CAP`, spread over the product), the default's first."""
+    combos = _subset(counts, default_combo, COMBO_CAP)
+    return [default_combo] + [c for c in combos if c != default_combo]
+
+
 def _build_node(ins: Instruction, comp_ins: list[Instruction]) -> _Node:
     ops = [comp_ins[o].shape for o in ins.operands]
     if ins.opcode == "reshape":
@@ -209,7 +241,7 @@ def _build_node(ins: Instruction, comp_ins: list[Instruction]) -> _Node:
         layouts = [[_full_layout(w, s.rank) for w in ws] for ws, s in zip(written, shapes, strict=True)]
         dflt = _default_written(ins, shapes, keys)
         default_combo = tuple(ws.index(d) for ws, d in zip(written, dflt, strict=True))
-    combos = _subset([len(w) for w in written], default_combo, MAX_CHOICES)
+    combos = _all_combos([len(w) for w in written], default_combo)
     arr = np.asarray([default_combo] + combos, dtype=np.int64)
     sub = [arr[:, t].copy() for t in range(len(shapes))]
 
@@ -267,6 +299,56 @@ def _elementwise_ns(ins: Instruction, operand_shapes: list[Shape], layout: Seque
     for s in [ins.shape, *operand_shapes]:
         nbytes += _phys_bytes(s, layout if s.dims == ins.shape.dims else default_layout(s.rank))
     return physics.roofline_ns(float(ins.shape.num_elements), nbytes)
+
+
+def _settle_default(node: _Node) -> None:
+    """Make choice 0 (the compiler default) the node's locally cheapest explicit choice: its own roofline or copy
+    plus its terms against fixed neighbours (elementwise chains, copies to and from row-major ops), not the copies
+    between two layout decisions, which a local heuristic does not see. Ties keep the structural guess
+    (:func:`_default_written`, choice 1)."""
+    cost = node.own + sum(u[s] for u, s in zip(node.unary, node.sub, strict=True))
+    j = 1 + int(np.argmin(cost[1:]))
+    if cost[1] <= cost[j] * (1 + 1e-12):
+        j = 1
+    for s in node.sub:
+        s[0] = s[j]
+    node.own[0] = node.own[j]
+
+
+def _sweep(nodes: list[_Node], links: dict[tuple[int, int, int, int], npt.NDArray[np.float64]],
+           base_ns: float) -> None:
+    """Keep each node's search space, as a tuner's first sweep over one-node changes from the default leaves it.
+
+    A node keeps its layouts whose change alone, every other node at the default, slows the program by at most
+    :data:`SWEEP_SLACK` of the default config's runtime (at least its :data:`MIN_KEPT` cheapest; the cheapest
+    ``MAX_CHOICES / (1 + WILD_SHARE)`` if more),
+    and the ``floor(WILD_SHARE * kept)`` worst others (layouts a search keeps trying: the catastrophes of a random
+    search). Choice 0 (the default) stays; the kept choices keep their order, the worst follow them.
+    """
+    local = [n.own + sum(u[s] for u, s in zip(n.unary, n.sub, strict=True)) for n in nodes]
+    delta = [c - c[0] for c in local]
+    total = base_ns + sum(float(c[0]) for c in local)
+    for (a, ta, b, tb), tab in links.items():
+        na, nb = nodes[a], nodes[b]
+        da, db = int(na.sub[ta][0]), int(nb.sub[tb][0])
+        total += float(tab[da, db])
+        delta[a] = delta[a] + tab[na.sub[ta], db] - tab[da, db]
+        delta[b] = delta[b] + tab[da, nb.sub[tb]] - tab[da, db]
+    cap = int(MAX_CHOICES / (1 + WILD_SHARE))
+    for n, d in zip(nodes, delta, strict=True):
+        explicit = np.arange(1, n.num_choices)
+        ok = d[1:] <= SWEEP_SLACK * total
+        ok[np.argsort(d[1:], kind="stable")[:MIN_KEPT]] = True  # a small graph's nodes each weigh more than the slack
+        kept = explicit[ok]
+        if kept.size > cap:
+            kept = np.sort(kept[np.argsort(d[kept], kind="stable")[:cap]])
+        rest = explicit[~ok]
+        rest = rest[np.argsort(-d[rest], kind="stable")]
+        n_wild = min(int(WILD_SHARE * kept.size), rest.size)
+        wild = rest[:n_wild]
+        sel = np.concatenate([[0], kept, wild]).astype(np.int64)
+        n.sub = [s[sel] for s in n.sub]
+        n.own = n.own[sel]
 
 
 class LayoutProblem:
@@ -383,6 +465,9 @@ class LayoutProblem:
             if insts and src[root] >= 0 and not insts[root].shape.is_tuple:
                 cls._charge(nodes, links, insts[root].shape, src[root], None)
             gid0 += len(insts)
+        for n in nodes:
+            _settle_default(n)
+        _sweep(nodes, links, base)
         return cls(nodes, np.asarray(node_ids, dtype=np.int64), base, links)
 
     @staticmethod
@@ -520,7 +605,7 @@ class LayoutProblem:
             near.append(idx if idx.size else np.arange(1, node.num_choices))
         return near
 
-    def _sample_near_default(self, n: int, rng: np.random.Generator) -> npt.NDArray[np.int32]:
+    def _sample_near_default(self, n: int, rng: np.random.Generator, explore: float = 0.0) -> npt.NDArray[np.int32]:
         nc = self.num_choices.size
         out = np.zeros((n, nc), dtype=np.int32)
         near = self._near_default_choices()
@@ -531,26 +616,35 @@ class LayoutProblem:
         picked = rng.integers(0, nc, size=(n, DEFAULT_MAX_MUTATIONS))
         mask = np.arange(DEFAULT_MAX_MUTATIONS)[None, :] < k[:, None]
         values = flat[offsets[picked] + (rng.random(picked.shape) * sizes[picked]).astype(np.int64)]
+        if explore > 0:  # some steps go anywhere in the node's search space
+            far = rng.random(picked.shape) < explore
+            anywhere = 1 + (rng.random(picked.shape) * (self.num_choices[picked] - 1)).astype(np.int32)
+            values = np.where(far, anywhere, values)
         out[np.broadcast_to(np.arange(n)[:, None], picked.shape)[mask], picked[mask]] = values[mask]
         return out
 
-    def sample_configs(self, search: str, n: int, rng: np.random.Generator) -> npt.NDArray[np.int32]:
+    def sample_configs(self, search: str, n: int, rng: np.random.Generator,
+                       explore: float = 0.0, at_least: int = 1) -> npt.NDArray[np.int32]:
         """Draw configs as a search would.
 
         ``default``: each config differs from the default (choice 0) in 1 to :data:`DEFAULT_MAX_MUTATIONS` nodes
         (drawn with replacement, so sometimes fewer), each set to a uniform choice among those that change at most
         one of its tensors' layouts, as a tuner stepping out from the default would: spreads stay narrow (the real
-        default collections span a few percent). ``random``: each config mutates a random subset of the nodes, each
-        to a uniform explicit choice; the subset's share is ``u ** RANDOM_EXPONENT`` (u uniform, at least one node). A
-        uniform draw on every node would put every config far from the best (sums of many independent terms
-        concentrate); the real random-search records instead have half their configs within 0.2% of the best and a
-        tail to about 5x, which this heavy-tailed mutated share reproduces. Draws may repeat a config;
-        :meth:`sample_distinct` keeps the distinct ones, as a search records them.
+        default collections span a few percent); with ``explore``, each step goes to a uniform explicit choice of
+        the node instead with that probability (a search that wanders further, as most ``default`` searches of the
+        world do: :data:`~competition.synthetic.world.DEFAULT_EXPLORE`). ``random``: each config mutates a random
+        subset of the nodes, each to a uniform explicit choice; the subset's share is ``u ** RANDOM_EXPONENT`` (u
+        uniform, at least ``at_least`` nodes). A uniform draw on every node would put every config far from the best
+        (sums of many independent terms concentrate); the real random-search records instead have half their
+        configs within 0.2% of the best and a tail to about 5x, which this heavy-tailed mutated share reproduces.
+        Draws may repeat a config; :meth:`sample_distinct` keeps the distinct ones, as a search records them.
 
         Args:
             search: ``"default"`` or ``"random"``.
             n: number of configs.
             rng: the generator.
+            explore: ``default`` only: the probability that a step leaves the near-default choices.
+            at_least: ``random`` only: the fewest nodes a config mutates.
 
         Returns:
             int32 ``[n, NC]``.
@@ -560,10 +654,10 @@ class LayoutProblem:
         if nc == 0 or n == 0:
             return out
         if search == "default":
-            return self._sample_near_default(n, rng)
+            return self._sample_near_default(n, rng, explore)
         elif search == "random":
             share = rng.random(n) ** RANDOM_EXPONENT
-            k = np.clip(np.rint(share * nc), 1, nc).astype(np.int64)
+            k = np.clip(np.rint(share * nc), min(at_least, nc), nc).astype(np.int64)
         else:
             raise ValueError(f"unknown search {search!r}")
         explicit = self.num_choices - 1  # >= 1: the default's concrete layout is always an explicit choice
@@ -579,24 +673,26 @@ class LayoutProblem:
         return out
 
     def sample_distinct(self, search: str, n: int, rng: np.random.Generator,
-                        rounds: int = 8) -> npt.NDArray[np.int32]:
+                        rounds: int = 8, explore: float = 0.0) -> npt.NDArray[np.int32]:
         """Up to ``n`` distinct configs, in the order ``search`` draws them (:meth:`sample_configs`): a search
         does not measure a config it has measured. Fewer come back when the configs the search reaches are fewer
-        (a graph with few configurable nodes under the ``default`` search), after ``rounds`` redraws.
+        (a graph with few configurable nodes under the ``default`` search), after ``rounds`` redraws. A ``random``
+        search whose one-node changes run out steps further out: redraw ``r`` (from 0) mutates at least ``r + 2``
+        nodes, so the configs it adds are the nearest left, not a fresh draw's far tail.
 
         Returns:
             int32 ``[m, NC]``, ``m <= n``, no two rows equal.
         """
-        rows = self.sample_configs(search, n, rng)
+        rows = self.sample_configs(search, n, rng, explore)
         keys = row_hashes(rows)
         _, first = np.unique(keys, return_index=True)
         if first.size < n:  # (all distinct: keep the rows, no copy of a possibly large array)
             first.sort()
             rows, keys = rows[first], keys[first]
-        for _ in range(rounds):
+        for r in range(rounds):
             if rows.shape[0] >= n:
                 break
-            more = self.sample_configs(search, max(2 * (n - rows.shape[0]), 64), rng)
+            more = self.sample_configs(search, max(2 * (n - rows.shape[0]), 64), rng, explore, at_least=r + 2)
             mkeys = row_hashes(more)
             _, idx = np.unique(mkeys, return_index=True)
             idx = np.sort(idx)

@@ -13,14 +13,14 @@
   interaction, dense layers).
 
 Each comes in inference variants (some running several batches in a ``while`` loop, results leaving through
-``outfeed``) and training variants. A training step (:func:`_train_step`) mirrors the forward pass with its
-gradients (convolutions / dots / select-and-scatter / scatter, ReLU and dropout gradients as compare + select),
-all-reduces the weight gradients across devices, may clip them by their global norm, and updates every weight with
-momentum, AdamW or LAMB (whose trust ratio is guarded by compare / select), at a learning rate chosen by a warm-up /
+``outfeed``) and training variants. A training step (:func:`_train_step`) mirrors the forward pass with its gradients
+(convolutions / dots / select-and-scatter / scatter, ReLU and dropout gradients as compare + select), all-reduces the
+weight gradients across devices, may clip them by their global norm, and updates every weight with momentum, LARS,
+AdamW or LAMB (LARS and LAMB guard their trust ratios by compare / select), at a learning rate chosen by a warm-up /
 decay ``conditional``; an f16 step scales its loss dynamically (``is-finite`` checks, a ``select`` per update, a
 second conditional for the scale). The step sits in a ``while`` loop whose body and condition are separate
-computations, so the real ``node_splits`` rule (cut after cluster / while / cond computations) gives 3 to 7
-segments. Equal scalar constants and their broadcasts are one node per computation, as XLA's CSE leaves them.
+computations, so the real ``node_splits`` rule (cut after cluster / while / cond computations) gives 3 to 7 segments.
+Equal scalar constants and their broadcasts are one node per computation, as XLA's CSE leaves them.
 
 ``nlp`` programs are one transformer family: real TF-Hub architectures (:data:`NLP_MODELS`, 2 to 24 layers, hidden
 128 to 1024) at several batch sizes, trained or run, named as the real files are, so they resemble each other far
@@ -952,9 +952,13 @@ def _draw_config(source: str, rng: np.random.Generator, target: int) -> dict:
     else:
         cfg.update(batch=int(rng.choice([32, 128, 512])), width=int(rng.choice([256, 512, 1024])),
                    features=int(rng.choice([64, 784, 1024])), gelu=bool(rng.random() < 0.4))
-    # The training step: BERT-like models train with Adam-type optimizers and clip gradients; f16 needs dynamic loss
-    # scaling; most steps follow a learning-rate schedule. Inference sometimes runs several batches in a loop.
-    cfg.update(optimizer=str(rng.choice(["adamw", "lamb"])) if family == "bert" else "momentum",
+    # The training step: BERT-like models train with Adam-type optimizers and clip gradients, CNNs with momentum or
+    # LARS; f16 needs dynamic loss scaling; most steps follow a learning-rate schedule. Inference sometimes runs
+    # several batches in a loop.
+    # (Mostly LAMB and LARS, as MLPerf's BERT and ResNet use them.)
+    optimizers = {"bert": ["adamw", "lamb"], "resnet": ["momentum", "lars"], "inception": ["momentum", "lars"],
+                  "unet3d": ["momentum", "lars"]}.get(family)
+    cfg.update(optimizer=str(rng.choice(optimizers, p=[0.3, 0.7])) if optimizers else "momentum",
                schedule=bool(rng.random() < 0.8), clip=bool(rng.random() < (0.7 if family == "bert" else 0.2)),
                loss_scale=dtype == "f16", loop=bool(rng.random() < 0.4))
     return cfg
@@ -1059,11 +1063,27 @@ def _all_axes(e: _Emitter, x: int) -> tuple[int, ...]:
 
 def _optimizer(e: _Emitter, kind: str, w: int, g: int, lr: int) -> tuple[int, dict[int, int]]:
     """One weight's update: the new weight and ``{slot parameter: new slot}`` (the slots are new loop-carried
-    parameters). ``momentum``: heavy-ball SGD; ``adamw``: Adam with decoupled weight decay; ``lamb``: AdamW's step
-    scaled per weight by the trust ratio ``|w| / |step|``, guarded against zero norms by compare / select."""
+    parameters). ``momentum``: heavy-ball SGD; ``lars``: momentum SGD whose rate is scaled per kernel (rank 2 or
+    more; biases and norm scales keep plain momentum, as large-batch CNN training does) by the trust ratio
+    ``eta |w| / (|g| + wd |w|)``, guarded against zero norms by compare / select; ``adamw``: Adam with decoupled
+    weight decay; ``lamb``: AdamW's step scaled per weight by the trust ratio ``|w| / |step|``, guarded likewise."""
     master = e.sh(w).element_type
     dims = e.sh(w).dims
-    if kind == "momentum":
+    if kind == "lars" and len(dims) >= 2:
+        mom = e.param(e.sh(w))
+        w_norm = e.ew("sqrt", e.reduce(e.ew("multiply", w, w), _all_axes(e, w)))
+        g_norm = e.ew("sqrt", e.reduce(e.ew("multiply", g, g), _all_axes(e, g)))
+        zero, one = e.const(master), e.const(master, "one")
+        decay = e.const(master, "weight_decay")
+        ratio = e.ew("divide", e.ew("multiply", e.const(master, "lars_eta"), w_norm),
+                     e.ew("add", g_norm, e.ew("multiply", decay, w_norm)))
+        ratio = e.op("select", Shape(master), (e.ew("compare", g_norm, zero), ratio, one))
+        ratio = e.op("select", Shape(master), (e.ew("compare", w_norm, zero), ratio, one))
+        step = e.ew("add", g, e.ew("multiply", w, e.full(master, dims, "weight_decay")))
+        step = e.ew("multiply", step, e.bcast(e.ew("multiply", lr, ratio), dims, ()))
+        m_new = e.ew("add", e.ew("multiply", mom, e.full(master, dims, "momentum")), step)
+        return e.ew("subtract", w, m_new), {mom: m_new}
+    if kind in ("momentum", "lars"):
         mom = e.param(e.sh(w))
         m_new = e.ew("add", e.ew("multiply", mom, e.full(master, dims, "momentum")), g)
         return e.ew("subtract", w, e.ew("multiply", m_new, e.splat(lr, dims))), {mom: m_new}

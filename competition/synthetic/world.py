@@ -58,6 +58,12 @@ STALL_SHARE: float = 0.06
 already measured, which they measure again (tiny graphs of a few dozen configs always have)."""
 STALL_DISTINCT: tuple[float, float] = (4e-4, 0.4)
 """A stalled search's distinct configs, as a share of its rows: log-uniform in this range (60-99.96% duplicates)."""
+DEFAULT_LOCAL_SHARE: float = 0.3
+"""Share of ``default`` searches that stay near the default: every step picks a layout that changes at most one of
+a node's tensors (such searches span a few percent: a real one spans 1.6%)..."""
+DEFAULT_EXPLORE: tuple[float, float] = (0.02, 0.2)
+"""...the others let a step go anywhere in the node's search space with a probability drawn uniformly from this
+range (:meth:`LayoutProblem.sample_configs`, ``explore``)."""
 TILE_REMEASURE_SHARE: float = 0.15
 """Share of tile kernels (of 5 configs or more) whose autotuner measured its default config, and sometimes one
 other, again: one or two more rows each."""
@@ -286,9 +292,10 @@ class GraphJob:
     count: int = 1  # tile: kernels taken from this program
 
 
-GENERATOR_VERSION: int = 2
+GENERATOR_VERSION: int = 3
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
-bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records), so that a world made by an
+bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
+default heuristic and searches calibrated to real records), so that a world made by an
 older generator is never taken for a current one. A manifest without it was made by version 1."""
 
 
@@ -370,9 +377,11 @@ def search_rows(problem: LayoutProblem, search: str, n: int, rng: np.random.Gene
                 stalled: bool = False, baseline: bool = True) -> npt.NDArray[np.int32]:
     """The ``n`` config rows a layout search records, duplicates included, in random order.
 
-    Distinct configs as the search draws them (:meth:`LayoutProblem.sample_distinct`), plus what it measures more
-    than once: with ``baseline``, a group of :data:`BASELINE_REPEATS` rows of the compiler default (all choices 0)
-    in at most :data:`BASELINE_MAX_SHARE` of the rows; when ``stalled``, only a :data:`STALL_DISTINCT` share (at
+    Distinct configs as the search draws them (:meth:`LayoutProblem.sample_distinct`; a ``default`` search stays
+    near the default with probability :data:`DEFAULT_LOCAL_SHARE`, else explores with a probability drawn from
+    :data:`DEFAULT_EXPLORE`), plus what it measures more than once: with ``baseline``, a group of
+    :data:`BASELINE_REPEATS` rows of the compiler default (all choices 0) in at most :data:`BASELINE_MAX_SHARE` of
+    the rows; when ``stalled``, only a :data:`STALL_DISTINCT` share (at
     least 2) of distinct configs. Rows beyond the distinct ones (a stalled search, or one whose reachable configs
     are fewer than ``n``) re-measure distinct configs, the faster ones more often (weight 1 / rank of the noiseless
     runtime: a tuner re-evaluates its best candidates).
@@ -384,7 +393,10 @@ def search_rows(problem: LayoutProblem, search: str, n: int, rng: np.random.Gene
     if stalled:
         lo, hi = STALL_DISTINCT
         want = min(want, max(2, int(round(n * float(np.exp(rng.uniform(np.log(lo), np.log(hi))))))))
-    rows = problem.sample_distinct(search, want, rng)
+    explore = 0.0
+    if search == "default" and rng.random() >= DEFAULT_LOCAL_SHARE:
+        explore = float(rng.uniform(*DEFAULT_EXPLORE))
+    rows = problem.sample_distinct(search, want, rng, explore=explore)
     if rows.shape[0] == n:
         return rows  # in the search's own (random) order
     if rows.shape[0] + group < n and rows.shape[0]:

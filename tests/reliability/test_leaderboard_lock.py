@@ -27,7 +27,9 @@ def test_sixteen_concurrent_score_runs_keep_sixteen_rows(tiny_world: Path, perfe
     assert [run.returncode for run in runs] == [0] * RUNS, errors
     rows = read_rows(board)
     assert sorted(r["producer"] for r in rows) == sorted(f"run{i}" for i in range(RUNS))
-    assert {r["combined"] for r in rows} == {"1.000000"} and {r["complete"] for r in rows} == {"true"}
+    # One score for all: the hidden runtimes' own order (below 1 only where two configs measured the same ns).
+    assert len({r["combined"] for r in rows}) == 1 and float(rows[0]["combined"]) > 0.99
+    assert {r["complete"] for r in rows} == {"true"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["leaderboard.csv"], "no lock or temporary file is left"
 
 

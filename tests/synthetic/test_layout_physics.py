@@ -85,7 +85,14 @@ def _choice(problem: LayoutProblem, node: int, layouts: list[tuple[int, ...]]) -
     raise AssertionError(f"no choice with layouts {layouts}")
 
 
-def test_hand_computed_runtimes() -> None:
+@pytest.fixture
+def whole_space(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every layout combo of a node is one of its choices: the sweep keeps everything (the cost tests below name
+    layouts a sweep would drop)."""
+    monkeypatch.setattr(lp_mod, "SWEEP_SLACK", np.inf)
+
+
+def test_hand_computed_runtimes(whole_space: None) -> None:
     p = LayoutProblem.from_module(_hand_module())
     assert p.node_config_ids.tolist() == [2, 4]
     assert p.base_ns == 0.0  # only parameters outside the layout decisions
@@ -111,7 +118,7 @@ def test_hand_computed_runtimes() -> None:
     np.testing.assert_allclose(got, [expected_a, expected_b, expected_c], rtol=1e-12)
 
 
-def test_runtime_parts_by_hand_and_choices_read_back() -> None:
+def test_runtime_parts_by_hand_and_choices_read_back(whole_space: None) -> None:
     """The hand module's three configs split into the model's terms: the dot's roofline is its own; the exponential
     working in the dot's output layout is the dot's unary term; the copy between the dot's output and the reshape's
     input is a link; the reshape's own copy (no bitcast) is its own."""
@@ -141,7 +148,7 @@ def test_runtime_parts_by_hand_and_choices_read_back() -> None:
         p.choices_of(bad[:, :1])
 
 
-def test_copy_exactly_when_layouts_disagree() -> None:
+def test_copy_exactly_when_layouts_disagree(whole_space: None) -> None:
     module = _hand_module()
     p = LayoutProblem.from_module(module)
     out_shape, lhs_shape = Shape("f32", (16, 128)), Shape("f32", (16, 256))

@@ -59,7 +59,7 @@ def test_sample_distinct_never_repeats(problem: LayoutProblem, search: str) -> N
 @pytest.mark.parametrize("search", ["default", "random"])
 def test_a_typical_search_repeats_only_its_baseline(problem: LayoutProblem, search: str) -> None:
     """Real: most graphs hold one group of about 40 identical configs, under 1% of the rows."""
-    n = 5000
+    n = 3000
     rows = search_rows(problem, search, n, np.random.default_rng(1))
     assert rows.shape == (n, problem.num_choices.size)
     default = np.all(rows == 0, axis=1)
