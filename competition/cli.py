@@ -229,7 +229,7 @@ def _calibration_parser(dsub: argparse._SubParsersAction) -> None:
 
 def _cmd_calibration(args: argparse.Namespace) -> int:
     from competition.reader import find_data_root
-    from competition.real_records import featurize_records
+    from competition.real_records import TILE_RECORDS, featurize_records
     from competition.synthetic import calibration
 
     root = find_data_root(args.data)
@@ -238,6 +238,11 @@ def _cmd_calibration(args: argparse.Namespace) -> int:
     world = calibration.figures(root, limit=args.limit)
     print(calibration.table(world, real))
     bad = calibration.failures(world)
+    agreement = calibration.physics_agreement(TILE_RECORDS.read_bytes())
+    print("\nThe world's tile physics on the real kernels' measured configs:")
+    print(calibration.agreement_table(agreement))
+    bad += [f"the tile physics orders {a.kernel}'s configs with Spearman {a.spearman:.3f}, under "
+            f"{calibration.PHYSICS_MIN_SPEARMAN:g}" for a in agreement if a.spearman < calibration.PHYSICS_MIN_SPEARMAN]
     for line in bad:
         print(f"outside: {line}")
     return 1 if bad else 0

@@ -241,46 +241,6 @@ def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
     return model
 
 
-def feature_problem(model: RankingModel, graph: TileGraph | LayoutGraph) -> str | None:
-    """Why ``model`` cannot score ``graph``'s features (fitted on other feature columns than this version computes
-    from the graph), or ``None``: the GBDT's feature names, the GNN's fitted column selection, normalisation and
-    network width against its feature pipeline's output."""
-    from competition.reader import TileGraph
-    from models.gbdt import GBDTModel
-    from models.gnn.model import GNNModel
-
-    tile = isinstance(graph, TileGraph)
-    if isinstance(model, GBDTModel):
-        from features.tabular import layout_feature_names, tile_feature_names
-
-        names = tile_feature_names() if tile else layout_feature_names()
-        have = [str(n) for n in model.feature_names_]
-        if have == names:
-            return None
-        first = next((k for k, (a, b) in enumerate(zip(have, names, strict=False)) if a != b), min(len(have), len(names)))
-        there = repr(have[first]) if first < len(have) else "none"
-        here = repr(names[first]) if first < len(names) else "none"
-        return (f"was fitted on {len(have)} feature columns and this fastslow computes {len(names)} from {graph.path} "
-                f"(first differing at column {first}: {there} there, {here} here)")
-    if isinstance(model, GNNModel):
-        from features.data import graph_to_data
-        from models import settings as tree
-        from models.gnn.config import GNNConfig
-        from models.gnn.model import settings_pipeline
-
-        cfg = tree.from_dict(GNNConfig, model.settings_)
-        data = settings_pipeline(cfg)(graph_to_data(graph, None if tile else np.zeros(0, dtype=np.int64)))
-        width, fitted = int(data.x.shape[1]), int(model.columns_["num_columns"])
-        if width != fitted:
-            return (f"was trained on graphs of {fitted} node feature columns after its feature pipeline, and "
-                    f"{graph.path} gives {width}")
-        kept, normalized = len(model.columns_["kept"]), len(model.normalize_["mean"])
-        if not kept == normalized == cfg.num_features:
-            return (f"keeps {kept} node feature columns, normalises {normalized} and its network takes "
-                    f"{cfg.num_features}: its files do not fit together")
-    return None
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Ranking
 # --------------------------------------------------------------------------------------------------------------
@@ -296,12 +256,13 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
         ``{ID: scores}``, IDs sorted.
 
     Raises:
-        PredictRefused: a run that cannot be used (see :func:`load_run`, :func:`feature_problem`).
+        PredictRefused: a run that cannot be used (see :func:`load_run`, :func:`competition.saved_runs.feature_problem`).
         DataFileError: a file the reader refuses.
     """
     from tqdm.auto import tqdm
 
     from competition.reader import load_graph
+    from competition.saved_runs import feature_problem
     from models.base import MODEL_FILE, run_folder
 
     collections = list(dict.fromkeys(t.collection for t in targets))

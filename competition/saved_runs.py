@@ -11,7 +11,8 @@ A saved run is reused (:func:`reusable_run`) when its key equals the new fit's a
 checkpoints (the first network's, each seed-ensemble member's and each refit's) say a finished stop and it kept every
 network its settings train; any other model's fit ran without a deadline (a GBDT cut short by the time budget would
 differ from one fitted again). A reused model is the one a new fit would return: the GNN's fit of a finished run
-returns its saved weights at once, and the GBDT's fit is deterministic for given settings and data.
+returns its saved weights at once, and the GBDT's fit is deterministic for given settings and data. A run fitted on
+other feature columns than this version computes (:func:`feature_problem`) is not reused.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from models.base import MODEL_FILE
 
 if TYPE_CHECKING:
     from competition.dataset import CollectionData
+    from competition.reader import LayoutGraph, TileGraph
     from models.base import RankingModel
 
 FIT_ENTRY = "fit"
@@ -76,6 +78,8 @@ def reusable_run(folder: Path, model_name: str, model: RankingModel, data: Colle
         from models.base import load_model
 
         saved = load_model(folder / MODEL_FILE)
+        if data.train.paths and _features_differ(saved, data):
+            return None
     except (OSError, ValueError):
         return None
     from models.gnn.model import GNNModel
@@ -83,6 +87,14 @@ def reusable_run(folder: Path, model_name: str, model: RankingModel, data: Colle
     if isinstance(saved, GNNModel):
         return saved if _gnn_finished(folder, saved, model, data.collection) else None
     return saved if record.get("complete") is True else None
+
+
+def _features_differ(saved: RankingModel, data: CollectionData) -> bool:
+    """Whether the saved model was fitted on other feature columns than this version computes (a fastslow whose
+    features changed since), judged on the first train graph."""
+    from competition.reader import load_graph
+
+    return feature_problem(saved, load_graph(data.train.paths[0], data.collection)) is not None
 
 
 def _gnn_finished(folder: Path, saved: Any, model: Any, collection: Collection) -> bool:
@@ -104,3 +116,45 @@ def _gnn_finished(folder: Path, saved: Any, model: Any, collection: Collection) 
             if refit is None or not finished(refit["stopped"]):
                 return False
     return True
+
+
+def feature_problem(model: RankingModel, graph: TileGraph | LayoutGraph) -> str | None:
+    """Why ``model`` cannot score ``graph``'s features (fitted on other feature columns than this version computes
+    from the graph), or ``None``: the GBDT's feature names, the GNN's fitted column selection, normalisation and
+    network width against its feature pipeline's output."""
+    from competition.reader import TileGraph
+    from models.gbdt import GBDTModel
+    from models.gnn.model import GNNModel
+
+    tile = isinstance(graph, TileGraph)
+    if isinstance(model, GBDTModel):
+        from features.tabular import layout_feature_names, tile_feature_names
+
+        names = tile_feature_names() if tile else layout_feature_names()
+        have = [str(n) for n in model.feature_names_]
+        if have == names:
+            return None
+        first = next((k for k, (a, b) in enumerate(zip(have, names, strict=False)) if a != b), min(len(have), len(names)))
+        there = repr(have[first]) if first < len(have) else "none"
+        here = repr(names[first]) if first < len(names) else "none"
+        return (f"was fitted on {len(have)} feature columns and this fastslow computes {len(names)} from {graph.path} "
+                f"(first differing at column {first}: {there} there, {here} here)")
+    if isinstance(model, GNNModel):
+        import numpy as np
+
+        from features.data import graph_to_data
+        from models import settings as tree
+        from models.gnn.config import GNNConfig
+        from models.gnn.model import settings_pipeline
+
+        cfg = tree.from_dict(GNNConfig, model.settings_)
+        data = settings_pipeline(cfg)(graph_to_data(graph, None if tile else np.zeros(0, dtype=np.int64)))
+        width, fitted = int(data.x.shape[1]), int(model.columns_["num_columns"])
+        if width != fitted:
+            return (f"was trained on graphs of {fitted} node feature columns after its feature pipeline, and "
+                    f"{graph.path} gives {width}")
+        kept, normalized = len(model.columns_["kept"]), len(model.normalize_["mean"])
+        if not kept == normalized == cfg.num_features:
+            return (f"keeps {kept} node feature columns, normalises {normalized} and its network takes "
+                    f"{cfg.num_features}: its files do not fit together")
+    return None

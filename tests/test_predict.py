@@ -127,6 +127,17 @@ def test_submit_reuses_its_finished_runs_and_writes_the_same_bytes(tiny_world: P
     reused = [line.split(": reused")[0] for line in third.splitlines() if ": reused the finished run" in line]
     assert reused == [f"random {c.value}" for c in Collection] + [
         f"gbdt {c}" for c in ("layout:xla:random", "layout:nlp:default", "layout:nlp:random")]
+    # A run fitted on other feature columns than this version computes (an older fastslow's): fitted again.
+    saved = runs / "gbdt" / "layout-nlp-random" / "model.json"
+    doc = json.loads(saved.read_text())
+    names = doc["state"]["feature_names_"]
+    saved.write_text(json.dumps({**doc, "state": {**doc["state"],
+                                                  "feature_names_": ["a_column_of_another_version", *names[1:]]}}))
+    code, fourth, err = run(_submit(tiny_world, out, runs, "--param", "gbdt.layout:xla:default.n_estimators=5"),
+                            capsys)
+    assert code == 0, err
+    reused = [line.split(": reused")[0] for line in fourth.splitlines() if ": reused the finished run" in line]
+    assert "gbdt layout:nlp:random" not in reused and "gbdt layout:nlp:default" in reused
 
 
 def _hand_made(world: Path, folder: Path) -> list[Path]:

