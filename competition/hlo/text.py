@@ -41,12 +41,26 @@ _OPERAND = re.compile(r"%?(" + _NAME + r")\s*$")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _SECTION = re.compile(r"[A-Z][A-Za-z]*$|\d+\s")
+_STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 _CALL_KEYS = ("calls", "to_apply", "condition", "body", "select", "scatter", "branch_computations",
               "true_computation", "false_computation", "called_computations")
+
+MAX_STATEMENT_CHARS = 1 << 20
+"""The most characters a statement spread over several lines may gather (1 MiB of ASCII). XLA prints an
+instruction on one line, a few kB at most with its metadata; without a bound, one bracket or string left open
+would join the rest of the file into one statement before the error."""
 
 
 class _Fail(Exception):
     """A problem on the current line (the caller adds the file and line)."""
+
+
+class _Unclosed(_Fail):
+    """A bracket or string never closed; ``line`` is the index of the line that opened it."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(problem)
+        self.line = line
 
 
 def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, bool, bool]]:
@@ -285,10 +299,86 @@ def _instruction(line: str, names: dict[str, int]) -> tuple[bool, HloInstruction
     return is_root, HloInstruction(opcode, shape, tuple(operands), **attrs), called
 
 
+def _carry(text: str, depth: int, quote: bool) -> tuple[int, bool]:
+    """The bracket depth and whether a string is open after ``text``, from those before it: ``_scan``'s rules
+    (a backslash escapes the next character inside a string; brackets inside strings do not count), each
+    character read once. A line that ends on a backslash inside a string has it escape the space that joins it to
+    the next, so nothing else carries over."""
+    pos, n = 0, len(text)
+    while pos < n:
+        if quote:
+            pos = _STRING_BODY.match(text, pos).end()
+            if pos < n and text[pos] == '"':
+                quote = False
+                pos += 1
+            else:  # the line ends inside the string (after a backslash or not)
+                return depth, True
+        else:
+            q = text.find('"', pos)
+            stop = n if q < 0 else q
+            depth += (text.count("(", pos, stop) + text.count("[", pos, stop) + text.count("{", pos, stop)
+                      - text.count(")", pos, stop) - text.count("]", pos, stop) - text.count("}", pos, stop))
+            if q < 0:
+                break
+            quote, pos = True, q + 1
+    return depth, quote
+
+
+def _opener(first: int, parts: list[str]) -> tuple[int, str | None]:
+    """Where the statement whose lines from ``first`` on are ``parts`` (joined by spaces) was left open: the line
+    index and quote of the first string that runs past the end of its line (XLA prints none), else those of the
+    outermost bracket still open; ``(first, None)`` if neither. One pass, for the error only."""
+    stack: list[tuple[int, str]] = []
+    quote = escape = False
+    opened = first
+    for k, part in enumerate(parts):
+        escape = False  # the joining space
+        for ch in part:
+            if quote:
+                if escape:
+                    escape = False
+                elif ch == "\\":
+                    escape = True
+                elif ch == '"':
+                    quote = False
+            elif ch == '"':
+                quote, opened = True, first + k
+            elif ch in "([{":
+                stack.append((first + k, ch))
+            elif ch in ")]}" and stack:
+                stack.pop()
+        if quote:
+            return opened, '"'
+    return stack[0] if stack else (first, None)
+
+
+def _unclosed(first: int, parts: list[str], why: str = "is never closed") -> _Unclosed:
+    line, ch = _opener(first, parts)
+    return _Unclosed(line, f"{ch!r} opened here {why}" if ch else f"a bracket or string opened here {why}")
+
+
+def _next_code(lines: list[str], i: int) -> str | None:
+    """The first line from index ``i`` on that is not blank or a comment (comments removed, stripped); None at the
+    end."""
+    while i < len(lines):
+        line = _COMMENT.sub("", lines[i]).strip()
+        if line and not line.startswith("//"):
+            return line
+        i += 1
+    return None
+
+
 def _statements(lines: list[str], start: int) -> tuple[list[tuple[int, str]], int]:
-    """The instruction statements of the computation body from line ``start`` on (lines joined while brackets
-    are open), and the index of the closing ``}`` line."""
+    """The instruction statements of the computation body from line ``start`` on (lines joined with a space while
+    a bracket or string is open), and the index of the closing ``}`` line.
+
+    The bracket depth and string state are carried from line to line, so each line is read once. A bracket or
+    string left open is refused naming the line that opened it: when the statement reaches the end of the text,
+    passes ``MAX_STATEMENT_CHARS``, or ends on a ``}`` line followed by a computation or the end (the body's own
+    ``}`` closed the open bracket).
+    """
     out: list[tuple[int, str]] = []
+    swallowed: tuple[int, list[str]] | None = None
     i = start
     while i < len(lines):
         line = _COMMENT.sub("", lines[i]).strip()
@@ -298,32 +388,32 @@ def _statements(lines: list[str], start: int) -> tuple[list[tuple[int, str]], in
             i += 1
             continue
         first = i
-        while True:
-            try:
-                _balanced(line)
-                break
-            except _Fail:
+        depth, quote = _carry(line, 0, False)
+        if depth > 0 or quote:
+            parts, size = [line], len(line)
+            while depth > 0 or quote:
                 i += 1
                 if i >= len(lines):
-                    raise
-                line += " " + _COMMENT.sub("", lines[i]).strip()
+                    raise _unclosed(first, parts)
+                more = _COMMENT.sub("", lines[i]).strip()
+                size += 1 + len(more)
+                if size > MAX_STATEMENT_CHARS:
+                    raise _unclosed(first, parts, f"is not closed within {MAX_STATEMENT_CHARS} characters "
+                                                  f"(by line {i + 1}), far more than any instruction XLA prints")
+                depth, quote = _carry(more, depth, quote)
+                if more.startswith("}") and depth <= 0 and not quote:
+                    after = _next_code(lines, i + 1)
+                    if after is None or _COMP.match(after):
+                        raise _unclosed(first, parts)
+                    if swallowed is None:
+                        swallowed = (first, list(parts))
+                parts.append(more)
+            line = " ".join(parts)
         out.append((first, line))
         i += 1
+    if swallowed is not None:
+        raise _unclosed(*swallowed)
     raise _Fail("the last computation is not closed by '}'")
-
-
-def _balanced(line: str) -> None:
-    depth, open_string = 0, False
-    for _, ch, quoted, still_open in _scan(line):
-        open_string = still_open
-        if quoted:
-            continue
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-    if depth > 0 or open_string:
-        raise _Fail("unclosed bracket or string")
 
 
 def parse_hlo_text(text: str, source: object = "<text>") -> Module:
@@ -358,6 +448,8 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         root = -1
         try:
             statements, close = _statements(lines, i + 1)
+        except _Unclosed as exc:
+            raise HloFormatError(source, f"line {exc.line + 1}: {exc}") from None
         except _Fail as exc:
             raise HloFormatError(source, f"computation {comp.name!r}: {exc}") from None
         for lineno, stmt in statements:
