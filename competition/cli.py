@@ -19,7 +19,7 @@ import sys
 import time
 import traceback
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -138,9 +138,9 @@ def _synth_parser(dsub: argparse._SubParsersAction) -> None:
     synth.add_argument("--seed", type=int, default=0, help="world seed; same seed and settings, same bytes "
                                                            "(default: %(default)s)")
     synth.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
-    synth.add_argument("--limit", type=int, default=None, metavar="N",
+    synth.add_argument("--limit", type=_count("--limit"), default=None, metavar="N",
                        help="at most N graphs per collection and split (default: the scale's counts)")
-    synth.add_argument("--tile-limit", type=int, default=None, metavar="N",
+    synth.add_argument("--tile-limit", type=_count("--tile-limit"), default=None, metavar="N",
                        help="at most N tile kernels per split (default: --limit), e.g. --limit 12 --tile-limit 600 "
                             "for a full-scale part with 12 graphs per layout split")
     synth.add_argument("--workers", type=int, default=None, metavar="N",
@@ -637,6 +637,22 @@ def _jobs(text: str) -> int:
     if jobs < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, found {text!r}")
     return jobs
+
+
+def _count(flag: str) -> Callable[[str], int]:
+    """The ``type`` of an argument counting things, at least 1: a smaller one (``--limit 0`` would write an empty
+    world every later command refuses) is refused while parsing, before anything is written, in one line."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise UsageError(f"{flag}: expected a whole number of at least 1; found {text!r}")
+        return value
+
+    return parse
 
 
 def _add_jobs_arg(p: argparse.ArgumentParser) -> None:

@@ -751,6 +751,9 @@ def generate_world(
     cols = tuple(Collection.parse(c) if isinstance(c, str) else c for c in (collections or list(Collection)))
     if programs not in PROGRAM_SOURCES:
         raise ValueError(f"unknown program source {programs!r}; expected one of {', '.join(PROGRAM_SOURCES)}")
+    for name, value in (("limit", limit), ("tile_limit", tile_limit)):
+        if value is not None and value < 1:  # zero graphs: an empty world every later command refuses
+            raise ValueError(f"{name}: expected a whole number of at least 1; found {value}")
     if programs == "jax":
         from competition.synthetic.jax_programs import require_jax
 
