@@ -29,7 +29,8 @@ class Param:
             ``"all"`` beside a range).
         runtime: the parameter changes how a model runs, not what it learns (device, folders, threads).
         allowed: the allowed values in words, for a parameter checked by ``valid`` (a device name).
-        valid: tells whether a text value is allowed, where no list of choices can (``allowed`` says which).
+        valid: tells whether a text value is allowed, where no list of choices can (``allowed`` says which): true
+            or false, or a reason why a well-formed value cannot be used here (a CUDA device on a torch without it).
     """
 
     name: str
@@ -40,7 +41,7 @@ class Param:
     choices: tuple[Any, ...] = ()
     runtime: bool = False
     allowed: str = ""
-    valid: Callable[[str], bool] | None = None
+    valid: Callable[[str], bool | str] | None = None
 
     def describe(self) -> str:
         """The allowed values in words, e.g. ``> 0``, ``1 to 64``, ``'hinge' or 'listmle'``, ``>= 1 or 'all'``."""
@@ -72,7 +73,10 @@ class Param:
             unbounded = self.low is None and self.high is None
             return self._expected(value) if below or above or (unbounded and self.choices) else None
         if self.valid is not None and isinstance(value, str):
-            return None if self.valid(value) else self._expected(value)
+            verdict = self.valid(value)
+            if isinstance(verdict, str):  # well-formed, but unusable here: why
+                return f"{self.name} {value!r}: {verdict}"
+            return None if verdict else self._expected(value)
         return self._expected(value) if self.choices else None
 
     def _expected(self, value: object) -> str:

@@ -34,7 +34,7 @@ SPEC = "fastslow.setting"
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, choices: tuple[Any, ...] = (), runtime: bool = False, allowed: str = "",
-            valid: typing.Callable[[str], bool] | None = None) -> Any:
+            valid: typing.Callable[[str], bool | str] | None = None) -> Any:
     """A leaf of a settings tree: its default and its :class:`~models.params.Param` (name filled in by
     :func:`leaves`). ``runtime``: it changes how a model runs, not what it learns (left out of a run's settings)."""
     return field(default=default, metadata={SPEC: Param("", help, low, high, low_open, choices, runtime, allowed,

@@ -23,14 +23,25 @@ from models.settings import Section, section, setting
 INF = math.inf
 
 
-def _is_device(name: str) -> bool:
-    """Whether torch takes ``name`` as a device (``auto``: CUDA when available, else the CPU)."""
+def _is_device(name: str) -> bool | str:
+    """Whether torch takes ``name`` as a device (``auto``: CUDA when available, else the CPU), and, for a CUDA
+    device, why this torch or machine cannot run on it: refused with the other settings, before any work starts,
+    not as a traceback at the first tensor moved there."""
     import torch
 
     try:
-        torch.device("cpu" if name == "auto" else name)
+        device = torch.device("cpu" if name == "auto" else name)
     except (RuntimeError, ValueError):
         return False
+    if device.type != "cuda":
+        return True
+    if not torch.backends.cuda.is_built():
+        return f"this torch ({torch.__version__}) has no CUDA; use 'cpu' or 'auto'"
+    count = torch.cuda.device_count()  # asks NVML where it can, so that forked workers can still use CUDA
+    if count == 0:
+        return "this machine has no CUDA device; use 'cpu' or 'auto'"
+    if device.index is not None and device.index >= count:
+        return f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
     return True
 
 
