@@ -691,12 +691,14 @@ def _given_params(args: argparse.Namespace) -> list[tuple[str, str | None, str |
     """
     import tomllib
 
+    from competition.nesting import toml_load
+
     out: list[tuple[str, str | None, str | None, str, object]] = []
     if args.config:
         path = Path(args.config)
         try:
             with path.open("rb") as f:
-                doc = tomllib.load(f)
+                doc = toml_load(f)
         except tomllib.TOMLDecodeError as exc:
             raise _refused(args, f"--config {path}: expected TOML; found invalid TOML ({exc})") from None
 

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from competition.collections import Split
 from competition.errors import DataFileError, DataRootNotFound
+from competition.nesting import json_loads
 from competition.npzio import atomic_write_text, temp_sibling
 
 COMPETITION = "predict-ai-model-runtime"
@@ -129,7 +130,7 @@ def kaggle_username(env: Mapping[str, str] | None = None) -> str | None:
         return env["KAGGLE_USERNAME"]
     for d in _config_dirs(env):
         try:
-            name = json.loads((d / "kaggle.json").read_text(encoding="utf-8")).get("username")
+            name = json_loads((d / "kaggle.json").read_text(encoding="utf-8")).get("username")
         except (OSError, ValueError, AttributeError):
             continue
         if name:
@@ -168,7 +169,7 @@ def kaggle_json_problem(env: Mapping[str, str] | None = None) -> str | None:
     except OSError as exc:
         return f"{path}: cannot be read ({exc.strerror or exc}); check its owner and permissions (chmod 600)"
     try:
-        doc = json.loads(text)
+        doc = json_loads(text)
     except json.JSONDecodeError as exc:
         return f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); {_KAGGLE_JSON_FIX}"
     if not isinstance(doc, dict):

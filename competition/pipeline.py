@@ -39,6 +39,7 @@ from competition.dataset import CollectionData, Dataset
 from competition.errors import DataRootNotFound
 from competition.labels import SplitLabels, load_labels
 from competition.leaderboard import DEFAULT_PATH, append_row
+from competition.nesting import json_loads
 from competition.npzio import atomic_write_text, output_problem
 from competition.progress import LOG_INTERVAL_SECONDS, line_progress
 from competition.promotion import Promotion, SubmissionRecord, new_run_id, promote, save_ensemble
@@ -544,7 +545,7 @@ def _record(run: str, producer: str, report: SubmissionScores, protocol: ValidPr
     settings: dict[str, Any] = {}
     for name in names:
         try:
-            settings[name] = json.loads((out_dir / f"settings-{name}.json").read_text(encoding="utf-8"))
+            settings[name] = json_loads((out_dir / f"settings-{name}.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
     return SubmissionRecord(run=run, producer=producer, combined=float(report.combined),

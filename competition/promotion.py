@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from competition.leaderboard import file_sha256
+from competition.nesting import json_loads
 from competition.npzio import RejectedOutput, atomic_write_text, exclusive_lock, first_free, temp_sibling
 
 SUBMISSION = "submission.csv"
@@ -83,7 +84,7 @@ def read_record(path: Path) -> SubmissionRecord | None:
     """The record in ``path``, or ``None`` when there is none or it cannot be read (the submission beside it is
     then of unknown origin)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json_loads(path.read_text(encoding="utf-8"))
         if not isinstance(doc, dict) or doc.pop("format", None) != RECORD_FORMAT:
             return None
         return SubmissionRecord(**doc)

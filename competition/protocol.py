@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.nesting import json_loads
 
 if TYPE_CHECKING:
     from competition.reader import LayoutGraph, TileGraph
@@ -82,7 +83,7 @@ def _read_index_file(path: Path) -> dict[str, npt.NDArray[np.int64]]:
     if not path.is_file():
         raise EvalIndicesError(f"{path}: expected an index file; found {'no file' if not path.exists() else 'not a regular file'}")
     try:
-        doc = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=_no_repeated_keys(path))
+        doc = json_loads(path.read_bytes().decode("utf-8"), object_pairs_hook=_no_repeated_keys(path))
     except UnicodeDecodeError as exc:
         raise EvalIndicesError(f"{path}: expected JSON text; found byte {exc.start} undecodable ({exc.reason})") from None
     except json.JSONDecodeError as exc:

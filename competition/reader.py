@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import os
 import re
@@ -35,6 +34,7 @@ import numpy.typing as npt
 
 from competition.collections import Collection, Kind, Split
 from competition.errors import DataFileError, DataRootNotFound
+from competition.nesting import json_loads
 from competition.npzio import DEFAULT_BLOCK_BYTES, MemberInfo, NpzReader
 from competition.opcodes import VALID_OPCODES
 from competition.schema import (
@@ -111,7 +111,7 @@ class DataRoot:
         """A synthetic world's scale (``tiny``, ``demo``, ``bench``, ``full``) from its manifest; ``None`` for real
         data or a manifest that does not say."""
         try:
-            scale = json.loads((self.root / "world.json").read_text())["config"]["scale"]
+            scale = json_loads((self.root / "world.json").read_text())["config"]["scale"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return scale if isinstance(scale, str) else None

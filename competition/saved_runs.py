@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from competition.collections import Collection
+from competition.nesting import json_loads
 from models.base import MODEL_FILE
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def reusable_run(folder: Path, model_name: str, model: RankingModel, data: Colle
     """The model saved in ``folder`` when it can stand for fitting ``model`` on ``data`` (see the module's
     docstring), else ``None``."""
     try:
-        doc = json.loads((folder / MODEL_FILE).read_text(encoding="utf-8"))
+        doc = json_loads((folder / MODEL_FILE).read_text(encoding="utf-8"))
         record = doc.get(FIT_ENTRY) if isinstance(doc, dict) else None
         if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
             return None

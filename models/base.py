@@ -25,6 +25,7 @@ import sklearn.exceptions
 
 from competition.collections import Collection
 from competition.dataset import CollectionData
+from competition.nesting import json_loads
 from competition.npzio import atomic_write_text
 from competition.reader import LayoutGraph, TileGraph
 
@@ -232,7 +233,7 @@ def load_model(path: str | os.PathLike[str]) -> RankingModel:
 def read_json_doc(path: Path, what: str) -> Any:
     """The parsed JSON of a saved ``what`` (e.g. ``"model"``), or a ``ValueError`` naming the file and the problem."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json_loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{path}: expected a saved {what}; found no such file") from None
     except json.JSONDecodeError as exc:

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from competition.collections import Collection, Split
 from competition.hlo.features import featurize, layout_arrays, tile_arrays
 from competition.hlo.ir import Module
+from competition.nesting import json_loads
 from competition.npzio import StreamedArray, atomic_write_text, remove_stale_temps, write_npz
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.physics import TILE_BUSY_SHARE, measure, measure_tile
@@ -606,7 +607,7 @@ def read_world_config(out: str | os.PathLike[str]) -> WorldConfig:
     """
     manifest = Path(out) / MANIFEST
     try:
-        config = json.loads(manifest.read_text())["config"]
+        config = json_loads(manifest.read_text())["config"]
         config["collections"] = tuple(config["collections"])
         return WorldConfig(**{"tile_limit": None, "generator": 1, **config})
     except FileNotFoundError:
@@ -696,7 +697,7 @@ def _check_foreign(out: Path, force: bool) -> None:
 def _read_manifest(manifest: Path) -> dict:
     """``world.json``'s content, or :class:`WorldMismatch` naming it when it cannot be read."""
     try:
-        old = json.loads(manifest.read_text(encoding="utf-8"))
+        old = json_loads(manifest.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WorldMismatch(f"{manifest}: not a world manifest ({type(exc).__name__}: {exc}); move it aside or "
                             "choose another --out") from None

@@ -3,6 +3,7 @@ TOML files nested thousands deep, each refused in one line (exit 2) before anyth
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from competition.cli import EXIT_ERROR
+from competition.nesting import MAX_JSON_DEPTH, MAX_TOML_DEPTH, json_loads, too_deep
 from tests.reliability.helpers import one_line, run, snapshot
 
 DEEP = 5000
@@ -64,3 +66,62 @@ def test_cpu_and_auto_stay_allowed():
     from models.gnn.config import _is_device
 
     assert _is_device("cpu") is True and _is_device("auto") is True and _is_device("tpu!") is False
+
+
+# 3. JSON and TOML nested thousands deep
+
+def test_the_scan_counts_brackets_outside_strings_only():
+    assert too_deep('{"a": "' + "[" * 100 + '"}', 3) is None
+    assert too_deep('["\\"[[[[", [[1]]]', 3) is None
+    assert too_deep("[[[[1]]]]", 3) == 3
+    assert too_deep('a = "[[[[" # [[[[\nb = [[1]]\n', 2, toml=True) is None
+    assert too_deep("a = '''\n[[[[\n'''\nb = [[[1]]]\n", 2, toml=True) == 23
+    assert json_loads("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH) is not None
+    with pytest.raises(json.JSONDecodeError, match=f"nested deeper than {MAX_JSON_DEPTH}"):
+        json_loads("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1))
+
+
+def test_a_deep_model_json_is_refused_by_predict(tiny_world: Path, tmp_path: Path, capsys):
+    runs = tmp_path / "runs"
+    model = runs / "default-first" / "tile-xla" / "model.json"
+    model.parent.mkdir(parents=True)
+    model.write_text("[" * DEEP + "]" * DEEP)
+    before, out = snapshot(runs), tmp_path / "out.csv"
+    code, _, err = run(["predict", "--data", tiny_world, "--split", "valid", "--models", "default-first",
+                        "--runs-dir", runs, "--out", out, "--no-progress"], capsys)
+    assert code == EXIT_ERROR
+    line = one_line(err)
+    assert line.startswith(f"error: default-first on tile:xla: {model}: expected a saved model (JSON); found "
+                           f"invalid JSON (nested deeper than {MAX_JSON_DEPTH} arrays or objects (MAX_JSON_DEPTH)")
+    assert snapshot(runs) == before and not out.exists()
+
+
+def test_a_deep_index_file_is_refused(tiny_world: Path, tmp_path: Path, perfect: Path, capsys):
+    indices = tmp_path / "indices"
+    indices.mkdir()
+    deep = indices / "xla_default.json"
+    deep.write_text('{"g": ' + "[" * DEEP + "]" * DEEP + "}")
+    board = tmp_path / "lb.csv"
+    code, _, err = run(["score", perfect, "--data", tiny_world, "--valid-indices", indices, "--leaderboard", board],
+                       capsys)
+    assert code == EXIT_ERROR
+    assert one_line(err) == (f"error: {deep}: expected JSON mapping graph names to lists of config indices; found "
+                             f"invalid JSON (line 1, column {6 + MAX_JSON_DEPTH}: nested deeper than "
+                             f"{MAX_JSON_DEPTH} arrays or objects (MAX_JSON_DEPTH), deeper than any file fastslow "
+                             "writes)")
+    assert not board.exists()
+
+
+@pytest.mark.parametrize("value", ["[" * DEEP + "1" + "]" * DEEP, "{a = " * DEEP + "1" + "}" * DEEP])
+def test_a_deep_config_file_is_refused(value: str, tiny_world: Path, tmp_path: Path, capsys):
+    config = tmp_path / "params.toml"
+    config.write_text(f"x = {value}\n")
+    runs = tmp_path / "runs"
+    code, _, err = run(["train", "--data", tiny_world, "--model", "random", "--config", config, "--runs-dir", runs,
+                        "--no-progress"], capsys)
+    assert code == EXIT_ERROR
+    column = 5 + MAX_TOML_DEPTH * (1 if value[0] == "[" else 5)
+    assert one_line(err) == (f"error: fastslow train: --config {config}: expected TOML; found invalid TOML (nested "
+                             f"deeper than {MAX_TOML_DEPTH} arrays or inline tables (MAX_TOML_DEPTH) (at line 1, "
+                             f"column {column}))")
+    assert not runs.exists()
