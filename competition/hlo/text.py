@@ -329,26 +329,18 @@ def _opener(first: int, parts: list[str]) -> tuple[int, str | None]:
     index and quote of the first string that runs past the end of its line (XLA prints none), else those of the
     outermost bracket still open; ``(first, None)`` if neither. One pass, for the error only."""
     stack: list[tuple[int, str]] = []
-    quote = escape = False
-    opened = first
     for k, part in enumerate(parts):
-        escape = False  # the joining space
-        for ch in part:
-            if quote:
-                if escape:
-                    escape = False
-                elif ch == "\\":
-                    escape = True
-                elif ch == '"':
-                    quote = False
-            elif ch == '"':
-                quote, opened = True, first + k
-            elif ch in "([{":
+        still_open = False
+        for _, ch, quoted, after in _scan(part):
+            still_open = after
+            if quoted:
+                continue
+            if ch in "([{":
                 stack.append((first + k, ch))
             elif ch in ")]}" and stack:
                 stack.pop()
-        if quote:
-            return opened, '"'
+        if still_open:  # a string runs past the end of its line
+            return first + k, '"'
     return stack[0] if stack else (first, None)
 
 
