@@ -135,6 +135,7 @@ class TileProblem:
         self.input_bytes = input_bytes
         self.other_bytes = other_bytes
         self._default: npt.NDArray[np.float32] | None = None
+        self._limits: tuple[float, float] | None = None  # (working set, steps) a search may measure at most
 
     @classmethod
     def from_kernel(cls, kernel: Module) -> TileProblem:
@@ -271,17 +272,23 @@ class TileProblem:
         # It refuses tiles whose working set exceeds its budget (keeping the smallest if none fits).
         return np.where(ws <= max(HEURISTIC_FILL * physics.ONCHIP_BYTES, ws.min()), cost, np.inf)
 
-    def _allowed(self, combos: npt.NDArray[np.int64], default_steps: float) -> npt.NDArray[np.bool_]:
+    def _allowed(self, combos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which combos a search may measure: they fit on chip (or are no bigger than the default) and take at
         most :data:`SAMPLE_STEPS` times the default's steps."""
+        if self._limits is None:
+            tiles, ktiles = self._decode(self.default_config()[None])
+            self._limits = (max(physics.ONCHIP_BYTES, float(self._ws(tiles, ktiles)[0])),
+                            SAMPLE_STEPS * float(self._steps(tiles, ktiles)[0]))
+        max_ws, max_steps = self._limits
         tiles, ktiles = self._decode(self._encode(combos))
-        ws = self._ws(tiles, ktiles)
-        fits = ws <= max(physics.ONCHIP_BYTES, self._default_ws())
-        return fits & (self._steps(tiles, ktiles) <= SAMPLE_STEPS * default_steps)
+        return (self._ws(tiles, ktiles) <= max_ws) & (self._steps(tiles, ktiles) <= max_steps)
 
-    def _default_ws(self) -> float:
-        tiles, ktiles = self._decode(self.default_config()[None])
-        return float(self._ws(tiles, ktiles)[0])
+    @staticmethod
+    def _combos(options: list[list[int]], flat: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The combos at flat indices ``flat`` of the grid ``options`` (one list of bounds per dim)."""
+        idx = np.unravel_index(flat, tuple(len(o) for o in options))
+        return np.stack([np.asarray(options[d], dtype=np.int64)[i] for d, i in enumerate(idx)],
+                        axis=1).reshape(len(flat), len(options))
 
     def sample_configs(self, n: int, rng: np.random.Generator, *, wide: bool = False) -> npt.NDArray[np.float32]:
         """Distinct tile configs, the default among them.
@@ -296,19 +303,10 @@ class TileProblem:
         """
         dflt = self.default_config()
         options = self._grid(wide)
-        counts = tuple(len(o) for o in options)
-        total = math.prod(counts)
-        dtiles, dktiles = self._decode(dflt[None])
-        dsteps = float(self._steps(dtiles, dktiles)[0])
-        lookup = [np.asarray(o, dtype=np.int64) for o in options]
-
-        def combos_of(flat: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-            idx = np.unravel_index(flat, counts)
-            return np.stack([lookup[d][i] for d, i in enumerate(idx)], axis=1).reshape(len(flat), len(counts))
-
+        total = math.prod(len(o) for o in options)
         if total <= max(64 * n, 65_536):
             flat = np.arange(total, dtype=np.int64)
-            flat = flat[self._allowed(combos_of(flat), dsteps)]
+            flat = flat[self._allowed(self._combos(options, flat))]
             flat = rng.permutation(flat)[: max(n, 1)]
         else:
             picked: list[int] = []
@@ -318,11 +316,11 @@ class TileProblem:
                 draw = np.asarray([x for x in dict.fromkeys(draw.tolist()) if x not in seen], dtype=np.int64)
                 seen.update(draw.tolist())
                 if draw.size:
-                    picked.extend(draw[self._allowed(combos_of(draw), dsteps)].tolist())
+                    picked.extend(draw[self._allowed(self._combos(options, draw))].tolist())
                 if len(picked) >= n:
                     break
             flat = np.asarray(picked[:n], dtype=np.int64)
-        feats = self._encode(combos_of(flat)) if flat.size else dflt[None].copy()
+        feats = self._encode(self._combos(options, flat)) if flat.size else dflt[None].copy()
         if not np.any(np.all(feats == dflt, axis=1)):
             if feats.shape[0] < n:
                 feats = np.concatenate([feats, dflt[None]])
@@ -334,20 +332,12 @@ class TileProblem:
         """How many distinct configs :meth:`sample_configs` can return at most (estimated from a sample of the grid
         when it is large; capped at ``2**62``)."""
         options = self._grid(wide)
-        counts = tuple(len(o) for o in options)
-        total = math.prod(counts)
-        dtiles, dktiles = self._decode(self.default_config()[None])
-        dsteps = float(self._steps(dtiles, dktiles)[0])
-        lookup = [np.asarray(o, dtype=np.int64) for o in options]
-        if total <= 65_536:
-            flat = np.arange(total, dtype=np.int64)
-            share, size = 1.0, total
-        else:
-            flat = np.random.default_rng(0).integers(0, total, size=8192)
-            share, size = 1.0 / 8192, total
-        idx = np.unravel_index(flat, counts)
-        combos = np.stack([lookup[d][i] for d, i in enumerate(idx)], axis=1).reshape(len(flat), len(counts))
-        n = float(np.count_nonzero(self._allowed(combos, dsteps))) * share * (size if share < 1 else 1)
+        total = math.prod(len(o) for o in options)
+        exact = total <= 65_536
+        flat = np.arange(total, dtype=np.int64) if exact else np.random.default_rng(0).integers(0, total, size=8192)
+        n = float(np.count_nonzero(self._allowed(self._combos(options, flat))))
+        if not exact:
+            n = n * (1.0 / 8192) * total
         return max(1, min(int(n), 2**62))
 
     # -- runtime -------------------------------------------------------------------------------------------------
