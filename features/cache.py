@@ -28,6 +28,7 @@ named in a warning, and rebuilt from its source.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -320,11 +321,12 @@ class ProcessedGraphs(Sequence[Data]):
         """``cache_dir/<collection slug>/<split>``: holds one folder per pipeline."""
         return self.cache_dir / self.collection.slug / self.split.value
 
-    @property
+    @functools.cached_property
     def processed_dir(self) -> Path:
         """The folder of this pipeline on this data root: ``split_dir/<hash of both>``. Two data roots (two
         synthetic worlds, or the real data and a world) never share a folder, so building one never removes the
-        other's files as leftovers (two processes on two worlds with one cache crashed on that)."""
+        other's files as leftovers (two processes on two worlds with one cache crashed on that). Computed once
+        (it resolves the data root's path): every graph's access names its file by it."""
         return self.split_dir / pipeline_hash(self.pre_transform, self.max_configs, self.protocol,
                                               self.graphs.data_id)
 
@@ -352,7 +354,7 @@ class ProcessedGraphs(Sequence[Data]):
         ``num_edges_before``, ``num_nodes``, ``num_edges``, ``num_configs_file`` and ``pre_transform_seconds``.
         A cached file that cannot be used is set aside (:func:`set_aside`), named in a warning and rebuilt.
         """
-        path = self.paths[index]
+        path = self.processed_dir / self.sources[index].cache_name  # not self.paths: one graph, not all of them
         if not path.is_file():
             raise FileNotFoundError(f"{path}: graph {self.sources[index].relpath} is not processed for this "
                                     "pipeline; call build() first")
