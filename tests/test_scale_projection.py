@@ -36,3 +36,36 @@ def test_the_cache_part_builds_the_collections_default_pipeline_on_a_world(tiny_
     for split in (Split.TRAIN, Split.VALID):
         assert out[split.value]["graphs"] == len(list_graphs(root, c, split)) > 0
     assert out["disk_mib"] > 0 and out["peak_mib"] > 0
+
+
+def _rows() -> list[dict]:
+    def row(stage: str, c: str, projected: float) -> dict:
+        return {"stage": stage, "collection": c, "graphs": 1, "seconds": 1.0, "per_graph": projected,
+                "real_graphs": 1, "projected": projected, "peak_mib": 100.0}
+
+    return [row("gbdt fit", "tile:xla", 600.0),
+            row("gnn-attn fit", "layout:xla:random", 5000.0), row("gnn-attn predict test", "layout:xla:random", 400.0),
+            row("gnn-attn fit", "tile:xla", 3000.0), row("gnn-attn fit", "layout:nlp:default", 2000.0),
+            row("gnn-attn fit", "layout:xla:default", 1000.0)]
+
+
+def test_the_gnn_fits_go_largest_first_to_the_slot_that_frees_first():
+    from benchmarks.scale import schedule
+
+    slots, gnn = schedule(_rows(), 2)
+    assert gnn == {"layout:xla:random": 5400.0, "tile:xla": 3000.0, "layout:nlp:default": 2000.0,
+                   "layout:xla:default": 1000.0}
+    # 5400 | 3000, then nlp (2000) to the slot at 3000, then xla:default (1000) to the slot at 5000
+    assert slots == [[("layout:xla:random", 5400.0)],
+                     [("tile:xla", 3000.0), ("layout:nlp:default", 2000.0), ("layout:xla:default", 1000.0)]]
+
+
+def test_the_total_with_two_fits_at_once_is_the_other_stages_plus_the_longer_slot():
+    from benchmarks.scale import format_projection
+
+    text = format_projection(_rows(), jobs=2)
+    # one at a time: 600 + 5400 + 3000 + 2000 + 1000 = 12,000 s = 3.33 h; two at once: 600 + max(5400, 6000) s
+    assert "total, one at a time     3.33 h" in text
+    assert "total (2 fits at once)   1.83 h" in text
+    assert "slot 1: layout:xla:random 1.50 h = 1.50 h" in text
+    assert "slot 2: tile:xla 0.83 h + layout:nlp:default 0.56 h + layout:xla:default 0.28 h = 1.67 h" in text
