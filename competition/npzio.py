@@ -114,6 +114,8 @@ def write_npz(
     arrays: Mapping[str, npt.ArrayLike | StreamedArray],
     *,
     compress_level: int = 6,
+    check: Callable[[Path], str | None] | None = None,
+    exclusive: bool = False,
 ) -> Path:
     """Write ``arrays`` as a deflate-compressed npz, atomically and deterministically.
 
@@ -124,11 +126,17 @@ def write_npz(
         path: destination; its folder is created if missing.
         arrays: key to array, or to :class:`StreamedArray` for members too large to hold in memory.
         compress_level: zlib level 0-9.
+        check: see :func:`atomic_path`.
+        exclusive: see :func:`atomic_path`: only where nothing is at ``path`` once the file is complete.
 
     Returns:
         The destination path.
+
+    Raises:
+        RejectedOutput: ``check`` found a problem.
+        FileExistsError: ``exclusive``, and something is at ``path``.
     """
-    with atomic_path(path) as tmp:
+    with atomic_path(path, check=check, exclusive=exclusive) as tmp:
         with open(tmp, "wb") as raw:
             with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
                 for key, value in arrays.items():
@@ -407,7 +415,8 @@ class RejectedOutput(ValueError):
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike[str], *, check: Callable[[Path], str | None] | None = None) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str], *, check: Callable[[Path], str | None] | None = None,
+                exclusive: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed to ``path``, on failure removed.
 
     Readers therefore see either the old file or the complete new one, never a partial write. The temporary file is
@@ -419,9 +428,12 @@ def atomic_path(path: str | os.PathLike[str], *, check: Callable[[Path], str | N
         check: called with the complete temporary file before the rename; a returned reason (``None``: fine) keeps
             the file from replacing ``path``: it is moved to ``<path>.rejected`` instead and :class:`RejectedOutput`
             is raised.
+        exclusive: put the file in place only if nothing is there when it is complete (:func:`promote_new`), as
+            an exclusive create would: a writer that checked earlier cannot replace what another wrote since.
 
     Raises:
         RejectedOutput: ``check`` found a problem.
+        FileExistsError: ``exclusive``, and something is at ``path``.
     """
     path = Path(path)
     with temp_sibling(path) as tmp:
@@ -432,6 +444,35 @@ def atomic_path(path: str | os.PathLike[str], *, check: Callable[[Path], str | N
             previous = path.exists()
             os.replace(tmp, rejected)
             raise RejectedOutput(path, rejected, reason, previous)
+        if exclusive:
+            promote_new(tmp, path)
+        else:
+            os.replace(tmp, path)
+
+
+_NO_HARD_LINKS = frozenset(e for e in (getattr(errno, n, None) for n in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "EMLINK",
+                                                                      "ENOSYS", "EXDEV")) if e is not None)
+
+
+def promote_new(tmp: Path, path: Path) -> None:
+    """Put the complete file ``tmp`` in place as ``path`` only if nothing is there, in one step: a hard link, which
+    the kernel refuses where ``path`` exists (``tmp``'s own name is left for its :func:`temp_sibling` to remove).
+    Where the file system has no hard links, the check and the rename are made under a lock on ``path``'s name.
+
+    Raises:
+        FileExistsError: something is at ``path``, naming it.
+    """
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(path)) from None
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+    with exclusive_lock(path.with_name(f".{path.name}.lock")):
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(path))
         os.replace(tmp, path)
 
 

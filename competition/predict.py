@@ -15,7 +15,12 @@ or ``fastslow featurize``'s), or one split of a data root. Which models rank the
 Output: the test split of a data root is written as a Kaggle submission (:func:`competition.submission.submission_text`,
 validated against the test split as ``submit`` validates its own before writing it); anything else as one CSV with a
 row per graph, ``ID,Ranking``: the graph's submission ID (``<collection>:<file stem>``) and every config index,
-fastest predicted first, joined by ``;`` (ties by index, as a submission orders them).
+fastest predicted first, joined by ``;`` (ties by index, as a submission orders them). Either is written as
+``submit`` writes its submission (:func:`competition.promotion.promote`), with a record beside it (``<stem>.json``)
+that has no valid score: it never replaces a scored submission (it goes beside it as ``<stem>.new.csv``). ``--out``
+never names one of the command's inputs, a file inside the data root or the runs folder (refused with or without
+``--force``), nor a file no record says fastslow wrote (refused unless ``--force``, which keeps it as
+``<stem>.prev.csv``); the check is made again, under a lock, when the file is written.
 
 What cannot be used is refused before anything is predicted, in one line naming the run or the file: a missing run, a
 run the loader refuses (another format version, a GNN trained with an option this version no longer has), a run fitted
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -345,16 +351,80 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "ensemble made the submission, its ensemble.json holds the ensemble's weights "
                         "(default: submissions)")
     p.add_argument("--out", metavar="FILE", default=DEFAULT_OUT,
-                   help="the CSV to write: a Kaggle submission for the test split of a data root, else the rankings "
+                   help="the CSV to write (a name ending in .csv): a Kaggle submission for the test split of a data "
+                        "root, else the rankings, with its record beside it (<stem>.json), written as `submit` writes "
+                        "its submission: never over a scored submission (then beside it as <stem>.new.csv); never "
+                        "one of the command's inputs, nor inside the data root or the runs folder "
                         "(default: %(default)s)")
+    p.add_argument("--force", action="store_true",
+                   help="write --out over a file that no record says fastslow wrote; it is kept as <stem>.prev.csv "
+                        "(default: refuse, naming it)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=cmd_predict, outputs={"out": "file"})
 
 
+def output_problem(out: Path, *, reads: Sequence[tuple[Path, str]], folders: Sequence[tuple[Path, str]],
+                   force: bool) -> str | None:
+    """Why ``fastslow predict`` may not write ``out``, or ``None``.
+
+    Args:
+        out: the ``--out`` file.
+        reads: the files the command reads, each with what it is: never written over.
+        folders: folders never written into (the data roots, the runs folder), each with what it is.
+        force: write over a file no record says fastslow wrote (it is kept aside).
+    """
+    from competition.promotion import foreign_problem
+
+    if os.path.lexists(out):
+        for path, what in reads:
+            try:
+                same = os.path.samefile(out, path)
+            except OSError:
+                same = False
+            if same:
+                return f"is {what}, which this command reads: predict never writes over its inputs"
+    real = Path(os.path.realpath(out))
+    for folder, what in folders:
+        if real.is_relative_to(os.path.realpath(folder)):
+            return f"is inside {what} {folder}: predict never writes there"
+    if out.suffix != ".csv" or not out.stem:
+        return "expected a CSV file name ending in .csv (its record is written beside it as <stem>.json)"
+    problem = foreign_problem(out)
+    if problem is not None and not force:
+        return _foreign(out, problem)
+    return None
+
+
+def _foreign(out: Path, problem: str) -> str:
+    return (f"{problem}: give another --out, or --force to keep what is there aside ({out.stem}.prev.csv, "
+            f"{out.stem}.prev.json) and write there")
+
+
+def _inputs(targets: Sequence[Target], combination: Combination, runs_dir: Path, submissions: Path,
+            root: DataRoot | None) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
+    """What ``--out`` may never be: the files read (the npz files, the saved runs, the submissions folder's record
+    and ensemble) and the folders never written into (the data roots, the runs folder)."""
+    from competition.promotion import ENSEMBLE_FILE, RECORD
+    from competition.reader import data_root_of
+    from models.base import MODEL_FILE, run_folder
+
+    reads = [(t.path, f"the input file of {t.sid}") for t in targets]
+    reads += [(run_folder(runs_dir, m, c) / MODEL_FILE, f"the saved run of {m} for {c.value}")
+              for c in dict.fromkeys(t.collection for t in targets) for m in combination.needed(c)]
+    reads += [(submissions / RECORD, "the record of the submission"), (submissions / ENSEMBLE_FILE, "the ensemble")]
+    roots = {root.root: None} if root is not None else {}
+    for t in targets:
+        found = data_root_of(t.path)
+        if found is not None:
+            roots.setdefault(found.root, None)
+    folders = [(r, "the data root") for r in roots] + [(runs_dir, "the runs folder")]
+    return reads, folders
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     """``fastslow predict`` (see :func:`add_parser`)."""
-    from competition.npzio import atomic_write_text
-    from competition.pipeline import DEFAULT_OUT_DIR, DEFAULT_RUNS_DIR, _problems
+    from competition.pipeline import DEFAULT_OUT_DIR, DEFAULT_RUNS_DIR, ENSEMBLE, _problems
+    from competition.promotion import Names, OutputRefused, SubmissionRecord, new_run_id, promote
     from competition.reader import find_data_root
     from competition.submission import submission_text, validate_submission
 
@@ -382,22 +452,48 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise PredictRefused(f"{root.root}: no graphs in the {split.value} split")
     collections = list(dict.fromkeys(t.collection for t in targets))
     combination = choose_models(args.models, collections, runs_dir, submissions)
+    out = Path(args.out)
+    reads, folders = _inputs(targets, combination, runs_dir, submissions, root)
+    problem = output_problem(out, reads=reads, folders=folders, force=args.force)
+    if problem is not None:
+        raise PredictRefused(f"--out {out}: {problem}")
     print(combination.said, flush=True)
     scores = predict_targets(targets, combination, runs_dir, progress=not args.no_progress,
                              say=lambda line: print(line, flush=True))
-    out = Path(args.out)
     seconds = time.perf_counter() - started
-    if root is not None and split == Split.TEST:
-        def validate(tmp: Path) -> str | None:
+    submission = root is not None and split == Split.TEST
+    ensemble = combination.ensemble.document() if combination.ensemble is not None else None
+    producer = (ENSEMBLE if ensemble is not None else combination.members[0] if len(combination.members) == 1
+                else "+".join(combination.members))
+    record = SubmissionRecord(
+        run=new_run_id(), producer=producer, combined=None, scores={}, protocol="",
+        data=str(Path(root.root).absolute()) if root is not None else "",
+        settings={"predict": {"what": "submission" if submission else "ranking", "models": combination.members,
+                              "combined": combination.said, "runs_dir": str(runs_dir.absolute())},
+                  **({"ensemble": ensemble} if ensemble is not None else {})})
+    text = submission_text(scores) if submission else ranking_text(scores)
+
+    def validate(tmp: Path) -> str | None:
+        if submission:
+            assert root is not None
             problems = validate_submission(tmp, root, Split.TEST)
             return _problems(problems, Split.TEST, root) if problems else None
+        return None if tmp.read_bytes() == text.encode("utf-8") else "its bytes are not the rankings written"
 
-        atomic_write_text(out, submission_text(scores), check=validate)
-        print(f"wrote {out}: a submission of {len(scores)} test graphs, valid against "
+    try:
+        done = promote(out.parent, text, record, validate=validate, name=out.name,
+                       ensemble=ensemble if Names.of(out).has_ensemble else None,
+                       foreign="aside" if args.force else "refuse")
+    except OutputRefused as exc:
+        raise PredictRefused(f"--out {out}: {_foreign(out, exc.problem)}") from None
+    for line in done.said:
+        print(line)
+    if submission:
+        assert root is not None
+        print(f"wrote {done.path}: a submission of {len(scores)} test graphs, valid against "
               f"{root.sample_submission or 'the test files'} ({seconds:.1f} s)")
         return 0
-    atomic_write_text(out, ranking_text(scores))
     where = f"the {split.value} split of {root.root}" if root is not None and split is not None else "the files given"
-    print(f"wrote {out}: the ranking of every config of {len(scores)} graphs of {where}, fastest first "
+    print(f"wrote {done.path}: the ranking of every config of {len(scores)} graphs of {where}, fastest first "
           f"({seconds:.1f} s)")
     return 0

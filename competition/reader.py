@@ -677,6 +677,18 @@ def infer_collection_split(path: str | os.PathLike[str]) -> tuple[Collection | N
     return None, split
 
 
+def data_root_of(path: str | os.PathLike[str]) -> DataRoot | None:
+    """The data root whose tree holds the file ``path`` (``<root>/npz/layout/xla/random/test/x.npz``), or ``None``
+    for a file outside any data root's tree."""
+    collection, split = infer_collection_split(path)
+    if collection is None:
+        return None
+    npz_dir = Path(path).parent
+    for _ in range(len(collection.relpath.parts) + (split is not None)):
+        npz_dir = npz_dir.parent
+    return _as_root(npz_dir, f"the tree of {path}")
+
+
 def _kind_from_keys(path: Path, keys: list[str]) -> Kind:
     ks = set(keys)
     if ks & {"node_config_feat", "node_config_ids", "node_splits"}:
@@ -722,7 +734,7 @@ def _dtype_problem(path: Path, spec: ArraySpec, info: MemberInfo) -> DataFileErr
     return None
 
 
-def _header_problems(path: Path, r: NpzReader, kind: Kind) -> Iterator[DataFileError]:
+def _header_problems(path: Path, r: NpzReader | _ArrayMembers, kind: Kind) -> Iterator[DataFileError]:
     specs = TILE_ARRAYS if kind == "tile" else LAYOUT_ARRAYS
     keys = r.keys()
     present = [s for s in specs if s.key in keys]
@@ -771,6 +783,9 @@ def _header_problems(path: Path, r: NpzReader, kind: Kind) -> Iterator[DataFileE
     c_key = "config_feat" if kind == "tile" else "node_config_feat"
     if c_key in infos and infos[c_key].shape[0] == 0:
         yield DataFileError(path, c_key, "at least one config", f"shape {infos[c_key].shape}")
+    if kind == "layout" and c_key in infos and infos[c_key].shape[1] == 0:
+        yield DataFileError(path, c_key, "at least one configurable node (NC >= 1)",
+                            f"shape {infos[c_key].shape}: configs that configure no node")
 
 
 STREAMED_MEMBERS = frozenset({"node_config_feat"})
@@ -786,7 +801,7 @@ def _as_specified(key: str, info: MemberInfo) -> MemberInfo:
     return info
 
 
-def _load_arrays(r: NpzReader, kind: Kind) -> dict[str, npt.NDArray[Any]]:
+def _load_arrays(r: NpzReader | _ArrayMembers, kind: Kind) -> dict[str, npt.NDArray[Any]]:
     """Every member but the streamed ones, C-ordered, in the shapes the format specifies (:func:`_as_specified`)."""
     specs = TILE_ARRAYS if kind == "tile" else LAYOUT_ARRAYS
     out = {s.key: r.load(s.key) for s in specs if s.key not in STREAMED_MEMBERS}
@@ -899,7 +914,7 @@ def _value_problems(path: Path, arrays: Mapping[str, npt.NDArray[Any]], kind: Ki
                             f"last value {int(splits[-1])}")
 
 
-def _config_problems(path: Path, r: NpzReader, *, ranges: bool) -> Iterator[DataFileError]:
+def _config_problems(path: Path, r: NpzReader | _ArrayMembers, *, ranges: bool) -> Iterator[DataFileError]:
     """Problems of ``node_config_feat``'s values, streamed: non-finite values, and with ``ranges`` values outside
     the layout range."""
     lo, hi = LAYOUT_VALUE_RANGE
@@ -926,38 +941,71 @@ def _config_problems(path: Path, r: NpzReader, *, ranges: bool) -> Iterator[Data
                                 f"{v} at config {c}, configurable node {k}, column {j} ({counts[name]} {total[name]})")
 
 
+class _ArrayMembers:
+    """Arrays held in memory, read as :class:`~competition.npzio.NpzReader` reads a file's members: what
+    :func:`validate_arrays` checks before they are written."""
+
+    def __init__(self, arrays: Mapping[str, npt.ArrayLike]) -> None:
+        self._arrays = {key: np.asarray(value) for key, value in arrays.items()}
+
+    def keys(self) -> list[str]:
+        return list(self._arrays)
+
+    def info(self, key: str) -> MemberInfo:
+        a = self._arrays[key]
+        return MemberInfo(key, tuple(int(d) for d in a.shape), a.dtype, False)
+
+    def load(self, key: str) -> npt.NDArray[Any]:
+        return np.ascontiguousarray(self._arrays[key])
+
+    def iter_blocks(self, key: str, block_rows: int | None = None) -> Iterator[tuple[int, npt.NDArray[Any]]]:
+        a = self._arrays[key]
+        step = block_rows or max(1, DEFAULT_BLOCK_BYTES // max(self.info(key).row_bytes, 1))
+        for start in range(0, a.shape[0], step):
+            yield start, a[start:start + step]
+
+
 def _problems(
     path: Path, collection: Collection | None, *, validate: bool, deep: bool, sink: dict[str, Any],
     finite_configs: bool = False,
 ) -> Iterator[DataFileError]:
     """All problems of one file, in order; on success ``sink`` receives what a record needs."""
     with _open(path) as r:
-        keys = _guard(path, None, r.keys)
-        path_collection, split = infer_collection_split(path)
-        collection = Collection(collection) if collection is not None else path_collection
-        kind: Kind
-        if collection is not None:
-            kind = Collection(collection).kind
-        else:
-            kind = _kind_from_keys(path, keys)
-            collection = Collection.TILE_XLA if kind == "tile" else None
-        header = _guard(path, None, lambda: list(_header_problems(path, r, kind)))
-        if header:
-            yield from header
-            return
-        try:
-            arrays = _guard(path, None, lambda: _load_arrays(r, kind))
-        except DataFileError as exc:
-            yield exc
-            return
-        if validate:
-            yield from _value_problems(path, arrays, kind, split)
-            if (deep or finite_configs) and kind == "layout":
-                try:
-                    yield from _config_problems(path, r, ranges=deep)
-                except DataFileError as exc:
-                    yield exc
-        sink.update(arrays=arrays, kind=kind, collection=collection, split=split)
+        yield from _member_problems(path, r, collection, validate=validate, deep=deep, sink=sink,
+                                    finite_configs=finite_configs)
+
+
+def _member_problems(
+    path: Path, r: NpzReader | _ArrayMembers, collection: Collection | None, *, validate: bool, deep: bool,
+    sink: dict[str, Any], finite_configs: bool = False,
+) -> Iterator[DataFileError]:
+    """All problems of the members ``r`` reads (a file's, or arrays about to be written to ``path``)."""
+    keys = _guard(path, None, r.keys)
+    path_collection, split = infer_collection_split(path)
+    collection = Collection(collection) if collection is not None else path_collection
+    kind: Kind
+    if collection is not None:
+        kind = Collection(collection).kind
+    else:
+        kind = _kind_from_keys(path, keys)
+        collection = Collection.TILE_XLA if kind == "tile" else None
+    header = _guard(path, None, lambda: list(_header_problems(path, r, kind)))
+    if header:
+        yield from header
+        return
+    try:
+        arrays = _guard(path, None, lambda: _load_arrays(r, kind))
+    except DataFileError as exc:
+        yield exc
+        return
+    if validate:
+        yield from _value_problems(path, arrays, kind, split)
+        if (deep or finite_configs) and kind == "layout":
+            try:
+                yield from _config_problems(path, r, ranges=deep)
+            except DataFileError as exc:
+                yield exc
+    sink.update(arrays=arrays, kind=kind, collection=collection, split=split)
 
 
 def _widen(arrays: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
@@ -1093,6 +1141,29 @@ def validate_file(
     try:
         problems.extend(_problems(path, collection, validate=True, deep=deep, sink={},
                                   finite_configs=finite_configs))
+    except DataFileError as exc:
+        problems.append(exc)
+    return problems
+
+
+def validate_arrays(arrays: Mapping[str, npt.ArrayLike], path: str | os.PathLike[str],
+                    collection: Collection | None = None, deep: bool = False) -> list[DataFileError]:
+    """Every problem the file ``path`` would have if ``arrays`` were written there, found before it is written: the
+    checks of :func:`validate_file` (its split told by ``path``), on the arrays in memory.
+
+    Args:
+        arrays: the members, as :func:`~competition.npzio.write_npz` takes them (no streamed ones).
+        path: where they are to be written (its folders tell the collection and split).
+        collection: as for :func:`load_graph`.
+        deep: as for :func:`validate_file`.
+
+    Returns:
+        The problems, each a :class:`DataFileError` naming ``path``, in the order found.
+    """
+    problems: list[DataFileError] = []
+    try:
+        problems.extend(_member_problems(Path(path), _ArrayMembers(arrays), collection, validate=True, deep=deep,
+                                         sink={}))
     except DataFileError as exc:
         problems.append(exc)
     return problems

@@ -58,7 +58,8 @@ def featurize_records(base: str | os.PathLike[str]) -> Path:
         The data root.
 
     Raises:
-        RuntimeError: the featurizer refused the records or wrote a file failing validation, with its output.
+        HloFormatError: the featurizer refused the records (one whose file would fail its checks among them).
+        RuntimeError: the featurizer ended with another exit code, with its output.
     """
     from competition.hlo.cli import add_parser
 

@@ -245,7 +245,7 @@ def test_a_run_fitted_on_other_feature_columns_is_refused(fitted, tiny_world: Pa
 
 
 def test_an_npz_the_reader_refuses(fitted, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    broken = tmp_path / "npz" / "tile" / "xla" / "test" / "cut.npz"
+    broken = tmp_path / "root" / "npz" / "tile" / "xla" / "test" / "cut.npz"
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b"PK\x03\x04 not a whole archive")
     with pytest.raises(DataFileError) as reader:

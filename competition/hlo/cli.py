@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +63,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "featurize", help="turn XLA programs (HLO text or HloModuleProto) and tuning records into npz files",
         description="Turn XLA programs and tuning records into TpuGraphs npz files, written in a data root's tree "
-                    "(OUT/npz/layout/<source>/<search>/<split>/<stem>.npz and OUT/npz/tile/xla/<split>/<stem>.npz), "
-                    "then check every file written as `fastslow data validate --deep` does. A program without "
+                    "(OUT/npz/layout/<source>/<search>/<split>/<stem>.npz and OUT/npz/tile/xla/<split>/<stem>.npz). "
+                    "Every file is checked as `fastslow data validate --deep` checks one before any is written, and "
+                    "again before it is put in place: an input whose file would fail is refused, nothing written. A "
+                    "program without "
                     "records gets a layout file (the default layout and --sample sampled ones) and a tile file "
                     "per fusion (one tile over the whole output and --sample sampled output bounds); its "
                     "runtimes are unknown and written as test files hide theirs (all 0; tile normalizers all 1), "
@@ -99,7 +102,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="seed of the sampled configs; the same seed and file stem give the same configs "
                         "(default: %(default)s)")
     p.add_argument("--force", action="store_true",
-                   help="replace npz files that already exist (default: refuse, naming the first one)")
+                   help="replace npz files that already exist, with files that pass their checks (default: "
+                        "refuse, naming the first one, also when another run wrote it meanwhile)")
     p.set_defaults(func=cmd_featurize, outputs={"out": "folder"})
 
 
@@ -113,10 +117,25 @@ def _count(text: str) -> int:
     return v
 
 
+@dataclass(frozen=True)
+class _Output:
+    """One npz file to write: its members, its collection and the input it comes from."""
+
+    arrays: dict[str, object]
+    collection: Collection
+    source: object
+
+
 def cmd_featurize(args: argparse.Namespace) -> int:
-    """Run ``fastslow featurize``; returns 0, or 1 when a file written fails validation."""
+    """Run ``fastslow featurize``.
+
+    Every output is made and checked in memory (as ``fastslow data validate --deep`` checks a file) before the first
+    is written; a file that would fail refuses the whole run, naming its input. Each file is then written to a
+    temporary file, checked again, and put in place only where nothing is yet (unless ``--force``): an exclusive
+    create, so that two runs into one root never replace each other's files.
+    """
     from competition.npzio import write_npz
-    from competition.reader import validate_file
+    from competition.reader import validate_arrays, validate_file
 
     if not (args.programs or args.layout_records or args.tile_records):
         raise HloFormatError("fastslow featurize", "nothing to featurize: give program FILEs, --layout-records or "
@@ -128,58 +147,73 @@ def cmd_featurize(args: argparse.Namespace) -> int:
                                                "records (--layout-records / --tile-records)")
     root = Path(args.out) / "npz"
     layout_c, tile_c = Collection(args.collection), Collection.TILE_XLA
-    planned: dict[Path, dict[str, object]] = {}
-    collections: dict[Path, Collection] = {}
+    planned: dict[Path, _Output] = {}
 
-    def plan(collection: Collection, sp: Split, stem: str, arrays: dict[str, object], source: object) -> None:
+    def plan(collection: Collection, sp: Split, stem: str, arrays: dict[str, object], source: object,
+             named_by: str) -> None:
         path = root / collection.relpath / sp.value / f"{stem}.npz"
+        if path.name.startswith("."):
+            raise HloFormatError(source, f"its output would be named {path.name!r}, a hidden file that every reader "
+                                         f"skips (the name comes from {named_by}): rename it so that it does not "
+                                         "start with '.'")
         if path in planned:
             raise HloFormatError(source, f"two outputs would both be {path}: rename one input")
+        problems = validate_arrays(arrays, path, collection, deep=True)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise HloFormatError(source, f"its output would fail its checks, so nothing was written: "
+                                         f"{problems[0]}{more}")
         if path.exists() and not args.force:
             raise HloFormatError(path, "exists already: --force replaces it")
-        planned[path] = arrays
-        collections[path] = collection
+        planned[path] = _Output(arrays, collection, source)
 
-    for program in args.programs:
-        module = read_program(program)
-        stem = safe_stem(Path(program).stem)
-        sp = split or Split.TEST
-        if args.what in ("layout", "both"):
-            ids, feat = sample_layouts(module, args.sample, seeded_rng(args.seed, stem))
-            if ids.size:
-                plan(layout_c, sp, stem, layout_npz_arrays(module, ids, feat, np.zeros(feat.shape[0], np.int64)),
-                     program)
-            else:
-                print(f"{program}: no convolution, dot or reshape to configure: no layout file")
-        if args.what in ("tile", "both"):
-            for fusion, kernel in fusion_kernels(module):
-                kstem = f"{stem}_{safe_stem(fusion)}"
-                cfg = sample_tiles(kernel, args.sample, seeded_rng(args.seed, kstem))
-                n = cfg.shape[0]
-                plan(tile_c, sp, kstem, tile_npz_arrays(kernel, cfg, np.zeros(n, np.int64), np.ones(n, np.int64)),
-                     program)
-    for path in args.layout_records:
-        rec = read_layout_records(_read(path), path)
-        ids, feat, runtime = layout_from_records(rec, rec.module.num_nodes, path)
-        plan(layout_c, split or Split.TRAIN, safe_stem(Path(path).stem),
-             layout_npz_arrays(rec.module, ids, feat, runtime), path)
-    for path in args.tile_records:
-        for rec in read_tile_records(_read(path), path):
-            feat, runtime, norm = tiles_from_records(rec, path)
-            fp = rec.fingerprint - (1 << 64) if rec.fingerprint >= 1 << 63 else rec.fingerprint
-            stem = safe_stem(f"{rec.module.name}_{'-' if fp < 0 else ''}{abs(fp):x}")
-            plan(tile_c, split or Split.TRAIN, stem, tile_npz_arrays(rec.module, feat, runtime, norm), path)
+    # Values too large for float32 become inf here, and are refused by the checks above, naming the file and place.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for program in args.programs:
+            module = read_program(program)
+            stem = safe_stem(Path(program).stem)
+            sp = split or Split.TEST
+            named_by = f"the file's name {Path(program).name!r}"
+            if args.what in ("layout", "both"):
+                ids, feat = sample_layouts(module, args.sample, seeded_rng(args.seed, stem))
+                if ids.size:
+                    plan(layout_c, sp, stem,
+                         layout_npz_arrays(module, ids, feat, np.zeros(feat.shape[0], np.int64)), program, named_by)
+                else:
+                    print(f"{program}: no convolution, dot or reshape to configure: no layout file")
+            if args.what in ("tile", "both"):
+                for fusion, kernel in fusion_kernels(module):
+                    kstem = f"{stem}_{safe_stem(fusion)}"
+                    cfg = sample_tiles(kernel, args.sample, seeded_rng(args.seed, kstem))
+                    n = cfg.shape[0]
+                    plan(tile_c, sp, kstem,
+                         tile_npz_arrays(kernel, cfg, np.zeros(n, np.int64), np.ones(n, np.int64)), program, named_by)
+        for path in args.layout_records:
+            rec = read_layout_records(_read(path), path)
+            ids, feat, runtime = layout_from_records(rec, rec.module.num_nodes, path)
+            plan(layout_c, split or Split.TRAIN, safe_stem(Path(path).stem),
+                 layout_npz_arrays(rec.module, ids, feat, runtime), path, f"the file's name {Path(path).name!r}")
+        for path in args.tile_records:
+            for rec in read_tile_records(_read(path), path):
+                feat, runtime, norm = tiles_from_records(rec, path)
+                fp = rec.fingerprint - (1 << 64) if rec.fingerprint >= 1 << 63 else rec.fingerprint
+                stem = safe_stem(f"{rec.module.name}_{'-' if fp < 0 else ''}{abs(fp):x}")
+                plan(tile_c, split or Split.TRAIN, stem, tile_npz_arrays(rec.module, feat, runtime, norm), path,
+                     f"the kernel's module name {rec.module.name!r}")
 
-    bad = 0
-    for path, arrays in planned.items():
-        write_npz(path, arrays)
-        problems = validate_file(path, collections[path], deep=True)
-        bad += bool(problems)
-        for problem in problems:
-            print(f"invalid output: {problem}")
+    for path, output in planned.items():
+        def check(tmp: Path, collection: Collection = output.collection) -> str | None:
+            problems = validate_file(tmp, collection, deep=True)
+            return "; ".join(str(p) for p in problems[:3]) if problems else None
+
+        try:
+            write_npz(path, output.arrays, check=check, exclusive=not args.force)
+        except FileExistsError:
+            raise HloFormatError(path, "exists already: written since this run began (another run into the same "
+                                       "root?); it is kept, and this run stops here: --force replaces it") from None
         print(f"wrote {path}")
-    print(f"{len(planned)} file(s) written under {root}, {bad} failing validation")
-    return 1 if bad else 0
+    print(f"{len(planned)} file(s) written under {root}, each checked as `fastslow data validate --deep` checks it")
+    return 0
 
 
 def _read(path: str) -> bytes:
