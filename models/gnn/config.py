@@ -98,6 +98,9 @@ class TrainingSettings(Section):
     swa_epochs: int = setting(0, "average the weights of the last this-many epochs (0: off)", low=0, high=100_000)
     refit: bool = setting(False, "after early stopping, train again on train and valid for the test predictions")
     seed: int = setting(0, "seeds initialisation and sampling", low=0)
+    valid_configs: int | None = setting(
+        None, "the per-epoch validation scores at most this many configs of each valid graph the valid protocol "
+              "does not choose configs of (a fixed draw; None: all of them)", low=2)
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ from models.gnn.infer import (
     reference_sets,
 )
 from models.gnn.net import RankNet, make_segments
-from models.gnn.steps import Item, predict_scores, resolve_device
+from models.gnn.steps import Item, predict_scores, resolve_device, validation_draw
 from models.gnn.train import TrainResult, finished, train
 
 log = logging.getLogger(__name__)
@@ -350,7 +350,8 @@ class GNNModel(RankingModel):
             max_seconds = remaining if max_seconds is None else min(max_seconds, remaining)
         end = None if max_seconds is None else time.monotonic() + max_seconds  # the rest get what is left
         factor = (None if predict_by is None or not valid_items
-                  else prediction_factor(data, sum(it.num_configs for it in valid_items), self.tta))
+                  else prediction_factor(data, sum(validation_draw(it, settings.train.valid_configs).num_configs
+                                                for it in valid_items), self.tta))
 
         def budget(seconds: float | None, networks: int) -> tuple[float | None, Callable[[float], float] | None]:
             """A network's ``max_seconds`` and ``keep_free`` for :func:`train`: ``seconds`` at most, and ending

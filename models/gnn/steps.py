@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,6 +80,18 @@ class Item:
     @property
     def num_nodes(self) -> int:
         return sum(s.num_nodes for s in self.segments)
+
+
+def validation_draw(item: Item, limit: int | None) -> Item:
+    """``item`` as the per-epoch validation scores it: at most ``limit`` of its configs, a draw fixed by the graph's
+    name (the same for every seed, run and machine), kept in file order; the whole item when ``limit`` is
+    ``None``, when it has no more configs, or when the valid protocol chose its configs (``picks``)."""
+    n = item.num_configs
+    if limit is None or n <= limit or item.picks is not None:
+        return item
+    rng = np.random.default_rng(zlib.crc32(item.key.encode()))
+    keep = torch.from_numpy(np.sort(rng.choice(n, size=limit, replace=False)))
+    return replace(item, config_feat=item.config_feat[keep], y=item.y[keep])
 
 
 @dataclass

@@ -40,6 +40,7 @@ from models.gnn.steps import (
     seed_everything,
     step_slots,
     training_step,
+    validation_draw,
     visit_order,
 )
 
@@ -166,7 +167,8 @@ class Trainer:
         # Graphs go to the device once (a no-op on the CPU), not at every step.
         self.usable = [replace(it, segments=[s.to(self.device) for s in it.segments])
                        for it in train_items if it.num_configs >= 2]
-        self.valid_items = [replace(it, segments=[s.to(self.device) for s in it.segments]) for it in valid_items]
+        self.valid_items = [replace(validation_draw(it, cfg.train.valid_configs),
+                                    segments=[s.to(self.device) for s in it.segments]) for it in valid_items]
         if not self.usable:
             raise ValueError("no training graph has two or more configs with known runtimes")
         if self.world > len(self.usable):

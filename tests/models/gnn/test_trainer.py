@@ -186,3 +186,35 @@ def test_the_loop_refuses_training_graphs_without_two_configs():
     one = replace(TRAIN[0], config_feat=TRAIN[0].config_feat[:1], y=TRAIN[0].y[:1])
     with pytest.raises(ValueError, match="two or more configs"):
         Trainer(CFG, [one], VALID, device="cpu", progress=False)
+
+
+def test_the_validation_draw_keeps_a_fixed_subset_of_each_graphs_configs_in_file_order():
+    from models.gnn.steps import validation_draw
+
+    item = tiny_item("v", 2)
+    drawn = validation_draw(item, 5)
+    assert drawn.num_configs == 5
+    # the rows kept, found back by their runtimes (distinct): in file order, and the same at every call
+    rows = [int((item.y == v).nonzero()) for v in drawn.y]
+    assert rows == sorted(rows) and len(set(rows)) == 5
+    torch.testing.assert_close(drawn.config_feat, item.config_feat[rows])
+    assert torch.equal(validation_draw(item, 5).y, drawn.y)
+    # another graph's name draws other rows; nothing is drawn without a limit, under it, or with the protocol's picks
+    other = validation_draw(replace(item, key="w"), 5)
+    assert not torch.equal(other.y, drawn.y)
+    assert validation_draw(item, None) is item and validation_draw(item, CONFIGS) is item
+    picked = replace(item, picks=torch.arange(CONFIGS).numpy())
+    assert validation_draw(picked, 5) is picked
+
+
+def test_the_trainer_validates_on_the_draw_when_valid_configs_is_set():
+    from competition.metrics import graph_score
+    from models.gnn.steps import predict_scores, validation_draw
+
+    trainer = tiny_trainer(cfg=CFG.with_(valid_configs=5))
+    assert [it.num_configs for it in trainer.valid_items] == [5]
+    drawn = validation_draw(VALID[0], 5)
+    scores = predict_scores(trainer.net, drawn.segments, drawn.config_feat, batch=CFG.predict.predict_batch)
+    expected = graph_score("layout", drawn.y.numpy(), scores=scores)
+    assert trainer.evaluate(trainer.net) == pytest.approx(expected)
+    assert [it.num_configs for it in tiny_trainer().valid_items] == [CONFIGS]
