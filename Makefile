@@ -6,7 +6,7 @@ SCALE ?= demo
 DATA ?= data/synthetic-$(SCALE)
 
 .DEFAULT_GOAL := help
-.PHONY: help install submit test lint bench bench-scale bench-real synth stats leaderboard clean wheel kaggle-submit kaggle-notebook kaggle-dataset
+.PHONY: help install submit test lint bench bench-scale bench-speed bench-real synth stats leaderboard clean wheel kaggle-submit kaggle-notebook kaggle-dataset
 
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,6 +45,9 @@ bench: install ## Speed and memory benchmarks (prints ratios measured side by si
 
 bench-scale: install ## Every stage measured on a full-scale world part, projected for the real data's counts.
 	$(PY) -m benchmarks.scale
+
+bench-speed: install ## The default GNN against the defaults it replaced, side by side: epoch seconds, prediction speed.
+	$(PY) -m benchmarks.speed
 
 bench-real: install ## Models ranking real TPU kernels' and a real module's measured configs (the shipped records).
 	$(PY) -m benchmarks.real_records

@@ -294,8 +294,8 @@ def format_projection(rows: list[dict], jobs: int = 1) -> str:
     lines.append(f"  {'total, one at a time':22s} {_fmt_h(total)}")
     slots, gnn = schedule(rows, jobs)
     if jobs > 1 and gnn:
-        lines.append(f"  the GNN fits (fit, predictions, scoring) {jobs} at a time, largest first, as the pipeline runs "
-                     "them:")
+        lines.append(f"  the GNN collections (cache, fit, predictions, scoring) {jobs} at a time, largest first, as the "
+                     "pipeline runs them:")
         for i, slot in enumerate(slots, 1):
             lines.append(f"    slot {i}: " + " + ".join(f"{c} {_fmt_h(v).strip()}" for c, v in slot) +
                          f" = {_fmt_h(sum(v for _, v in slot)).strip()}")
@@ -308,13 +308,17 @@ def format_projection(rows: list[dict], jobs: int = 1) -> str:
 
 
 def schedule(rows: list[dict], jobs: int) -> tuple[list[list[tuple[str, float]]], dict[str, float]]:
-    """The GNN collections' projected seconds (fit, predictions and scoring of every GNN model) put on ``jobs``
+    """The GNN collections' projected seconds (the feature cache, then the fit, predictions and scoring of every GNN
+    model) put on ``jobs``
     slots largest first, each to the slot that frees first (as ``fastslow submit --jobs`` starts them): the slots,
     and each collection's seconds."""
     gnn: dict[str, float] = {}
     for r in rows:
         if r["stage"].startswith("gnn"):
             gnn[r["collection"]] = gnn.get(r["collection"], 0.0) + r["projected"]
+    for r in rows:  # the GNN feature cache is built by the collection's first GNN fit, in its slot
+        if r["stage"].startswith("cache") and r["collection"] in gnn:
+            gnn[r["collection"]] += r["projected"]
     slots: list[list[tuple[str, float]]] = [[] for _ in range(max(1, jobs))]
     for c, v in sorted(gnn.items(), key=lambda kv: -kv[1]):
         min(slots, key=lambda slot: sum(t for _, t in slot)).append((c, v))

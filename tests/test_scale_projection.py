@@ -46,7 +46,8 @@ def _rows() -> list[dict]:
     return [row("gbdt fit", "tile:xla", 600.0),
             row("gnn-attn fit", "layout:xla:random", 5000.0), row("gnn-attn predict test", "layout:xla:random", 400.0),
             row("gnn-attn fit", "tile:xla", 3000.0), row("gnn-attn fit", "layout:nlp:default", 2000.0),
-            row("gnn-attn fit", "layout:xla:default", 1000.0)]
+            row("gnn-attn fit", "layout:xla:default", 800.0), row("cache train (GNN features)", "layout:xla:default",
+                                                                   200.0)]
 
 
 def test_the_gnn_fits_go_largest_first_to_the_slot_that_frees_first():
