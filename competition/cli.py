@@ -1277,6 +1277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         line_progress_when_logged()
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(levelname)s %(message)s")
+        # torch sets its loggers' levels when its import ends; one cut short by Ctrl-C left them to the level above,
+        # and torch's exit handlers logged their statistics under the one line.
+        logging.getLogger("torch").setLevel(logging.WARNING)
         _check_outputs(args)
         _check_inputs(parser, args)
         code = args.func(args)
@@ -1286,6 +1289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         raise
     except KeyboardInterrupt as exc:
+        _forget_interrupt()
         if args is not None and args.verbose:
             traceback.print_exc()
         print(INTERRUPTED, file=sys.stderr)
@@ -1307,6 +1311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PROBLEMS if isinstance(exc, SubmissionError) else EXIT_ERROR
     finally:
         _restore_signals()
+
+
+def _forget_interrupt() -> None:
+    """CPython marks a :class:`KeyboardInterrupt` raised inside ``exec`` or ``eval`` of a string (a dataclass or a
+    named tuple being defined, as imports of torch do by the thousand) as unhandled even once it is caught, and
+    ``python -m competition`` then ends by SIGINT at exit instead of with its exit code. Each such evaluation clears
+    the mark as it starts: an empty one clears it."""
+    exec("", {})
 
 
 def _message(exc: BaseException, args: argparse.Namespace) -> str:

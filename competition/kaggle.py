@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import hashlib
 import io
 import json
 import os
@@ -36,6 +35,7 @@ from typing import Any, TypeVar
 
 from competition.collections import Split
 from competition.errors import DataFileError, DataRootNotFound
+from competition.fingerprint import file_sha256
 from competition.nesting import json_loads
 from competition.npzio import atomic_write_text, temp_sibling
 
@@ -501,14 +501,6 @@ def _cmd_download(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _count_rows(path: Path) -> int:
     with open(path, newline="", encoding="utf-8-sig") as f:
         return max(sum(1 for fields in csv.reader(f) if fields) - 1, 0)
@@ -549,7 +541,7 @@ def submit(file: str | os.PathLike[str], message: str, data: str | os.PathLike[s
         print(f"{path}: {problem_count(problems)} problem(s) against the test split of {root.root}; nothing was "
               "sent to Kaggle")
         return EXIT_PROBLEMS
-    size, rows, digest = path.stat().st_size, _count_rows(path), _sha256(path)
+    size, rows, digest = path.stat().st_size, _count_rows(path), file_sha256(path)
     summary = (f"  file:        {path.absolute()}\n  size:        {size:,} bytes\n  rows:        {rows}\n"
                f"  sha256:      {digest}\n  competition: {COMPETITION}\n  message:     {message}")
     if dry_run:

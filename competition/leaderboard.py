@@ -16,7 +16,6 @@ Appends from concurrent runs never lose a row: each holds an exclusive lock (``f
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import logging
 import os
@@ -30,6 +29,7 @@ import numpy as np
 
 from competition.collections import Collection
 from competition.display import csv_cell, plot_label, plots_plain_text, printable
+from competition.fingerprint import file_sha256
 from competition.npzio import atomic_path, atomic_write_text, exclusive_lock
 
 log = logging.getLogger(__name__)
@@ -41,14 +41,6 @@ COLUMNS: tuple[str, ...] = (
 )
 OPTIONAL_COLUMNS: frozenset[str] = frozenset({"components", "protocol"})
 """Columns added after the first release: files written before them still read, with these left empty."""
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 INSTALL_ROOT = Path(__file__).resolve().parent.parent

@@ -60,7 +60,15 @@ from competition.submission import (
     validate_submission,
     write_submission,
 )
-from competition.workers import child_environment, end_with_process, usable_cores
+from competition.workers import (
+    child_environment,
+    end_with_process,
+    interrupts_held,
+    stop_by_parent,
+    stop_pool,
+    stoppable_job,
+    usable_cores,
+)
 
 if TYPE_CHECKING:
     from models.base import RankingModel
@@ -377,8 +385,11 @@ def _predict_concurrently(model_name: str, dataset: Dataset, models: dict[Collec
     # process imports them again (lab/journal.md, "The two commands"). One collection per process: a process that
     # fitted one keeps its heap, and the next fit in it adds to that (a full-scale run peaked higher so than with a
     # process each: lab/journal.md, "Collections fitted at once, at full scale").
-    pool = ProcessPoolExecutor(jobs, mp_context=_fit_context(), initializer=_init_job,
-                               initargs=(os.getpid(), threads, progress), max_tasks_per_child=1)
+    # The pool's processes (and the resource tracker its queues start) begin with the stop signals blocked, and an
+    # interrupt waits for a start to end: competition.workers.interrupts_held.
+    with interrupts_held():
+        pool = ProcessPoolExecutor(jobs, mp_context=_fit_context(), initializer=_init_job,
+                                   initargs=(os.getpid(), threads, progress), max_tasks_per_child=1)
     pending = list(order)
     running: dict[Future[Any], tuple[Collection, float]] = {}  # each fit: its collection and its slot's end
     results: dict[Collection, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
@@ -397,8 +408,9 @@ def _predict_concurrently(model_name: str, dataset: Dataset, models: dict[Collec
         # The process starts at the submit, with this environment: torch sizes its thread pool from
         # OMP_NUM_THREADS, and tqdm reads its defaults when imported (progress lines every few seconds); the fork
         # server, started by the run's first submit, passes on the environment of its start.
-        with child_environment(OMP_NUM_THREADS=str(threads),
-                               TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
+        with interrupts_held(), child_environment(
+                OMP_NUM_THREADS=str(threads),
+                TQDM_MININTERVAL=os.environ.get("TQDM_MININTERVAL", str(LOG_INTERVAL_SECONDS))):
             future = pool.submit(_collection_job, model_name, params.for_collection(c), dataset[c], progress, slot,
                                  end, runs_dir)
         running[future] = (c, now + slot)
@@ -417,14 +429,12 @@ def _predict_concurrently(model_name: str, dataset: Dataset, models: dict[Collec
         for c in collections:  # in the order one fit at a time gives
             out[Split.VALID.value].update(results[c][0])
             out[Split.TEST.value].update(results[c][1])
+        pool.shutdown()
     except BaseException:
-        # Stop the other fits now (an error, or Ctrl-C) instead of waiting hours for them: the executor has no
-        # public way to end running work.
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        # Stop the other fits now (an error, or Ctrl-C) instead of waiting hours for them, each unwinding as on
+        # Ctrl-C, and return once they have ended.
+        stop_pool(pool)
         raise
-    pool.shutdown()
     return out
 
 
@@ -448,8 +458,10 @@ def _init_job(pipeline: int, threads: int, progress: bool) -> None:
     (:func:`~competition.workers.end_with_process`, not its parent, which is the fork server: a killed pipeline leaves
     no fit writing its run folder; the server, which each fit holds open, ends after them), runs torch on its share
     of the cores (set here as well as by the inherited ``OMP_NUM_THREADS``: with the variable alone, predictions
-    differed in the 7th digit from those of a process that set its threads), and prints its progress bars as whole
-    lines (bars of several processes redrawn in place on one terminal would overwrite each other)."""
+    differed in the 7th digit from those of a process that set its threads), prints its progress bars as whole
+    lines (bars of several processes redrawn in place on one terminal would overwrite each other), and takes no
+    Ctrl-C: the pipeline stops it (:func:`~competition.workers.stop_by_parent`)."""
+    stop_by_parent()
     import torch
 
     end_with_process(pipeline)
@@ -462,15 +474,17 @@ def _collection_job(model_name: str, params: dict[str, object], data: Collection
                     end: float, runs_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """One collection's fit and predictions in a concurrent fit's process: fitting stops after
     :data:`~competition.budget.FIT_FRACTION` of ``slot`` and early enough to predict by ``end`` (monotonic clock
-    values are the machine's, the same in every process)."""
+    values are the machine's, the same in every process). Stopped by the pipeline, it unwinds as on Ctrl-C and
+    ends with :class:`KeyboardInterrupt` (:func:`~competition.workers.stoppable_job`)."""
     from models.registry import make_model
 
     started = time.monotonic()
     deadline = (None if math.isinf(slot)
                 else max(started, min(started + FIT_FRACTION * slot, end - (1 - FIT_FRACTION) * slot)))
     predict_by = None if math.isinf(slot) else max(started, min(started + slot, end))
-    fit = fit_collection(model_name, make_model(model_name, **params), data, progress=progress, deadline=deadline,
-                         predict_by=predict_by, runs_dir=runs_dir)
+    with stoppable_job():
+        fit = fit_collection(model_name, make_model(model_name, **params), data, progress=progress,
+                             deadline=deadline, predict_by=predict_by, runs_dir=runs_dir)
     return fit.predictions[Split.VALID], fit.predictions[Split.TEST]
 
 

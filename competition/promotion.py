@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from competition.leaderboard import file_sha256
+from competition.fingerprint import file_sha256
 from competition.nesting import json_loads
 from competition.npzio import RejectedOutput, atomic_write_text, exclusive_lock, first_free, temp_sibling
 

@@ -6,7 +6,8 @@ The page has five sections, each with a heading, a sentence for a newcomer, a pl
 2. the distribution of the per-graph scores of one submission;
 3. predicted against true rank for a few layout graphs of that submission;
 4. how much pruning to the configurable nodes keeps, per collection;
-5. the learning curves of every training run found under ``runs/`` (``curves.csv``).
+5. the learning curves of every training run found under ``runs/`` (``curves.csv``; not those of runs moved aside by
+   a run with other settings).
 
 A section whose inputs are missing says why instead of failing. The folder is written atomically: everything goes
 into a temporary folder beside it, which then replaces the old report; only what a report wrote (listed in its
@@ -515,7 +516,11 @@ def _curves_section(out: Path, runs_dir: Path) -> Section:
     sec = Section("curves", "5. Learning curves",
                   "Each panel is one training run: the training loss (left axis) should fall and the validation "
                   "metric (right axis, higher is better) should rise; a gap that widens means overfitting.")
-    files = sorted(runs_dir.rglob("curves.csv")) if runs_dir.is_dir() else []
+    from models.gnn.runs import moved_aside
+
+    # The current runs only: a run that one with other settings moved aside is no part of any model now.
+    found = runs_dir.rglob("curves.csv") if runs_dir.is_dir() else ()
+    files = sorted(f for f in found if not moved_aside(f.relative_to(runs_dir)))
     if not files:
         sec.missing(f"No training runs found under {runs_dir}/ (a GNN training writes "
                     f"{runs_dir}/<model>/<collection>/curves.csv).")

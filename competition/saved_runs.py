@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from competition.collections import Collection
+from competition.fingerprint import content_digest
 from competition.nesting import json_loads
 from models.base import MODEL_FILE
 
@@ -39,10 +40,12 @@ PLACE_KEYS = ("run.runs_dir", "run.cache_dir")
 
 def data_key(data: CollectionData) -> dict[str, Any]:
     """What identifies the data a fit learns from: the data root, the valid protocol, and each file (path relative
-    to the root and size) of the train split and of the split early stopping scores."""
+    to the root, size and content: :func:`competition.fingerprint.content_digest`) of the train split and of the
+    split early stopping scores. A file whose bytes change gives another key, whatever its size and times."""
     splits = [data.train] + ([] if data.eval is None else [data.eval])
     return {"root": data.train.data_id, "protocol": data.protocol.tag,
-            "files": {g.split.value: [[g.relpath(p), os.stat(p).st_size] for p in g.paths] for g in splits}}
+            "files": {g.split.value: [[g.relpath(p), os.stat(p).st_size, content_digest(p)] for p in g.paths]
+                      for g in splits}}
 
 
 def fit_key(model_name: str, model: RankingModel, data: CollectionData) -> dict[str, Any]:
@@ -102,18 +105,18 @@ def _gnn_finished(folder: Path, saved: Any, model: Any, collection: Collection) 
     """Whether every network of the saved GNN finished its training: each run folder's checkpoint (the first
     network's, each member's ``seed-<seed>/``, and the ``refit/`` of each) says a finished stop, and the model kept
     as many networks as its settings train."""
-    from models.gnn.runs import CHECKPOINT, read_checkpoint
+    from models.gnn.runs import CHECKPOINT, REFIT_FOLDER, member_folder, read_checkpoint
     from models.gnn.train import finished
 
     if saved.num_networks != model.train_config(collection).run.seeds:
         return False
-    folders = [folder] + [folder / f"seed-{m['seed']}" for m in getattr(saved, "members_", ())]
+    folders = [folder] + [member_folder(folder, m["seed"]) for m in getattr(saved, "members_", ())]
     for run in folders:
         ckpt = read_checkpoint(run / CHECKPOINT)
         if ckpt is None or not finished(ckpt["stopped"]):
             return False
-        if (run / "refit" / CHECKPOINT).is_file():
-            refit = read_checkpoint(run / "refit" / CHECKPOINT)
+        if (run / REFIT_FOLDER / CHECKPOINT).is_file():
+            refit = read_checkpoint(run / REFIT_FOLDER / CHECKPOINT)
             if refit is None or not finished(refit["stopped"]):
                 return False
     return True

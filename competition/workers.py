@@ -5,6 +5,12 @@ waits for. :func:`end_with_parent` is a pool initializer that prevents it; :func
 method under which the pool's creator really is the workers' parent, and :func:`end_with_process` does the same for
 workers forked by a fork server (whose parent is the server). :func:`usable_cores` counts the cores workers
 may share, and :func:`child_environment` sets what the processes started meanwhile inherit.
+
+Ctrl-C reaches every process of the terminal's process group at once, a pool's workers and a fork server among
+them. Where the parent stops its pool itself, they are kept out of it: the parent starts the pool's processes
+within :func:`interrupts_held` (they begin with the stop signals blocked, and an interrupt never cuts a start
+short), each worker runs :func:`stop_by_parent` and its job within :func:`stoppable_job`, and the parent ends them
+with :func:`stop_pool`: one line and exit 130 from the parent, no worker's traceback or warning.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import signal
 import sys
 import threading
 import time
+import typing
 from collections.abc import Iterator
+from concurrent.futures import Executor
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -113,3 +121,138 @@ def child_environment(**values: str) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+STOP_GRACE_SECONDS = 30.0
+"""How long :func:`stop_pool` waits for the workers it asked to stop before it kills them."""
+STOPPED_EXIT = 128 + int(signal.SIGTERM)
+"""The exit status of a worker stopped outside its job."""
+_in_job = False
+
+
+def _signals(*names: str) -> list[int]:
+    """The signals of ``names`` this platform has (no SIGHUP on Windows)."""
+    return [getattr(signal, n) for n in names if hasattr(signal, n)]
+
+
+_HELD = ("SIGINT", "SIGTERM", "SIGHUP")
+_STOPPING = ("SIGTERM", "SIGHUP")
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A handler that does nothing: unlike ``SIG_IGN``, a signal that came just before it was set is taken quietly
+    (CPython prints a traceback, "Signal N ignored due to race condition", for one found ignored)."""
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and the other stop signals this process handles (SIGTERM, SIGHUP) held back for the
+    duration, then taken as they would have been (their handlers run then: a :class:`KeyboardInterrupt` is raised
+    after the block). The processes started meanwhile begin with those signals blocked: a fork server, every worker
+    it forks after (:func:`stop_by_parent` unblocks what a worker takes), and the resource tracker. Ctrl-C at a
+    terminal, or a closed terminal's SIGHUP, sent to the whole process group, then reaches only the parent, which
+    stops them.
+
+    Around a pool's start: an interrupt neither kills a fork server in its imports (the parent's ``EOFError``) nor
+    leaves a worker started that the pool does not know of. Outside the main thread, where no signal handler runs,
+    it holds nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        seen.append(signum)
+
+    previous = {signum: signal.signal(signum, hold) for signum in _signals(*_HELD)
+                if callable(signal.getsignal(signum))}
+    blocking = hasattr(signal, "pthread_sigmask")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _signals(*_HELD)) if blocking else set()
+    try:
+        yield
+    finally:
+        if blocking:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came meanwhile is taken by ``hold`` here
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if seen:
+            previous[seen[0]](seen[0], None)
+
+
+def stop_by_parent() -> None:
+    """Pool initializer part: the worker takes no Ctrl-C (its parent stops it: :func:`stop_pool`), and SIGTERM or
+    SIGHUP stop it: inside :func:`stoppable_job` as Ctrl-C would (its own pools' processes ended, a
+    :class:`KeyboardInterrupt` raised in the job, which removes its temporaries as it unwinds), else at once.
+    Processes it forks (its own pools' workers) take those signals at their defaults."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in _signals(*_STOPPING):
+        signal.signal(signum, _stop_job)
+    if hasattr(signal, "pthread_sigmask"):  # blocked where the worker was started within interrupts_held
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _signals(*_STOPPING))
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_stop_signals)
+
+
+def _default_stop_signals() -> None:
+    global _in_job
+    _in_job = False
+    for signum in _signals(*_STOPPING):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def _stop_job(signum: int, frame: object) -> None:
+    for other in _signals(*_STOPPING):  # once: a second signal does not cut the unwinding short
+        signal.signal(other, _ignore)
+    if not _in_job:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(STOPPED_EXIT)
+    for child in multiprocessing.active_children():  # its own pools' workers, which take no Ctrl-C either
+        with contextlib.suppress(OSError):
+            child.terminate()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stoppable_job() -> Iterator[None]:
+    """The job of a worker that :func:`stop_by_parent` set up: SIGTERM or SIGHUP raise :class:`KeyboardInterrupt`
+    in it. The pool hands that to the parent as the job's exception (no traceback is printed), and the worker ends
+    as after any job (its exit handlers run: no semaphore of its is left for the resource tracker to warn of)."""
+    global _in_job
+    _in_job = True
+    try:
+        yield
+    finally:
+        _in_job = False
+
+
+def stop_pool(pool: Executor, grace: float = STOP_GRACE_SECONDS) -> None:
+    """End a :class:`~concurrent.futures.ProcessPoolExecutor` now, and return once every process of it has ended.
+
+    The pool shuts down, its queued jobs cancelled, while each of its processes gets SIGTERM (a worker that
+    :func:`stop_by_parent` set up unwinds its job as on Ctrl-C), and SIGKILL when still running after ``grace``
+    seconds; a worker the pool starts meanwhile (replacing one that ended) is stopped too. Signals are held
+    meanwhile (:func:`interrupts_held`): a second Ctrl-C does not cut the stop short. The pool's table of processes
+    is kept until its manager thread has ended (``shutdown(wait=False)`` drops it at once, and a worker ending then
+    made the manager thread fail with a ``TypeError``).
+    """
+    with interrupts_held():
+        processes: dict[int, typing.Any] = getattr(pool, "_processes", None) or {}
+        shutdown = threading.Thread(target=pool.shutdown, kwargs={"wait": True, "cancel_futures": True},
+                                    name="stop-pool", daemon=True)
+        shutdown.start()
+        stopped: set[int] = set()
+        end = time.monotonic() + grace
+        while shutdown.is_alive():
+            late = time.monotonic() > end
+            for process in list(processes.values()):  # the dict the pool's manager thread keeps current
+                if process.is_alive() and (late or process.pid not in stopped):
+                    with contextlib.suppress(OSError):
+                        if late:
+                            process.kill()
+                        else:
+                            process.terminate()
+                    stopped.add(process.pid)
+            shutdown.join(0.05)

@@ -12,8 +12,9 @@ resolved path, so a changed pipeline builds into a new folder and never reuses f
 the official baselines name their caches by a hash of the settings), and two data roots (two synthetic worlds) never
 share a folder, where each build would remove the other's files as leftovers. The old folder is left in place until
 :meth:`ProcessedGraphs.clean_stale` removes it (with those of other data roots). A graph's source key hashes the npz
-file's path relative to the data root, its size, its ``mtime_ns`` and its stem, so a rewritten data file is rebuilt
-and the others are reused.
+file's path relative to the data root, its size, its content (:func:`competition.fingerprint.content_digest`) and its
+stem, so a data file whose bytes change is rebuilt, even at the same size and modification time, and the others are
+reused (a file merely touched among them).
 
 Every cached file is written through :func:`competition.npzio.atomic_write_stream`: a build that is interrupted leaves
 only complete files (reused by the next build) and ``.part`` temporary files, which never match a cached name and
@@ -50,6 +51,7 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
 from competition.dataset import SplitGraphs
+from competition.fingerprint import content_digest
 from competition.npzio import atomic_write_stream, atomic_write_text, failures_named, remove_stale_temps
 from competition.protocol import ValidProtocol
 from competition.reader import LayoutGraph, load_graph
@@ -177,14 +179,14 @@ class SourceFile:
         path: the npz file.
         relpath: ``path`` relative to the data root (POSIX form).
         size: bytes.
-        mtime_ns: modification time, ns.
-        key: :data:`_KEY_CHARS` hex digits of the hash of ``(relpath, size, mtime_ns, stem)``.
+        sha256: the SHA-256 of its bytes (:func:`competition.fingerprint.content_digest`).
+        key: :data:`_KEY_CHARS` hex digits of the hash of ``(relpath, size, sha256, stem)``.
     """
 
     path: Path
     relpath: str
     size: int
-    mtime_ns: int
+    sha256: str
     key: str
 
     @property
@@ -198,9 +200,9 @@ class SourceFile:
     @classmethod
     def of(cls, path: Path, rel: str) -> SourceFile:
         """The file at ``path``, whose path relative to the data root is ``rel`` (POSIX form)."""
-        st = path.stat()
-        ident = json.dumps([rel, st.st_size, st.st_mtime_ns, path.stem])
-        return cls(path, rel, st.st_size, st.st_mtime_ns, hashlib.sha256(ident.encode()).hexdigest()[:_KEY_CHARS])
+        size, digest = path.stat().st_size, content_digest(path)
+        ident = json.dumps([rel, size, digest, path.stem])
+        return cls(path, rel, size, digest, hashlib.sha256(ident.encode()).hexdigest()[:_KEY_CHARS])
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,8 @@ def _worker_init(parent: int) -> None:
 class ProcessedGraphs(Sequence[Data]):
     """The graphs of one collection and split after a ``pre_transform``, cached on disk; a sequence of ``Data``.
 
-    Construction only lists the source files (cheap); :meth:`build` processes the missing and stale ones.
+    Construction lists the source files and reads each once for its content digest (once per process:
+    :func:`competition.fingerprint.content_digest`); :meth:`build` processes the missing and stale ones.
     Reading an item that is not built yet raises :class:`FileNotFoundError`.
 
     For layout graphs only ``max_configs`` configs are cached (see :func:`evenly_spaced_configs`), so a file
@@ -441,7 +444,7 @@ class ProcessedGraphs(Sequence[Data]):
             else:
                 # Built by an interrupted run that never wrote its manifest: the file carries its stats.
                 stats = self.load(i)["stats"]
-            graphs[s.stem] = {"file": s.cache_name, "source": s.relpath, "size": s.size, "mtime_ns": s.mtime_ns,
+            graphs[s.stem] = {"file": s.cache_name, "source": s.relpath, "size": s.size, "sha256": s.sha256,
                               "stats": stats}
         manifest = {"format_version": FORMAT_VERSION, "collection": self.collection.value,
                     "split": self.split.value, "pre_transform": repr(self.pre_transform),

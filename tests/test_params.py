@@ -131,9 +131,10 @@ def test_settings_are_written_beside_the_run_and_name_the_folder_it_moves_to(tin
                                                                                progress=False)
     run = tmp_path / "gnn" / LAYOUT.slug
     saved = json.loads((run / SETTINGS_FILE).read_text())
-    # The run's settings: the tree it trained with but for how it ran (the run section, test-time orderings)
+    # The run's settings: the tree it trained with but for how it ran (where and how fast, test-time orderings);
+    # of the run section, the number of networks the model trains
     trained = settings_tree.from_dict(GNNConfig, first.settings_)
-    assert saved == run_settings(trained) and "run" not in saved and "tta" not in saved["predict"]
+    assert saved == run_settings(trained) and saved["run"] == {"seeds": 1} and "tta" not in saved["predict"]
     assert settings_tree.from_dict(GNNConfig, saved) == trained
     assert saved["train"]["epochs"] == 1 and saved["network"]["hidden"] == 8 and saved["num_features"] > 0
     second = GNNModel(**{**QUICK, "epochs": 2}, runs_dir=str(tmp_path), cache_dir=cache_dir).fit(

@@ -150,7 +150,7 @@ class GNNConfig:
     predict: PredictSettings = section(PredictSettings)
     run: RunSettings = section(RunSettings)
     num_features: int = 0  # node feature columns after the feature pipeline
-    data_key: str = ""  # identifies the training data (pipeline hash and graphs), so other data starts over
+    data_key: str = ""  # identifies the training data (pipeline, files and their content): other data starts over
 
     def __post_init__(self) -> None:
         if self.kind not in ("tile", "layout"):

@@ -72,6 +72,7 @@ from models.gnn.infer import (
     reference_sets,
 )
 from models.gnn.net import RankNet, make_segments
+from models.gnn.runs import REFIT_FOLDER, member_folder
 from models.gnn.steps import Item, predict_scores, resolve_device, validation_draw
 from models.gnn.train import TrainResult, finished, train
 
@@ -318,10 +319,12 @@ class GNNModel(RankingModel):
             raise ValueError(f"no {collection.value} graphs in the {split.value} split ({data.train.folder})")
         datas = _built(train_set)
         valid_datas: list[Data] = []
+        valid_files: list[str] = []
         if eval_graphs is not None and len(eval_graphs):
             valid_set = ProcessedGraphs(eval_graphs, pre_transform=pipeline, cache_dir=self.cache_dir,
                                         protocol=valid, progress=progress)
             valid_datas = _built(valid_set)
+            valid_files = _files(valid_set)
         columns = DropConstantColumns().fit(datas)
         normalize = Normalize().fit(columns(d.clone()) for d in datas)
 
@@ -341,7 +344,7 @@ class GNNModel(RankingModel):
                            for it in valid_items]
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
         data_key = _data_key(repr(pipeline), data.train.data_id, str(settings.max_train_configs), stopping,
-                             *sorted(d.stem for d in datas))
+                             *_files(train_set), *(valid_files if valid_datas else []))
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else run_folder(self.runs_dir, self.name, collection)
         max_seconds = self.max_seconds
@@ -374,8 +377,7 @@ class GNNModel(RankingModel):
                        ) -> tuple[TrainResult, TrainResult | None]:
             """One network of the ensemble: the early-stopped run with ``seed`` (``seconds`` at most), and its refit
             (``None`` without one, or when the time budget cut it short)."""
-            # The early-stopped run does not depend on refit (nor on seeds, in the run section): it resumes, or is
-            # resumed by, the same run without it.
+            # The early-stopped run does not depend on refit: it resumes, or is resumed by, the same run without it.
             member = cfg.with_(refit=False, seed=seed)
             limit, keep_free = budget(seconds, seed - settings.train.seed + 1)
             result = train(member, train_items, valid_items, run_dir=member_dir, device=self.device,
@@ -385,12 +387,12 @@ class GNNModel(RankingModel):
             # From scratch on the train and eval graphs (the eval split's processed for training as the train
             # split's are, through the column selection and normalisation fitted on train) for the best epoch count,
             # without early stopping: the last epoch is kept.
-            extra = _built(training_set(eval_graphs))
+            extra_set = training_set(eval_graphs)
+            extra = _built(extra_set)
             refit_cfg = replace(member.with_(epochs=result.best_epoch),
-                                data_key=_data_key(data_key, f"refit:{eval_graphs.split.value}",
-                                                   *sorted(d.stem for d in extra)))
+                                data_key=_data_key(data_key, f"refit:{eval_graphs.split.value}", *_files(extra_set)))
             refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
-                          run_dir=None if member_dir is None else member_dir / "refit", device=self.device,
+                          run_dir=None if member_dir is None else member_dir / REFIT_FOLDER, device=self.device,
                           progress=progress, max_seconds=left(), title=f"{title} refit")
             if len(refit.history) < refit_cfg.train.epochs:
                 if distributed.is_main():
@@ -407,7 +409,7 @@ class GNNModel(RankingModel):
         # rest.
         members: list[dict[str, Any]] = []
         for seed in range(settings.train.seed + 1, settings.train.seed + settings.run.seeds):
-            other, other_refit = fit_member(seed, None if run_dir is None else run_dir / f"seed-{seed}",
+            other, other_refit = fit_member(seed, None if run_dir is None else member_folder(run_dir, seed),
                                             f"{title} seed {seed}", left())
             if not finished(other.stopped) or (refit is not None and other_refit is None):
                 if distributed.is_main():
@@ -575,6 +577,13 @@ def prediction_factor(data: CollectionData, validated: int, tta: int) -> float:
 def _data_key(*parts: str) -> str:
     """16 hex digits of the SHA-256 of ``parts``, one a line: a run's ``data_key``."""
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _files(graphs: ProcessedGraphs) -> list[str]:
+    """Each source file of ``graphs`` as ``<stem>:<SHA-256 of its bytes>``, sorted: the data in a run's ``data_key``,
+    so a run whose data changed (a file's content, even at the same size and times) starts afresh instead of resuming
+    or returning the weights learnt from the old data."""
+    return sorted(f"{s.stem}:{s.sha256}" for s in graphs.sources)
 
 
 def _arrays(state: dict[str, torch.Tensor]) -> dict[str, npt.NDArray[Any]]:

@@ -10,12 +10,14 @@ A run lives in one folder (``run_dir``)::
                      them, this epoch's validation); one row per finished epoch
     curves.png       the same, plotted (when the run ends, and every PLOT_SECONDS before)
     model.json       the fitted model, where the caller saves it there (``fastslow train`` does)
+    refit/           the refitted network, a run of its own (:data:`REFIT_FOLDER`)
+    seed-<seed>/     each other network of a seed ensemble, a run of its own (:func:`member_folder`)
     <hash>/          earlier runs with other settings, one folder per settings hash (:func:`settings_hash`)
 
 Re-running with the same settings resumes after the last finished epoch (a finished run returns at once). A run
 with other settings never overwrites one: the files above are first moved into ``run_dir/<hash of their
-settings>/``, and a later run with those settings moves them back and resumes them. So ``run_dir`` itself always
-holds the latest run. The checkpoint holds only tensors and plain values and is read with
+settings>/``, its refit and seed ensemble's folders with them, and a later run with those settings moves them back
+and resumes them. So ``run_dir`` itself always holds the latest run, and only its networks. The checkpoint holds only tensors and plain values and is read with
 ``torch.load(weights_only=True)``; one that cannot be read that way or does not fit the settings it names is
 renamed to ``checkpoint.pt.corrupt``, named in a warning, and training starts afresh.
 """
@@ -30,6 +32,7 @@ import json
 import logging
 import os
 import random
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +58,12 @@ PLOT_SECONDS = 30.0
 (drawing it costs as much as several training steps of a small graph: lab/journal.md, "figures
 moved out of docstrings")."""
 RUN_FILES = (SETTINGS_FILE, CURVES_CSV, CURVES_PNG, MODEL_FILE, CHECKPOINT)
-"""The files of one run, moved together; the checkpoint last, so an interrupted move is redone by the next run."""
+"""The files of one run, moved together (after its :func:`network_folders`); the checkpoint last, so an interrupted
+move is redone by the next run."""
+REFIT_FOLDER = "refit"
+"""The folder of a run's refitted network, inside the run's."""
+_MEMBER_PREFIX = "seed-"
+_HASH_NAME = re.compile(r"[0-9a-f]{12}")
 CURVE_COLUMNS = ("epoch", "train_loss", "valid_metric", "lr", "seconds", "valid_seconds")
 _ADDED_CURVE_COLUMNS = ("valid_seconds",)
 """Columns newer than some checkpoints: an older checkpoint's rows get NaN there instead of being refused."""
@@ -118,10 +126,30 @@ def set_rng_state(state: dict[str, Any], gen: torch.Generator, np_rng: np.random
 
 def run_settings(cfg: GNNConfig) -> dict[str, Any]:
     """The settings of one run of ``cfg`` as stored with it (its checkpoint's, ``settings.json``,
-    :func:`settings_hash`): the tree as nested plain data, without its ``run`` section (how many networks a model
-    trains, where and how fast: a member of a seed ensemble resumes, or is resumed by, the run of a model without
-    one) nor the leaves that change how a model runs, not what it learns."""
-    return tree.as_dict(cfg, learned_only=True, skip=("run",))
+    :func:`settings_hash`): the tree as nested plain data, without the leaves that change how a model runs, not what
+    it learns (where and how fast). The ``run`` section keeps ``seeds``, the number of networks the model trains: a
+    model with another seed ensemble is another run, which moves this one aside with its ``seed-<seed>/`` folders
+    instead of leaving them beside a model that does not have them."""
+    return tree.as_dict(cfg, learned_only=True)
+
+
+def member_folder(run: Path, seed: int) -> Path:
+    """The run folder of the seed ensemble's network with ``seed``, inside the first network's ``run``."""
+    return run / f"{_MEMBER_PREFIX}{seed}"
+
+
+def network_folders(run: Path) -> list[Path]:
+    """The folders inside ``run`` that belong to its run: its refit's and its seed ensemble's networks'."""
+    if not run.is_dir():
+        return []
+    return sorted(p for p in run.iterdir() if p.is_dir() and (
+        p.name == REFIT_FOLDER or (p.name.startswith(_MEMBER_PREFIX) and p.name[len(_MEMBER_PREFIX):].isdigit())))
+
+
+def moved_aside(relpath: Path) -> bool:
+    """Whether a path inside a runs folder lies in a run moved aside by one with other settings (a folder named by
+    :func:`settings_hash` on its way): not a current run."""
+    return any(_HASH_NAME.fullmatch(part) for part in relpath.parts)
 
 
 def older_format(settings: dict[str, Any]) -> bool:
@@ -174,7 +202,13 @@ def _plain(value: object) -> bool:
 
 
 def move_run(src: Path, dest: Path) -> None:
-    """Move the :data:`RUN_FILES` of ``src`` into ``dest`` (replacing any there), the checkpoint last."""
+    """Move the run in ``src`` into ``dest``: its :func:`network_folders` first (one whose name is taken in ``dest``
+    is left where it is: nothing is deleted, and a network folder resumes or moves aside on its own settings), then
+    the :data:`RUN_FILES` (replacing any there), the checkpoint last."""
+    for folder in network_folders(src):
+        if not (dest / folder.name).exists():
+            dest.mkdir(parents=True, exist_ok=True)
+            os.replace(folder, dest / folder.name)
     for name in RUN_FILES:
         if (src / name).is_file():
             dest.mkdir(parents=True, exist_ok=True)

@@ -95,8 +95,8 @@ def test_build_reuse_and_items(world: DataRoot, tmp_path: Path) -> None:
 
 def test_cache_keys_are_those_the_data_root_gave(world: DataRoot, tmp_path: Path) -> None:
     """Built from the dataset's split, the cache keeps the names it had when it took the data root itself: the
-    pipeline folder hashes the root's resolved path, each file's key its path relative to the root, size, mtime and
-    stem (so caches built before stay valid)."""
+    pipeline folder hashes the root's resolved path, each file's key its path relative to the root, size, content
+    (SHA-256) and stem."""
     ds = make(world, tmp_path)
     assert ds.processed_dir == ds.split_dir / pipeline_hash(pipeline(), 16, None, world.root)
     assert f"data root: {world.root.resolve()}\n" in pipeline_description(pipeline(), 16, None, ds.graphs.data_id)
@@ -104,7 +104,8 @@ def test_cache_keys_are_those_the_data_root_gave(world: DataRoot, tmp_path: Path
                             strict=True):
         rel = path.relative_to(world.root).as_posix()
         st = path.stat()
-        key = hashlib.sha256(json.dumps([rel, st.st_size, st.st_mtime_ns, path.stem]).encode()).hexdigest()[:12]
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        key = hashlib.sha256(json.dumps([rel, st.st_size, digest, path.stem]).encode()).hexdigest()[:12]
         assert (source.path, source.relpath, source.cache_name) == (path, rel, f"{path.stem}-{key}.pt")
 
 
@@ -152,15 +153,22 @@ def test_rewritten_source_rebuilds_only_that_graph(world: DataRoot, tmp_path: Pa
     old_paths = ds.paths
     source = ds.sources[1].path
     st = source.stat()
-    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # touched: the same bytes
     try:
-        fresh = make(world, tmp_path)
-        report = fresh.build()
-        assert (report.built, report.reused, report.removed) == (1, 1, 1)
-        assert fresh.paths[0] == old_paths[0] and fresh.paths[1] != old_paths[1]
-        assert not old_paths[1].exists() and _built(fresh)
+        assert make(world, tmp_path).build().reused == 2
     finally:
         os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    copy = find_data_root(shutil.copytree(world.root, tmp_path / "copy"))
+    ds = make(copy, tmp_path / "cache")
+    ds.build()
+    old_paths = ds.paths
+    other = ds.sources[0].path.read_bytes()
+    ds.sources[1].path.write_bytes(other)
+    fresh = make(copy, tmp_path / "cache")
+    report = fresh.build()
+    assert (report.built, report.reused, report.removed) == (1, 1, 1)
+    assert fresh.paths[0] == old_paths[0] and fresh.paths[1] != old_paths[1]
+    assert not old_paths[1].exists() and _built(fresh)
 
 
 def test_interrupted_build_is_completed(world: DataRoot, tmp_path: Path) -> None:

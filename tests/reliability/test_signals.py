@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import pytest
 import torch
 
 import competition.cli as cli
-from competition.cli import INTERRUPTED, main
+from competition.cli import EXIT_INTERRUPTED, INTERRUPTED, main
 from tests.reliability.helpers import default_signals
 
 DEADLINE = 180.0
@@ -212,3 +213,64 @@ def test_training_killed_while_checkpointing_resumes_whole(tiny_world, tmp_path)
     assert parts(tmp_path) == []
     assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 150
     assert (run / "model.json").is_file()
+
+
+# -- Ctrl-C on submit --jobs 2: the parent stops the pool ---------------------------------------------------------
+
+
+def _session_left(sid: int) -> list[str]:
+    """The processes of session ``sid`` still running (not zombies), as ``pid command``."""
+    import psutil
+
+    left = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:120]}")
+    return left
+
+
+@pytest.mark.parametrize("moment", ["imports", "pool start", "fitting"])
+def test_ctrl_c_on_submit_with_two_jobs_is_one_line_and_leaves_no_process(moment, tiny_world, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the command imports, while the pool
+    starts (its fork server importing torch: the parent read ``EOFError``, exit 3), and while the two fits train
+    (stray worker tracebacks, a ``TypeError`` from concurrent.futures, a leaked-semaphore warning): exit 130, the
+    one line, nothing else on stderr, no process left, no temporary."""
+    runs = tmp_path / "runs"
+    proc = start(tmp_path, "submit", "--data", tiny_world, "--models", "gnn", "--jobs", "2", "--out-dir",
+                 tmp_path / "subs", "--runs-dir", runs, "--param", "epochs=100000", *GNN)
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]  # never full
+    if moment == "imports":
+        time.sleep(0.3)
+    elif moment == "pool start":  # the fork server importing what the fits need (torch and the models: seconds)
+        wait_for(proc, lambda: any("forkserver" in p for p in _session_left(proc.pid)), poll=0.001)
+        time.sleep(0.3)
+    else:
+        wait_for(proc, lambda: len(list(runs.rglob("checkpoint.pt"))) == 2)  # both fits at work
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        stderr = proc.stderr.read()  # type: ignore[union-attr]  # to its end: every process holding it ended
+        proc.wait(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert (proc.returncode, stderr) == (EXIT_INTERRUPTED, INTERRUPTED + "\n")
+    deadline = time.monotonic() + 10.0  # the fork server and the resource tracker end as the command ends
+    while _session_left(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session_left(proc.pid) == []
+    assert parts(tmp_path) == []
+
+
+def test_an_interrupt_inside_exec_still_exits_130(tiny_world, tmp_path):
+    """CPython marks a KeyboardInterrupt raised in ``exec`` of a string (as when Ctrl-C lands in one of the
+    dataclasses torch's import defines) as unhandled, even once caught, and ``python -m competition`` then ended by
+    SIGINT (-2) instead of with 130."""
+    (tmp_path / "interrupted_in_exec.py").write_text(
+        "import competition.cli as cli\n"
+        "cli._cmd_where = lambda args: exec('raise KeyboardInterrupt')\n"
+        f"raise SystemExit(cli.main(['data', 'where', '--data', {str(tiny_world)!r}]))\n")
+    done = subprocess.run([sys.executable, "-m", "interrupted_in_exec"], capture_output=True, text=True,
+                          timeout=DEADLINE, cwd=tmp_path, preexec_fn=default_signals)
+    assert (done.returncode, done.stderr) == (EXIT_INTERRUPTED, INTERRUPTED + "\n")

@@ -134,11 +134,18 @@ def test_runs_have_their_own_folders_and_resume(tiny_world: Path, cache_dir: str
     again = _fit(tiny_world, cache_dir, runs_dir=runs, seeds=3)  # every run finished: they return at once
     for member, expected in zip(again.members_, model.members_, strict=True):
         _assert_same(member["weights"], expected["weights"])
-    # The first network's run is the one-network model's: that model resumes it (and the seeds=2 model both).
+    # The number of networks is part of a run's identity: the one-network model moves the ensemble's run aside,
+    # its members' folders with it, and trains its network afresh (to the same weights: the same seed and data);
+    # the seeds=3 model then brings its run back, and every network of it returns at once.
+    monkeypatch.undo()
     one = _fit(tiny_world, cache_dir, runs_dir=runs)
     assert one.num_networks == 1
     _assert_same(one.weights_, model.weights_)
-    assert _fit(tiny_world, cache_dir, runs_dir=runs, seeds=2).num_networks == 2
+    assert not (run / "seed-1").exists() and not (run / "seed-2").exists()
+    monkeypatch.setattr(gnn_train, "training_step", no_training)
+    back = _fit(tiny_world, cache_dir, runs_dir=runs, seeds=3)
+    for member, expected in zip(back.members_, model.members_, strict=True):
+        _assert_same(member["weights"], expected["weights"])
 
 
 def test_networks_the_time_budget_cuts_short_are_left_out(tiny_world: Path, cache_dir: str, singles: list[GNNModel],
