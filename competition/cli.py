@@ -689,16 +689,24 @@ def _given_params(args: argparse.Namespace) -> list[tuple[str, str | None, str |
     key, which may itself be dotted (``train.lr``). In a TOML file, tables nest the same way
     (``[gnn-attn.train]``, ``[gnn-attn."layout:xla:random".train]``).
     """
+    import io
     import tomllib
 
+    from competition.limits import MAX_CONFIG_BYTES, MAX_CONFIG_KEYS, file_over, over
     from competition.nesting import toml_load
 
     out: list[tuple[str, str | None, str | None, str, object]] = []
     if args.config:
         path = Path(args.config)
+        problem = file_over(path, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES")
+        if problem is not None:
+            raise _refused(args, f"--config {path}: {problem}; not read")
+        data = path.read_bytes()
+        problem = over(data.count(b"="), MAX_CONFIG_KEYS, "MAX_CONFIG_KEYS", "keys ('=' counted before parsing)")
+        if problem is not None:
+            raise _refused(args, f"--config {path}: {problem}; not parsed")
         try:
-            with path.open("rb") as f:
-                doc = toml_load(f)
+            doc = toml_load(io.BytesIO(data))
         except tomllib.TOMLDecodeError as exc:
             raise _refused(args, f"--config {path}: expected TOML; found invalid TOML ({exc})") from None
 

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.limits import MAX_INDEX_ENTRIES, MAX_INDEX_FILE_BYTES, MAX_INDEX_GRAPHS, file_over, over
 from competition.nesting import json_loads
 
 if TYPE_CHECKING:
@@ -79,11 +80,21 @@ def _no_repeated_keys(path: Path):
 
 
 def _read_index_file(path: Path) -> dict[str, npt.NDArray[np.int64]]:
-    """One index file: graph stem -> int64 config indices, as listed (order and repeats kept)."""
+    """One index file: graph stem -> int64 config indices, as listed (order and repeats kept); its size, graphs and
+    indices are checked against their limits before it is parsed."""
     if not path.is_file():
         raise EvalIndicesError(f"{path}: expected an index file; found {'no file' if not path.exists() else 'not a regular file'}")
+    problem = file_over(path, MAX_INDEX_FILE_BYTES, "MAX_INDEX_FILE_BYTES")
+    if problem is not None:
+        raise EvalIndicesError(f"{path}: {problem}; not read")
+    data = path.read_bytes()
+    problem = (over(data.count(b":"), MAX_INDEX_GRAPHS, "MAX_INDEX_GRAPHS", "graph names (':' counted before parsing)")
+               or over(data.count(b","), MAX_INDEX_ENTRIES, "MAX_INDEX_ENTRIES",
+                       "config indices (',' counted before parsing)"))
+    if problem is not None:
+        raise EvalIndicesError(f"{path}: {problem}; not parsed")
     try:
-        doc = json_loads(path.read_bytes().decode("utf-8"), object_pairs_hook=_no_repeated_keys(path))
+        doc = json_loads(data.decode("utf-8"), object_pairs_hook=_no_repeated_keys(path))
     except UnicodeDecodeError as exc:
         raise EvalIndicesError(f"{path}: expected JSON text; found byte {exc.start} undecodable ({exc.reason})") from None
     except json.JSONDecodeError as exc:
@@ -93,7 +104,8 @@ def _read_index_file(path: Path) -> dict[str, npt.NDArray[np.int64]]:
         raise EvalIndicesError(f"{path}: expected a JSON object mapping graph names to lists of config indices; "
                                f"found a JSON {type(doc).__name__}")
     out: dict[str, npt.NDArray[np.int64]] = {}
-    for stem, values in doc.items():
+    for stem in list(doc):
+        values = doc.pop(stem)  # each list dropped once its array is made
         where = f"{path}: graph {stem!r}"
         if not stem:
             raise EvalIndicesError(f"{path}: expected graph names; found an empty one")
@@ -175,6 +187,9 @@ class EvalIndices:
         return f"EvalIndices({self.source!r}, {graphs} graphs, {self.digest[:12]})"
 
 
+_HASH_CHUNK = 65536
+
+
 def _load(folder: Path, source: str) -> EvalIndices:
     if not folder.is_dir():
         raise EvalIndicesError(f"--valid-indices {source}: expected a folder of index files ({', '.join(INDEX_FILES.values())}) "
@@ -188,7 +203,11 @@ def _load(folder: Path, source: str) -> EvalIndices:
     for c, graphs in lists.items():
         h.update(f"{c.value}\n".encode())
         for stem in sorted(graphs):
-            h.update(f"{stem}:{','.join(map(str, graphs[stem].tolist()))}\n".encode())
+            h.update(f"{stem}:".encode())
+            arr = graphs[stem]
+            for k in range(0, arr.size, _HASH_CHUNK):  # the text of every index, a chunk at a time
+                h.update(("," if k else "").encode() + ",".join(map(str, arr[k:k + _HASH_CHUNK].tolist())).encode())
+            h.update(b"\n")
     return EvalIndices(source, files, lists, h.hexdigest())
 
 

@@ -40,12 +40,24 @@ from competition.dataset import CollectionData, SplitGraphs
 from competition.labels import graph_target
 from competition.protocol import ValidProtocol
 from competition.reader import LayoutGraph, TileGraph
+from competition.workers import usable_cores
 from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
 from models.settings import Configured, Section, section, setting
 
 _HAS_EVAL_X = "eval_X" in inspect.signature(lightgbm.LGBMRanker.fit).parameters
 
+MAX_NUM_LEAVES = 4096
+"""The most leaves per tree: 128 times the default 31 (LightGBM's own default; lambdarank solutions of the
+competition used at most a few hundred). Each costs memory in every tree: :data:`MAX_TREE_LEAVES`."""
+MAX_TREE_LEAVES = 10_000_000
+"""The most ``n_estimators x num_leaves``: LightGBM allocates every tree's arrays at ``num_leaves``, about
+:data:`_BYTES_PER_TREE_LEAF` bytes a leaf (about 1 GB at the limit) however few leaves the data lets it grow; the
+default is 300 x 31 = 9,300."""
+_BYTES_PER_TREE_LEAF = 100
+MAX_N_JOBS = 256
+"""The most LightGBM threads asked for; a fit uses at most the usable cores (more threads than cores only wait for
+each other, and each reserves its own stack and buffers)."""
 MAX_GRADE = 30
 """Highest relevance grade: LightGBM's default ``label_gain`` has 31 entries (grades 0..30)."""
 
@@ -118,7 +130,7 @@ class BoosterSettings(Section):
     n_estimators: int = setting(300, "boosting rounds at most (early stopping on valid may end sooner)", low=1,
                                 high=100_000)
     learning_rate: float = setting(0.05, "shrinkage of each tree", low=0, high=1, low_open=True)
-    num_leaves: int = setting(31, "leaves per tree", low=2, high=131_072)
+    num_leaves: int = setting(31, "leaves per tree", low=2, high=MAX_NUM_LEAVES)
     early_stopping_rounds: int = setting(
         30, "rounds without a better valid score before stopping (0: no early stopping)", low=0, high=100_000)
     seed: int = setting(0, "seeds the config sampling and LightGBM", low=0)
@@ -128,16 +140,29 @@ class BoosterSettings(Section):
 class GBDTRunSettings(Section):
     """How the GBDT runs, not what it learns."""
 
-    n_jobs: int = setting(2, "LightGBM threads", low=1, high=1024, runtime=True)
+    n_jobs: int = setting(2, "LightGBM threads (at most the usable cores)", low=1, high=MAX_N_JOBS, runtime=True)
 
 
 @dataclass(frozen=True)
 class GBDTConfig:
-    """Every setting of the GBDT: :attr:`sampling`, :attr:`booster`, :attr:`run`."""
+    """Every setting of the GBDT: :attr:`sampling`, :attr:`booster`, :attr:`run`.
+
+    Raises:
+        ValueError: ``n_estimators x num_leaves`` above :data:`MAX_TREE_LEAVES`.
+    """
 
     sampling: GBDTSampling = section(GBDTSampling)
     booster: BoosterSettings = section(BoosterSettings)
     run: GBDTRunSettings = section(GBDTRunSettings)
+
+    def __post_init__(self) -> None:
+        b = self.booster
+        if b.n_estimators * b.num_leaves > MAX_TREE_LEAVES:
+            raise ValueError(
+                f"booster.n_estimators x booster.num_leaves is {b.n_estimators:,} x {b.num_leaves:,} = "
+                f"{b.n_estimators * b.num_leaves:,} tree leaves, more than the limit of {MAX_TREE_LEAVES:,} "
+                f"(MAX_TREE_LEAVES: LightGBM holds every tree at num_leaves, about {_BYTES_PER_TREE_LEAF} bytes a "
+                "leaf); lower one of them")
 
 
 class GBDTModel(Configured, RankingModel):
@@ -229,7 +254,7 @@ class GBDTModel(Configured, RankingModel):
             eval_at = [self.config.sampling.max_configs_per_graph]
         ranker = lightgbm.LGBMRanker(
             objective="lambdarank", n_estimators=booster.n_estimators, learning_rate=booster.learning_rate,
-            num_leaves=booster.num_leaves, random_state=booster.seed, n_jobs=self.config.run.n_jobs, verbose=-1,
+            num_leaves=booster.num_leaves, random_state=booster.seed, n_jobs=min(self.config.run.n_jobs, usable_cores()), verbose=-1,
             **extra,
         )
         fit_kwargs: dict[str, object] = {}

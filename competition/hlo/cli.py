@@ -25,6 +25,7 @@ from competition.hlo.ir import HloFormatError, Module
 from competition.hlo.proto import read_module_proto
 from competition.hlo.records import read_layout_records, read_tile_records
 from competition.hlo.text import parse_hlo_text
+from competition.limits import MAX_PROGRAM_BYTES, MAX_RECORD_BYTES, MAX_SAMPLE, file_over
 
 LAYOUT_COLLECTIONS = [c.value for c in Collection if c.is_layout]
 
@@ -35,8 +36,7 @@ def read_program(path: str | os.PathLike[str]) -> Module:
     Raises:
         HloFormatError: neither, naming the file and what was found.
     """
-    with open(path, "rb") as f:
-        data = f.read()
+    data = _read(path, MAX_PROGRAM_BYTES, "MAX_PROGRAM_BYTES")
     if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"HloModule"):
         try:
             text = data.decode("utf-8-sig")
@@ -95,9 +95,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--what", choices=["layout", "tile", "both"], default="both",
                    help="which files to write for a program without records: its layout file, a tile file per "
                         "fusion, or both (default: %(default)s)")
-    p.add_argument("--sample", type=_count, default=10, metavar="N",
+    p.add_argument("--sample", type=_sample, default=10, metavar="N",
                    help="sampled configs per file for programs without records, beside the default config "
-                        "(fewer when the program has fewer distinct ones) (default: %(default)s)")
+                        f"(fewer when the program has fewer distinct ones; at most {MAX_SAMPLE:,}) "
+                        "(default: %(default)s)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the sampled configs; the same seed and file stem give the same configs "
                         "(default: %(default)s)")
@@ -107,13 +108,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_featurize, outputs={"out": "folder"})
 
 
-def _count(text: str) -> int:
+def _sample(text: str) -> int:
+    """``--sample``: 0 to :data:`MAX_SAMPLE`, refused in one line while parsing."""
+    from competition.cli import UsageError
+
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, found {text!r}") from None
+        v = -1
     if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, found {v}")
+        raise UsageError(f"--sample: expected a whole number of at least 0; found {text!r}")
+    if v > MAX_SAMPLE:
+        raise UsageError(f"--sample: {v:,}, more than the limit of {MAX_SAMPLE:,} (MAX_SAMPLE, 10 times the most "
+                         "configs of a real graph)")
     return v
 
 
@@ -175,7 +182,7 @@ def cmd_featurize(args: argparse.Namespace) -> int:
             sp = split or Split.TEST
             named_by = f"the file's name {Path(program).name!r}"
             if args.what in ("layout", "both"):
-                ids, feat = sample_layouts(module, args.sample, seeded_rng(args.seed, stem))
+                ids, feat = sample_layouts(module, args.sample, seeded_rng(args.seed, stem), program)
                 if ids.size:
                     plan(layout_c, sp, stem,
                          layout_npz_arrays(module, ids, feat, np.zeros(feat.shape[0], np.int64)), program, named_by)
@@ -189,12 +196,12 @@ def cmd_featurize(args: argparse.Namespace) -> int:
                     plan(tile_c, sp, kstem,
                          tile_npz_arrays(kernel, cfg, np.zeros(n, np.int64), np.ones(n, np.int64)), program, named_by)
         for path in args.layout_records:
-            rec = read_layout_records(_read(path), path)
+            rec = read_layout_records(_read(path, MAX_RECORD_BYTES, "MAX_RECORD_BYTES"), path)
             ids, feat, runtime = layout_from_records(rec, rec.module.num_nodes, path)
             plan(layout_c, split or Split.TRAIN, safe_stem(Path(path).stem),
                  layout_npz_arrays(rec.module, ids, feat, runtime), path, f"the file's name {Path(path).name!r}")
         for path in args.tile_records:
-            for rec in read_tile_records(_read(path), path):
+            for rec in read_tile_records(_read(path, MAX_RECORD_BYTES, "MAX_RECORD_BYTES"), path):
                 feat, runtime, norm = tiles_from_records(rec, path)
                 fp = rec.fingerprint - (1 << 64) if rec.fingerprint >= 1 << 63 else rec.fingerprint
                 stem = safe_stem(f"{rec.module.name}_{'-' if fp < 0 else ''}{abs(fp):x}")
@@ -216,6 +223,14 @@ def cmd_featurize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(path: str) -> bytes:
+def _read(path: str | os.PathLike[str], limit: int, name: str) -> bytes:
+    """The bytes of ``path``, refused before they are read when its size (``os.stat``) passes ``limit``.
+
+    Raises:
+        HloFormatError: naming the file, its size and the limit.
+    """
+    problem = file_over(path, limit, name)
+    if problem is not None:
+        raise HloFormatError(path, f"{problem}; not read")
     with open(path, "rb") as f:
         return f.read()

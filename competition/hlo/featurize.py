@@ -21,6 +21,7 @@ Without records the runtimes are unknown: they are written as the public test fi
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from competition.hlo.features import featurize, layout_arrays, tile_arrays
 from competition.hlo.ir import Computation, HloFormatError, HloInstruction, Instruction, Module, Shape
 from competition.hlo.records import ModuleRecords, TileConfig
 from competition.hlo.tiles import physical_dims, tile_sizes, tile_units, tiled_shape
+from competition.limits import MAX_LAYOUT_CELLS, over
 
 LAYOUT_OPCODES = ("convolution", "dot", "reshape")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -75,20 +77,51 @@ def _node_row(node: Node, rng: np.random.Generator) -> list[int]:
     return row
 
 
-def sample_layouts(module: Module, n: int, rng: np.random.Generator
+def _layout_choices(node: Node) -> int:
+    """How many distinct sampled layouts ``node`` has: per tensor, the orders of its dims a row keeps (every
+    order for a reshape, the 2 most-minor dims otherwise)."""
+    count = 1
+    for shape in node.tensors[:3]:
+        r = shape.rank
+        count *= math.factorial(r) if node.opcode == "reshape" else math.perm(r, min(r, 2))
+    return count
+
+
+def layout_space(nodes: Sequence[Node], cap: int) -> int:
+    """How many distinct sampled layout configs ``nodes`` have beside the default, counted up to ``cap`` (any
+    larger count is returned as ``cap``): none when every tensor is a scalar (the one sampled row is the default
+    one)."""
+    if all(t.rank == 0 for nd in nodes for t in nd.tensors[:3]):
+        return 0
+    space = 1
+    for nd in nodes:
+        space *= _layout_choices(nd)
+        if space >= cap:
+            return cap
+    return space
+
+
+def sample_layouts(module: Module, n: int, rng: np.random.Generator, source: object = "<module>"
                    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """The configurable nodes and ``1 + n`` layout configs (the default first, then distinct sampled ones; fewer
-    when the space has fewer).
+    when the space has fewer: the sampler stops when every distinct config is found, or after 20 draws a config
+    it needs).
 
     Returns:
         ``(node_config_ids int64 [NC], node_config_feat float32 [C, NC, 18])``.
+
+    Raises:
+        HloFormatError: more configs x configurable nodes than :data:`~competition.limits.MAX_LAYOUT_CELLS`
+            (naming ``source``), before any is drawn.
     """
     nodes = configurable_nodes(module)
+    target = layout_space(nodes, n) if nodes else 0
+    check_layout_cells(1 + target, len(nodes), source)
     ids = np.asarray([nd.node_id for nd in nodes], dtype=np.int64)
     rows = [np.full((len(nodes), schema.LAYOUT_CONFIG_DIM), -1, dtype=np.int64)]
     seen = {rows[0].tobytes()}
-    for _ in range(20 * n):
-        if len(rows) > n or not nodes:
+    for _ in range(20 * target):
+        if len(rows) > target:
             break
         r = np.asarray([_node_row(nd, rng) for nd in nodes], dtype=np.int64)
         if r.tobytes() not in seen:
@@ -117,23 +150,51 @@ def layout_from_records(rec: ModuleRecords, num_nodes: int, source: object
     runs = [r for r in rec.runs if r.layout is not None and not r.error and r.runtime_ns]
     if not runs:
         raise HloFormatError(source, "no run with a layout config and a measured runtime (> 0 ns)")
-    feat = np.full((len(runs), ids.size, schema.LAYOUT_CONFIG_DIM), -1, dtype=np.float32)
+    check_layout_cells(len(runs), ids.size, source)
+    table: dict[tuple[tuple[int, ...], ...], int] = {}  # a node's layout -> its row of ``rows``
+    rows: list[list[float]] = []
+    index = np.empty((len(runs), ids.size), dtype=np.int32)
     for c, run in enumerate(runs):
         assert run.layout is not None
         if len(run.layout) != ids.size:
             raise HloFormatError(source, f"run {c} configures {len(run.layout)} nodes; config_index_to_node "
                                          f"lists {ids.size}")
         for k, node in enumerate(run.layout):
-            if len(node) > len(schema.LAYOUT_SLOTS):
-                raise HloFormatError(source, f"run {c}, node {int(ids[k])}: {len(node)} tensors (at most 3)")
-            for t, dims in enumerate(node):
-                dims = dims[:schema.LAYOUT_SLOT_WIDTH]
-                if any(not 0 <= d < schema.MAX_RANK for d in dims):
-                    raise HloFormatError(source, f"run {c}, node {int(ids[k])}: layout dims {list(dims)} outside 0..5")
-                feat[c, k, t * schema.LAYOUT_SLOT_WIDTH:t * schema.LAYOUT_SLOT_WIDTH + len(dims)] = dims
+            if node not in table:
+                table[node] = len(rows)
+                rows.append(_layout_row(node, c, int(ids[k]), source))
+        index[c] = [table[node] for node in run.layout]
     order = np.argsort(ids, kind="stable")
+    feat = np.asarray(rows, dtype=np.float32).reshape(-1, schema.LAYOUT_CONFIG_DIM)[index[:, order]]
     runtime = np.asarray([r.runtime_ns for r in runs], dtype=np.int64)
-    return ids[order], np.ascontiguousarray(feat[:, order]), runtime
+    return ids[order], feat, runtime
+
+
+def _layout_row(node: tuple[tuple[int, ...], ...], run: int, node_id: int, source: object) -> list[float]:
+    """The 18 ``node_config_feat`` columns of one node's layout (per tensor slot, its minor-to-major dims; -1
+    where none), checked."""
+    if len(node) > len(schema.LAYOUT_SLOTS):
+        raise HloFormatError(source, f"run {run}, node {node_id}: {len(node)} tensors (at most 3)")
+    row = [-1.0] * schema.LAYOUT_CONFIG_DIM
+    for t, dims in enumerate(node):
+        dims = dims[:schema.LAYOUT_SLOT_WIDTH]
+        if any(not 0 <= d < schema.MAX_RANK for d in dims):
+            raise HloFormatError(source, f"run {run}, node {node_id}: layout dims {list(dims)} outside 0..5")
+        row[t * schema.LAYOUT_SLOT_WIDTH:t * schema.LAYOUT_SLOT_WIDTH + len(dims)] = [float(d) for d in dims]
+    return row
+
+
+def check_layout_cells(configs: int, nodes: int, source: object) -> None:
+    """Refuse a layout file of more than :data:`~competition.limits.MAX_LAYOUT_CELLS` configs x configurable
+    nodes, before its ``node_config_feat`` is allocated.
+
+    Raises:
+        HloFormatError: naming ``source``, the count and the limit.
+    """
+    problem = over(configs * nodes, MAX_LAYOUT_CELLS, "MAX_LAYOUT_CELLS",
+                   f"config nodes ({configs:,} configs x {nodes:,} configurable nodes)")
+    if problem is not None:
+        raise HloFormatError(source, f"{problem}; not written")
 
 
 def _bounds(values: Sequence[int]) -> list[float]:
@@ -150,17 +211,21 @@ def tile_row(config: TileConfig) -> list[float]:
 
 def sample_tiles(kernel: Module, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
     """``1 + n`` tile configs of a kernel (one tile over the whole output first, then distinct sampled output
-    bounds; fewer when the space has fewer), float32 ``[C, 24]``. Bounds count hardware tiles of the physical dims
-    of the array the kernel tiles (:func:`~competition.hlo.tiles.tiled_shape`), as real tile configs do."""
+    bounds; fewer when the space has fewer: the sampler stops when every distinct config is found, or after 20
+    draws a config it needs), float32 ``[C, 24]``. Bounds count hardware tiles of the physical dims of the array
+    the kernel tiles (:func:`~competition.hlo.tiles.tiled_shape`), as real tile configs do."""
     units = tile_units(physical_dims(tiled_shape(kernel))[-schema.MAX_RANK:])
     choices = [tile_sizes(u) for u in units]
     configs = [tuple(units)]
-    space = int(np.prod([len(c) for c in choices], dtype=np.float64)) if units else 1
-    for _ in range(20 * n):
-        if len(configs) > n or len(configs) >= space:
+    seen = set(configs)
+    space = math.prod(len(c) for c in choices) if units else 1
+    target = min(n, space - 1)
+    for _ in range(20 * target):
+        if len(configs) > target:
             break
         cand = tuple(int(c[rng.integers(len(c))]) for c in choices)
-        if cand not in configs:
+        if cand not in seen:
+            seen.add(cand)
             configs.append(cand)
     return np.asarray([tile_row(TileConfig(output_bounds=c)) for c in configs], dtype=np.float32)
 

@@ -18,7 +18,16 @@ from competition.hlo.ir import (
     Window,
     known_opcode,
 )
-from competition.hlo.wire import Schema, WireError, decode, encode
+from competition.hlo.wire import Budget, Schema, WireError, WireLimit, count_fields, decode, encode
+from competition.limits import (
+    MAX_PROGRAM_BYTES,
+    MAX_PROGRAM_INSTRUCTIONS,
+    MAX_TUPLE_DEPTH,
+    MAX_VALUES_PER_ITEM,
+    PROTO_VALUES_FLOOR,
+    file_over,
+    over,
+)
 
 PRIMITIVE_TYPES: dict[int, str] = {
     0: "invalid", 1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",
@@ -69,12 +78,15 @@ MODULE: Schema = {1: ("name", "string", False), 2: ("entry_computation_name", "s
                   6: ("entry_computation_id", "int64", False)}
 
 
-def _shape(d: dict[str, Any], where: str) -> Shape:
+def _shape(d: dict[str, Any], where: str, depth: int = 1) -> Shape:
     number = d.get("element_type", 0)
     element_type = PRIMITIVE_TYPES.get(number)
     if element_type is None:
         raise ValueError(f"{where}: element type number {number} has no column in the TpuGraphs format")
-    tuple_shapes = tuple(_shape(t, where) for t in d.get("tuple_shapes", []))
+    if depth > MAX_TUPLE_DEPTH and d.get("tuple_shapes"):
+        raise ValueError(f"{where}: tuple shapes nested more than {MAX_TUPLE_DEPTH} deep (MAX_TUPLE_DEPTH), far "
+                         "deeper than any real program")
+    tuple_shapes = tuple(_shape(t, where, depth + 1) for t in d.get("tuple_shapes", []))
     dims = tuple(d.get("dimensions", []))
     m2m = d.get("layout", {}).get("minor_to_major")
     layout = tuple(m2m) if m2m and element_type != "tuple" else None
@@ -171,15 +183,57 @@ def module_from_dict(m: dict[str, Any], source: object) -> Module:
     return module
 
 
-def read_module_proto(data: bytes, source: object) -> Module:
-    """Decode a serialized ``HloModuleProto``.
+def count_instructions(data: bytes, start: int = 0, end: int | None = None) -> int:
+    """The instructions of the ``HloModuleProto`` in ``data[start:end]``, counted in its bytes (nothing decoded).
 
     Raises:
-        HloFormatError: bytes that are not such a message (truncated, wrong wire types) or a module that cannot be
-            featurized; the message names ``source``.
+        WireError: bytes that are not a message.
     """
+    _, spans = count_fields(data, {3}, start, end)
+    return sum(count_fields(data, {2}, a, b)[0][2] for a, b in spans[3])
+
+
+def proto_budget(items: int) -> Budget:
+    """The decoding budget of a message declaring ``items`` instructions, runs and run nodes in all."""
+    return Budget(MAX_VALUES_PER_ITEM * items + PROTO_VALUES_FLOOR,
+                  f"MAX_VALUES_PER_ITEM for each of the {items:,} instructions, runs and run nodes it declares, and "
+                  "PROTO_VALUES_FLOOR")
+
+
+def check_instructions(count: int, source: object) -> None:
+    """Refuse a program of more than :data:`MAX_PROGRAM_INSTRUCTIONS` instructions.
+
+    Raises:
+        HloFormatError: naming ``source``, the count and the limit.
+    """
+    problem = over(count, MAX_PROGRAM_INSTRUCTIONS, "MAX_PROGRAM_INSTRUCTIONS", "instructions")
+    if problem is not None:
+        raise HloFormatError(source, f"{problem}; not read")
+
+
+def limit_error(exc: WireLimit, what: str, source: object) -> HloFormatError:
+    """A :class:`WireLimit` of a ``what`` message as the reader's one line."""
+    return HloFormatError(source, f"{what}: {exc}; not read further")
+
+
+def read_module_proto(data: bytes, source: object) -> Module:
+    """Decode a serialized ``HloModuleProto``: at most :data:`MAX_PROGRAM_BYTES` and
+    :data:`MAX_PROGRAM_INSTRUCTIONS` (counted before decoding), decoding to at most :data:`MAX_VALUES_PER_ITEM`
+    values an instruction.
+
+    Raises:
+        HloFormatError: bytes that are not such a message (truncated, wrong wire types), past a limit, or a module
+            that cannot be featurized; the message names ``source``.
+    """
+    problem = over(len(data), MAX_PROGRAM_BYTES, "MAX_PROGRAM_BYTES", "bytes")
+    if problem is not None:
+        raise HloFormatError(source, f"{problem}; not read")
     try:
-        m = decode(data, MODULE)
+        count = count_instructions(data)
+        check_instructions(count, source)
+        m = decode(data, MODULE, budget=proto_budget(count))
+    except WireLimit as exc:
+        raise limit_error(exc, "HloModuleProto", source) from None
     except WireError as exc:
         raise HloFormatError(source, f"not a serialized HloModuleProto ({exc})") from None
     return module_from_dict(m, source)
@@ -259,6 +313,9 @@ def write_module_proto(module: Module) -> bytes:
 
 
 def read_module_file(path: str | os.PathLike[str]) -> Module:
-    """Read a serialized ``HloModuleProto`` file."""
+    """Read a serialized ``HloModuleProto`` file, refused before it is read past :data:`MAX_PROGRAM_BYTES`."""
+    problem = file_over(path, MAX_PROGRAM_BYTES, "MAX_PROGRAM_BYTES")
+    if problem is not None:
+        raise HloFormatError(path, f"{problem}; not read")
     with open(path, "rb") as f:
         return read_module_proto(f.read(), path)

@@ -17,8 +17,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from competition.hlo.ir import HloFormatError, Module
-from competition.hlo.proto import MODULE, module_from_dict, module_to_dict
-from competition.hlo.wire import Schema, WireError, decode, encode
+from competition.hlo.proto import (
+    MODULE,
+    check_instructions,
+    count_instructions,
+    limit_error,
+    module_from_dict,
+    module_to_dict,
+    proto_budget,
+)
+from competition.hlo.wire import (
+    Interned,
+    Schema,
+    WireError,
+    WireLimit,
+    count_fields,
+    decode,
+    encode,
+    packed_count,
+)
+from competition.limits import MAX_LAYOUT_CELLS, MAX_RECORD_BYTES, MAX_RECORD_RUNS, over
 
 EXECUTION_PROFILE: Schema = {4: ("compute_time_ns", "int64", False)}
 TILE_SIZE_CONFIG: Schema = {1: ("kernel_bounds", "int64", True), 2: ("output_bounds", "int64", True),
@@ -26,7 +44,16 @@ TILE_SIZE_CONFIG: Schema = {1: ("kernel_bounds", "int64", True), 2: ("output_bou
 OP_CONFIG: Schema = {1: ("tile_size_config", TILE_SIZE_CONFIG, False)}
 TENSOR_LAYOUT: Schema = {1: ("dims", "int32", True)}
 NODE_LAYOUT: Schema = {1: ("tensors", TENSOR_LAYOUT, True)}
-LAYOUT_CONFIG: Schema = {1: ("nodes", NODE_LAYOUT, True)}
+
+
+def _node_layout(d: dict[str, Any]) -> tuple[tuple[int, ...], ...]:
+    """A decoded ``NodeLayout``: per tensor, its minor-to-major dims."""
+    return tuple(tuple(t.get("dims", [])) for t in d.get("tensors", []))
+
+
+LAYOUT_CONFIG: Schema = {1: ("nodes", Interned(NODE_LAYOUT, _node_layout), True)}
+"""A run's layouts: each node's decoded once per distinct encoding (a node takes a few layouts over thousands of
+runs), so a record's runs cost a reference a node."""
 MODULE_CONFIG: Schema = {1: ("layout_config", LAYOUT_CONFIG, False)}
 CONFIG_PROFILE: Schema = {1: ("op_config", OP_CONFIG, False), 2: ("module_config", MODULE_CONFIG, False),
                           3: ("error", "bool", False), 4: ("profile", EXECUTION_PROFILE, False),
@@ -79,8 +106,7 @@ def _run_from_dict(d: dict[str, Any]) -> Run:
     profile = d.get("profile")
     layout = None
     if "module_config" in d:
-        nodes = d["module_config"].get("layout_config", {}).get("nodes", [])
-        layout = tuple(tuple(tuple(t.get("dims", [])) for t in n.get("tensors", [])) for n in nodes)
+        layout = tuple(d["module_config"].get("layout_config", {}).get("nodes", []))
     tile = None
     if "op_config" in d and "tile_size_config" in d["op_config"]:
         t = d["op_config"]["tile_size_config"]
@@ -117,29 +143,71 @@ def _records_to_dict(rec: ModuleRecords) -> dict[str, Any]:
             "runs": [_run_to_dict(r) for r in rec.runs], "config_index_to_node": list(rec.config_index_to_node)}
 
 
-def _decode(data: bytes, schema: Schema, what: str, source: object) -> dict[str, Any]:
+def _decode(data: bytes, schema: Schema, what: str, source: object, modules: list[tuple[int, int]],
+            runs: int, cells: int = 0) -> dict[str, Any]:
+    """Decode a record after checking what its bytes declare: ``modules`` (the spans of its ``ModuleTuningData``
+    messages), ``runs`` in all and ``cells`` (runs x configurable nodes) against the limits."""
+    instructions = 0
     try:
-        return decode(data, schema)
+        for a, b in modules:
+            _, spans = count_fields(data, {1}, a, b)
+            instructions += sum(count_instructions(data, *span) for span in spans[1])
+    except WireError as exc:
+        raise HloFormatError(source, f"not a serialized {what} ({exc})") from None
+    check_instructions(instructions, source)
+    for problem in (over(runs, MAX_RECORD_RUNS, "MAX_RECORD_RUNS", "runs"),
+                    over(cells, MAX_LAYOUT_CELLS, "MAX_LAYOUT_CELLS", "run nodes (runs x configurable nodes)")):
+        if problem is not None:
+            raise HloFormatError(source, f"{problem}; not read")
+    try:
+        return decode(data, schema, budget=proto_budget(instructions + runs + cells))
+    except WireLimit as exc:
+        raise limit_error(exc, what, source) from None
+    except WireError as exc:
+        raise HloFormatError(source, f"not a serialized {what} ({exc})") from None
+
+
+def _check_bytes(data: bytes, source: object) -> None:
+    problem = over(len(data), MAX_RECORD_BYTES, "MAX_RECORD_BYTES", "bytes")
+    if problem is not None:
+        raise HloFormatError(source, f"{problem}; not read")
+
+
+def _count(data: bytes, numbers: set[int], what: str, source: object, start: int = 0, end: int | None = None
+           ) -> tuple[dict[int, int], dict[int, list[tuple[int, int]]]]:
+    try:
+        return count_fields(data, numbers, start, end)
     except WireError as exc:
         raise HloFormatError(source, f"not a serialized {what} ({exc})") from None
 
 
 def read_layout_records(data: bytes, source: object = "<bytes>") -> ModuleRecords:
-    """Decode a serialized ``ModuleTuningData`` (a program with its layout runs).
+    """Decode a serialized ``ModuleTuningData`` (a program with its layout runs): at most
+    :data:`MAX_RECORD_BYTES`, :data:`MAX_RECORD_RUNS` runs, :data:`MAX_LAYOUT_CELLS` runs x configurable nodes and
+    :data:`~competition.limits.MAX_PROGRAM_INSTRUCTIONS` instructions, counted in its bytes before decoding.
 
     Raises:
-        HloFormatError: bytes that are not one, or a module that cannot be featurized.
+        HloFormatError: bytes that are not one, past a limit, or a module that cannot be featurized.
     """
-    return _records_from_dict(_decode(data, MODULE_TUNING, "ModuleTuningData", source), source)
+    _check_bytes(data, source)
+    counts, spans = _count(data, {3, 4}, "ModuleTuningData", source)
+    nodes = counts[4] - len(spans[4]) + sum(packed_count(data, *span) for span in spans[4])
+    d = _decode(data, MODULE_TUNING, "ModuleTuningData", source, [(0, len(data))], counts[3], counts[3] * nodes)
+    return _records_from_dict(d, source)
 
 
 def read_tile_records(data: bytes, source: object = "<bytes>") -> list[ModuleRecords]:
-    """Decode a serialized ``TuningData`` (fused kernels with their tile runs).
+    """Decode a serialized ``TuningData`` (fused kernels with their tile runs): at most :data:`MAX_RECORD_BYTES`,
+    :data:`MAX_RECORD_RUNS` runs and :data:`~competition.limits.MAX_PROGRAM_INSTRUCTIONS` instructions (all
+    kernels together), counted in its bytes before decoding.
 
     Raises:
-        HloFormatError: bytes that are not one, or no kernel in it.
+        HloFormatError: bytes that are not one, past a limit, or no kernel in it.
     """
-    d = _decode(data, TUNING_DATA, "TuningData", source)
+    _check_bytes(data, source)
+    _, spans = _count(data, {1}, "TuningData", source)
+    runs = sum(_count(data, {3}, "TuningData", source, a, b)[0][3] for a, b in spans[1])
+    d = _decode(data, TUNING_DATA, "TuningData", source, spans[1], runs)
     if not d.get("modules"):
         raise HloFormatError(source, "a TuningData without any module (is this a tile record file?)")
     return [_records_from_dict(m, source) for m in d["modules"]]

@@ -30,6 +30,14 @@ from competition.hlo.ir import (
     Window,
     known_opcode,
 )
+from competition.limits import (
+    MAX_HLO_TEXT_LINES,
+    MAX_PROGRAM_BYTES,
+    MAX_PROGRAM_INSTRUCTIONS,
+    MAX_TUPLE_DEPTH,
+    file_over,
+    over,
+)
 from competition.schema import ELEMENT_ITEMSIZE
 
 _NAME = r"[A-Za-z0-9_.\-]+"
@@ -132,15 +140,19 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
         raise _Fail(f"{what}: expected integers, found {text!r}") from None
 
 
-def parse_shape(text: str, pos: int = 0) -> tuple[Shape, int]:
+def parse_shape(text: str, pos: int = 0, depth: int = 1) -> tuple[Shape, int]:
     """Parse the shape starting at ``text[pos]`` (``f32[8,16]{1,0}``, ``(f32[], s32[2]{0})``, ``pred[]``,
-    ``f32[<=8]``); returns the shape and the index after it."""
+    ``f32[<=8]``); returns the shape and the index after it. Tuples nested more than :data:`MAX_TUPLE_DEPTH` deep
+    are refused (``depth`` is the nesting of this shape)."""
     while pos < len(text) and text[pos].isspace():
         pos += 1
     if text.startswith("(", pos):
+        if depth > MAX_TUPLE_DEPTH:
+            raise _Fail(f"tuple shapes nested more than {MAX_TUPLE_DEPTH} deep (MAX_TUPLE_DEPTH), far deeper than "
+                        "any real program")
         end = _closing(text, pos)
         inner = _COMMENT.sub("", text[pos + 1:end])
-        elements = tuple(parse_shape(part)[0] for part in _split_top(inner))
+        elements = tuple(parse_shape(part, 0, depth + 1)[0] for part in _split_top(inner))
         return Shape("tuple", (), None, elements), end + 1
     m = _ARRAY.match(text, pos)
     if m is None:
@@ -408,14 +420,32 @@ def _statements(lines: list[str], start: int) -> tuple[list[tuple[int, str]], in
     raise _Fail("the last computation is not closed by '}'")
 
 
+_LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+"""What ``str.splitlines`` splits at."""
+
+
+def _check_size(text: str, source: object) -> None:
+    """Refuse text past :data:`MAX_PROGRAM_BYTES` characters or :data:`MAX_HLO_TEXT_LINES` lines, before it is
+    split into lines."""
+    problem = (over(len(text), MAX_PROGRAM_BYTES, "MAX_PROGRAM_BYTES", "characters")
+               or over(sum(text.count(ch) for ch in _LINE_BREAKS), MAX_HLO_TEXT_LINES, "MAX_HLO_TEXT_LINES",
+                       "lines"))
+    if problem is not None:
+        raise HloFormatError(source, f"{problem}; not read")
+
+
 def parse_hlo_text(text: str, source: object = "<text>") -> Module:
     """Parse HLO text into a module: computations in the text's order (XLA prints callees first, the entry
     computation last), instructions in their printed order.
 
+    The text is split into statements first; their count is checked against :data:`MAX_PROGRAM_INSTRUCTIONS`
+    before any instruction is built.
+
     Raises:
-        HloFormatError: text that is not HLO, an unknown opcode, a shape or attribute that cannot be parsed, an
-            undefined operand or computation; the message names ``source`` and the line.
+        HloFormatError: text that is not HLO, past a limit, an unknown opcode, a shape or attribute that cannot be
+            parsed, an undefined operand or computation; the message names ``source`` and the line.
     """
+    _check_size(text, source)
     lines = text.splitlines()
     i = 0
     while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("//")):
@@ -425,7 +455,8 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         found = lines[i].strip()[:40] if i < len(lines) else "an empty file"
         raise HloFormatError(source, f"not HLO text: expected a first line 'HloModule <name>, ...'; found {found!r}")
     module = Module(header.group(1))
-    called_by: list[tuple[int, str, str]] = []
+    bodies: list[tuple[int, str, list[tuple[int, str]]]] = []
+    total = 0
     i += 1
     while i < len(lines):
         raw = _COMMENT.sub("", lines[i]).strip()
@@ -435,15 +466,24 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         cm = _COMP.match(raw)
         if cm is None:
             raise HloFormatError(source, f"line {i + 1}: expected a computation '[ENTRY] name {{'; found {raw[:60]!r}")
-        comp = Computation(cm.group(2))
-        names: dict[str, int] = {}
-        root = -1
         try:
             statements, close = _statements(lines, i + 1)
         except _Unclosed as exc:
             raise HloFormatError(source, f"line {exc.line + 1}: {exc}") from None
         except _Fail as exc:
-            raise HloFormatError(source, f"computation {comp.name!r}: {exc}") from None
+            raise HloFormatError(source, f"computation {cm.group(2)!r}: {exc}") from None
+        total += len(statements)
+        problem = over(total, MAX_PROGRAM_INSTRUCTIONS, "MAX_PROGRAM_INSTRUCTIONS", "instructions")
+        if problem is not None:
+            raise HloFormatError(source, f"{problem} by line {close + 1}; not read further")
+        bodies.append((i, cm.group(2), statements))
+        i = close + 1
+    called_by: list[tuple[int, str, str]] = []
+    for k, (start, name, statements) in enumerate(bodies):
+        bodies[k] = (start, name, [])  # each statement's text is dropped once its instruction is built
+        comp = Computation(name)
+        names: dict[str, int] = {}
+        root = -1
         for lineno, stmt in statements:
             try:
                 is_root, ins, called = _instruction(stmt, names)
@@ -458,10 +498,9 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
             called_by.extend((lineno, ins.name, c) for c in ins.called)
             comp.instructions.append(ins)
         if not comp.instructions:
-            raise HloFormatError(source, f"line {i + 1}: computation {comp.name!r} has no instructions")
+            raise HloFormatError(source, f"line {start + 1}: computation {comp.name!r} has no instructions")
         comp.root = root if root >= 0 else len(comp.instructions) - 1
         module.computations.append(comp)
-        i = close + 1
     if not module.computations:
         raise HloFormatError(source, "no computation found after the HloModule line")
     defined = {c.name for c in module.computations}
@@ -473,7 +512,10 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
 
 
 def read_hlo_text_file(path: str | os.PathLike[str]) -> Module:
-    """Read a file of HLO text (UTF-8)."""
+    """Read a file of HLO text (UTF-8), refused before it is read past :data:`MAX_PROGRAM_BYTES`."""
+    problem = file_over(path, MAX_PROGRAM_BYTES, "MAX_PROGRAM_BYTES")
+    if problem is not None:
+        raise HloFormatError(path, f"{problem}; not read")
     with open(path, "rb") as f:
         data = f.read()
     try:

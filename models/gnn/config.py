@@ -62,9 +62,9 @@ class NetworkSettings(Section):
     """The network (:class:`models.gnn.net.RankNet`, which has no defaults of its own)."""
 
     attention: bool = setting(False, "cross-configuration attention in every layer")
-    hidden: int = setting(32, "channels of every layer", low=1, high=4096)
-    layers: int = setting(3, "message-passing layers", low=1, high=32)
-    opcode_dim: int = setting(16, "width of the opcode embedding", low=1, high=1024)
+    hidden: int = setting(32, "channels of every layer", low=1, high=1024)
+    layers: int = setting(3, "message-passing layers", low=1, high=16)
+    opcode_dim: int = setting(16, "width of the opcode embedding", low=1, high=256)
     bidirectional: bool = setting(True, "message passing producer-to-consumer and back, with separate weights")
     join: str = setting("early", "tile: the config joined to every node (early) or after pooling (late)",
                         choices=("early", "late"))
@@ -83,7 +83,7 @@ class TrainingSettings(Section):
         0.0, "pairwise losses: configs whose runtimes differ by at most this fraction count as ties", low=0)
     epochs: int = setting(10, "training epochs at most (early stopping may end sooner)", low=1, high=100_000)
     patience: int = setting(4, "epochs without a better valid score before stopping", low=0, high=100_000)
-    configs_per_graph: int = setting(64, "configs sampled per graph per step", low=2, high=1_000_000)
+    configs_per_graph: int = setting(64, "configs sampled per graph per step", low=2, high=10_000)
     steps_per_graph: int = setting(8, "training steps per graph per epoch, each with freshly sampled configs",
                                    low=1, high=100_000)
     graphs_per_step: int = setting(1, "graphs per optimiser step over all processes, their losses averaged",
@@ -108,12 +108,12 @@ class PredictSettings(Section):
     """Scoring configs: in validation (which picks the kept epoch) and prediction."""
 
     predict_batch: int = setting(128, "configs per batch at prediction (exactly this many with attention)", low=1,
-                                 high=1_000_000)
+                                 high=10_000)
     predict_context: str = setting(DEFAULT_PREDICT_CONTEXT,
                                    "with attention: what each config is compared with at prediction",
                                    choices=tuple(PREDICT_CONTEXTS))
     reference_configs: int = setting(DEFAULT_REFERENCE_CONFIGS, "configs drawn per reference set at prediction",
-                                     low=1, high=1_000_000)
+                                     low=1, high=100_000)
     tta: int = setting(DEFAULT_TTA, "with attention: random orderings or reference sets averaged at prediction",
                        low=1, high=64, runtime=True)
 
@@ -123,7 +123,7 @@ class RunSettings(Section):
     """How a model runs, not what one network learns: the seed ensemble, the device, the folders, the time cap."""
 
     seeds: int = setting(1, "a seed ensemble of this many networks, their rank-normalised scores averaged", low=1,
-                         high=100)
+                         high=16)
     device: str = setting("auto", "where to train and predict", runtime=True,
                           allowed="'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'", valid=_is_device)
     runs_dir: str | None = setting("runs", "training runs (settings, checkpoints, curves) go to "

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from models.gnn import distributed
 from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, TimeBudget, default_callbacks
 from models.gnn.config import GNNConfig
+from models.gnn.footprint import check_fit_memory
 from models.gnn.gst import HistoryTable
 from models.gnn.losses import loss_function
 from models.gnn.net import RankNet
@@ -151,7 +152,8 @@ class Trainer:
         callbacks: the run's callbacks, called in this order (:func:`models.gnn.callbacks.default_callbacks`).
 
     Raises:
-        ValueError: no training graph has two configs with known runtimes.
+        ValueError: no training graph has two configs with known runtimes, or the settings need more memory than
+            the process can have (:func:`models.gnn.footprint.check_fit_memory`).
         models.gnn.distributed.DistributedSetupError: more processes than training graphs, or than
             ``graphs_per_step``.
     """
@@ -180,6 +182,7 @@ class Trainer:
                 f"graphs_per_step={cfg.train.graphs_per_step} is less than the {self.world} processes, each of which "
                 f"trains a graph of its own at every step: set graphs_per_step to {self.world} or more "
                 f"(--param graphs_per_step={self.world})")
+        check_fit_memory(cfg, self.usable, self.valid_items, self.name)
         # Every graph is visited steps_per_graph times per epoch; the last step is topped up to graphs_per_step.
         self.steps_per_epoch = max(1, math.ceil(len(self.usable) * cfg.train.steps_per_graph / cfg.train.graphs_per_step))
         self.total_steps = cfg.train.epochs * self.steps_per_epoch
