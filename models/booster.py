@@ -169,6 +169,9 @@ def _tree(block: str, index: int, field: str, num_features: int) -> None:
         raise FieldError(f"{where} is_linear", "0 (no linear leaves)", shown(kv["is_linear"]))
     if "shrinkage" in kv:
         _float(kv["shrinkage"], f"{where} shrinkage")
+    if leaves == 1:  # LightGBM reads nothing past the leaf value of a single leaf (written with empty arrays)
+        _float(_tokens(kv["leaf_value"], f"{where} leaf_value", 1)[0], f"{where} leaf_value[0]")
+        return
     arrays: dict[str, list[str]] = {}
     for key in kv:
         if key in _NODE_FLOATS or key in _NODE_INTS:
@@ -186,8 +189,6 @@ def _tree(block: str, index: int, field: str, num_features: int) -> None:
         if kind & 1 or (kind >> 2) & 3 == 3:
             raise FieldError(f"{where} decision_type[{k}]", "a numerical split (bit 0 clear, missing type 0-2)",
                              shown(token))
-    if leaves == 1:
-        return
     missing = [k for k in _REQUIRED_SPLITS if k not in kv]
     if missing:
         raise FieldError(where, f"a line {missing[0]}=... (a tree of {leaves} leaves)", "none")

@@ -126,5 +126,6 @@ def test_a_model_saved_with_other_feature_columns_asks_for_a_fit(tiny_world: Pat
     doc["state"]["feature_names_"] = names[:-1]
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=rf"state\.booster_ max_feature_idx: expected {len(names) - 2} \(the "
-                                         rf"model's {len(names) - 1} feature columns, less one\); found '{len(names) - 1}'"):
+                                         rf"model's {len(names) - 1} feature columns, less one\); found "
+                                         rf"'{len(names) - 1}'"):
         load_model(path)

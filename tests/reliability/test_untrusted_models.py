@@ -3,11 +3,11 @@ reaches LightGBM, torch or numpy, and a model whose scores are not finite is ref
 
 The cases are the probe's edits: a LightGBM model string whose child points back to the root or past the last node
 (a hang), cut short or with wrong ``tree_sizes`` (SIGABRT), with a split feature or leaf out of range (ranked with
-exit 0); a GNN state entry declaring a 2 GB dtype, a ``columns_.kept`` of -1, fields that disagree (exit 3 with a
-traceback); weights of 1e38 (non-finite scores, written as the identity order); ensemble members outside the runs
-folder or outside the registry, and weights or methods that ``fit`` never leaves. Each ends in exit 2, one line
-naming the file and the field, and nothing written. Those that hung or crashed run in a process of their own, under
-a time limit (and a memory limit for the allocation).
+exit 0); a GNN state entry whose dtype asked numpy for gigabytes, a ``columns_.kept`` of -1, fields that disagree
+(exit 3 with a traceback); weights of 1e38 (non-finite scores, written as the identity order); ensemble members
+outside the runs folder or outside the registry, and weights or methods that ``fit`` never leaves. Each ends in
+exit 2, one line naming the file and the field, and nothing written. Those that hung or crashed run in a process of
+their own, under a time limit (and a memory limit for the allocation).
 """
 
 from __future__ import annotations
@@ -281,6 +281,20 @@ def test_lightgbm_is_given_only_the_checked_trees_and_predicts_as_before(fitted,
     assert np.isfinite(load_model(path).predict(graph)).all()
 
 
+def test_a_tree_of_one_leaf_is_taken_as_lightgbm_writes_it():
+    """Constant columns give trees of one leaf, written with empty split arrays, which LightGBM never reads."""
+    x = np.ones((100, 3))
+    ranker = lightgbm.LGBMRanker(n_estimators=2, verbose=-1, n_jobs=1).fit(x, np.arange(100) % 5, group=[10] * 10)
+    text = ranker.booster_.model_to_string()
+    assert _leaves(text) == 1 and "\nleaf_weight=\n" in text
+    probe = np.random.default_rng(0).normal(size=(8, 3))
+    np.testing.assert_array_equal(lightgbm.Booster(model_str=checked_model_string(text, 3)).predict(probe),
+                                  ranker.booster_.predict(probe))
+    with pytest.raises(FieldError, match=r"^state\.booster_ \(Tree=0\) leaf_value\[0\]: expected a finite number; "
+                                         r"found 'nan'$"):
+        checked_model_string(_set(text, 0, "leaf_value", "nan"), 3)
+
+
 @pytest.fixture(scope="module")
 def deep_booster() -> str:
     """A LightGBM lambdarank string with trees of 8 leaves (nodes below nodes), on 5 random columns."""
@@ -352,7 +366,8 @@ GNN_FIELDS: dict[str, tuple[Callable[[dict], None], str]] = {
     "a kept column past the last": (
         lambda s: s["columns_"]["kept"].__setitem__(-1, 10 ** 6),
         "state.columns_.kept[32]: expected a whole number in [0, 164]; found 1000000"),
-    "settings that are a list": (_set_path(["settings_"], []), "state.settings_: expected an object; found a list of 0"),
+    "settings that are a list": (
+        _set_path(["settings_"], []), "state.settings_: expected an object; found a list of 0"),
     "weights without an entry": (
         _set_path(["weights_", "head.4.bias"], _DROP), "state.weights_: expected a key 'head.4.bias'; found none"),
     "weights of another shape": (
@@ -361,10 +376,12 @@ GNN_FIELDS: dict[str, tuple[Callable[[dict], None], str]] = {
     "weights of the other kind's network": (
         _set_path(["settings_", "kind"], "layout"),
         "state.settings_.kind: expected 'tile', the kind of state.collection_ (tile:xla); found 'layout'"),
-    "a column selection that is text": (_set_path(["columns_"], "all"), "state.columns_: expected an object; found 'all'"),
+    "a column selection that is text": (
+        _set_path(["columns_"], "all"), "state.columns_: expected an object; found 'all'"),
     "a state key that is a method's name": (
         _set_path(["predict"], 1), "state: expected keys among 15 known keys; found 'predict'"),
-    "weights that are a list": (_set_path(["weights_"], [1, 2]), "state.weights_: expected an object; found a list of 2"),
+    "weights that are a list": (
+        _set_path(["weights_"], [1, 2]), "state.weights_: expected an object; found a list of 2"),
     "a seed ensemble member more than its settings train": (
         _set_path(["members_"], [{"seed": 1}]), "state.members_: expected a list of at most 0; found a list of 1"),
     "refitted weights of another network": (
@@ -384,7 +401,8 @@ GNN_FIELDS: dict[str, tuple[Callable[[dict], None], str]] = {
                                                   "shape": [1, 8]}),
         "state.weights_.head.4.weight.__ndarray__: expected nested lists of shape [1, 8]; found a list of 2 at "
         "depth 0"),
-    "fit splits that are text": (_set_path(["fit_splits_"], "train"), "state.fit_splits_: expected a list; found 'train'"),
+    "fit splits that are text": (
+        _set_path(["fit_splits_"], "train"), "state.fit_splits_: expected a list; found 'train'"),
 }
 
 
@@ -426,8 +444,9 @@ def test_a_default_first_field_that_does_not_fit_is_refused(case, fitted, tile_f
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the address space from /proc")
 def test_a_state_entry_declaring_a_huge_dtype_is_refused_before_anything_is_allocated(fitted, tile_file, tmp_path):
-    """A 90-byte entry, ``dtype "(260000000,)f8"``, made numpy allocate 2 GB: refused from its declaration, with the
-    address space limited to 1 GiB above what the imports take, which predicting with the intact run stays within."""
+    """A 90-byte entry, ``dtype "(260000000,)f8"``, made numpy allocate gigabytes: refused from its declaration, with
+    the address space limited to 1 GiB above what the imports take, which predicting with the intact run stays
+    within."""
     entry = {"__ndarray__": [0], "dtype": "(260000000,)f8", "shape": [1]}
     assert len(json.dumps(entry)) < 100
     runs, path = _runs(fitted, tmp_path, "gnn", _set_path(["weights_", "head.4.bias"], entry))
