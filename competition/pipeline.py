@@ -50,6 +50,7 @@ from competition.submission import (
     SubmissionError,
     SubmissionProblem,
     SubmissionScores,
+    finite_scores,
     orders_text,
     problem_count,
     score_orders,
@@ -345,7 +346,8 @@ def fit_collection(model_name: str, model: RankingModel, data: CollectionData, *
         graphs = {Split.VALID: data.valid, Split.TEST: data.test}[Split(split)]
         ids = [submission_id(collection, stem) for stem in graphs.stems]
         chosen = list(range(len(graphs))) if shard is None else list(shard(range(len(graphs))))
-        mine = {ids[i]: model.predict(data.protocol.select(graphs[i], collection, graphs.split))
+        mine = {ids[i]: finite_scores(model.predict(data.protocol.select(graphs[i], collection, graphs.split)),
+                                      f"{model_name} on {collection.value}, graph {ids[i]}")
                 for i in tqdm(chosen, disable=not progress, unit="graph", leave=False,
                               desc=f"{model_name} {collection.value} {graphs.split.value}")}
         if gather is None:

@@ -33,6 +33,7 @@ import argparse
 import csv
 import io
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -229,7 +230,8 @@ def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
 
     folder = run_folder(runs_dir, name, collection)
     path = folder / MODEL_FILE
-    again = f"`fastslow train --model {name} --collections {collection.value} --runs-dir {runs_dir}`"
+    again = (f"`fastslow train --model {shlex.quote(name)} --collections {collection.value} --runs-dir "
+             f"{shlex.quote(str(runs_dir))}`")
     if not path.is_file():
         held = (" (the folder holds a training run without a saved model: a run saves it when its fit ends)"
                 if (folder / CHECKPOINT).is_file() else "")
@@ -269,6 +271,7 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
 
     from competition.reader import load_graph
     from competition.saved_runs import feature_problem
+    from competition.submission import finite_scores
     from models.base import MODEL_FILE, run_folder
 
     collections = list(dict.fromkeys(t.collection for t in targets))
@@ -291,7 +294,10 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
     for t in tqdm(targets, disable=not progress, unit="graph", desc="predict", leave=False):
         graph = firsts.pop(t.sid, None) or load_graph(t.path, t.collection)
         for name in needed[t.collection]:
-            scores[name][t.sid] = runs[name, t.collection].predict(graph)
+            scores[name][t.sid] = finite_scores(runs[name, t.collection].predict(graph),
+                                                f"{name} on {t.collection.value}: "
+                                                f"{run_folder(runs_dir, name, t.collection) / MODEL_FILE} gave graph "
+                                                f"{t.sid}")
     return combination.combine({m: s for m, s in scores.items() if s})
 
 
@@ -299,12 +305,13 @@ def ranking_text(scores: dict[str, npt.NDArray[np.float64]]) -> str:
     """The ranking CSV of ``scores``: ``ID,Ranking``, a row per graph sorted by ID, every config index fastest
     first (ties by index) joined by ``;``."""
     from competition.metrics import predicted_order
-    from competition.submission import format_order
+    from competition.submission import finite_scores, format_order
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(RANKING_HEADER)
-    writer.writerows((sid, format_order(predicted_order(scores[sid]))) for sid in sorted(scores))
+    writer.writerows((sid, format_order(predicted_order(finite_scores(scores[sid], f"ID {sid}"))))
+                     for sid in sorted(scores))
     return buf.getvalue()
 
 

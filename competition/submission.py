@@ -186,6 +186,27 @@ def parse_submission_id(text: str) -> tuple[Collection, str]:
 # --------------------------------------------------------------------------------------------------------------
 
 
+def finite_scores(scores: npt.ArrayLike, what: str) -> npt.NDArray[np.float64]:
+    """``scores`` as float64, when every one is finite. The order of NaN or infinite scores is arbitrary (all NaN
+    give the identity order), so a model whose scores are not finite is refused before anything of them is ranked
+    or written: every submission, valid file and ranking passes here.
+
+    Args:
+        scores: ``[C]`` one graph's scores.
+        what: what gave them, for the message (``ID <id>``, or the model and graph).
+
+    Raises:
+        ValueError: a score that is NaN or infinite.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.asarray(scores, dtype=np.float64)
+    bad = int(s.size - np.isfinite(s).sum())
+    if bad:
+        raise ValueError(f"{what}: {bad} of {s.size} scores are not finite (NaN or infinite): a model whose scores "
+                         "are not finite ranks nothing; nothing written")
+    return s
+
+
 def format_order(order: npt.ArrayLike) -> str:
     """Config indices (int ``[m]``, fastest first) joined by ``;``."""
     return ";".join(str(int(i)) for i in np.asarray(order, dtype=np.int64))
@@ -229,10 +250,12 @@ def submission_orders(
         Submission ID -> int64 config indices, fastest first (:func:`~competition.metrics.submitted_order`).
 
     Raises:
-        ValueError: an ID with no known collection prefix, or an ID given twice.
+        ValueError: an ID with no known collection prefix, an ID given twice, or scores that are not finite
+            (:func:`finite_scores`).
     """
     rows = rows or {}
-    return {sid: submitted_order(parse_submission_id(sid)[0], s, rows.get(sid)) for sid, s in _items(predictions)}
+    return {sid: submitted_order(parse_submission_id(sid)[0], finite_scores(s, f"ID {sid}"), rows.get(sid))
+            for sid, s in _items(predictions)}
 
 
 def orders_text(orders: Mapping[str, npt.ArrayLike] | Iterable[tuple[str, npt.ArrayLike]]) -> str:

@@ -28,6 +28,7 @@ from competition.dataset import CollectionData
 from competition.nesting import json_loads
 from competition.npzio import atomic_write_text
 from competition.reader import LayoutGraph, TileGraph
+from models.fields import FieldError, check_mapping, check_str, decode_value, shown
 
 FORMAT_VERSION = 1
 
@@ -51,7 +52,15 @@ MODEL_FILE = "model.json"
 
 
 def run_folder(runs_dir: str | os.PathLike[str], model_name: str, collection: Collection | str) -> Path:
-    """``<runs_dir>/<model>/<collection slug>``: where a model's run for a collection lives."""
+    """``<runs_dir>/<model>/<collection slug>``: where a model's run for a collection lives.
+
+    Raises:
+        ValueError: a model name that is not one plain folder name (a path such as ``../elsewhere/gbdt`` would lead
+            out of ``runs_dir``).
+    """
+    if (not isinstance(model_name, str) or model_name in ("", ".", "..") or "/" in model_name or "\\" in model_name
+            or "\0" in model_name):
+        raise ValueError(f"expected a model name (one plain folder name in {runs_dir}); found {model_name!r}")
     return Path(runs_dir) / model_name / Collection(collection).slug
 
 
@@ -64,6 +73,11 @@ class RankingModel(abc.ABC):
     """
 
     name: ClassVar[str]
+    STATE_REQUIRED: ClassVar[tuple[str, ...]] = ()
+    """The learned attributes a saved model of this class must hold (:meth:`check_state`)."""
+    STATE_OPTIONAL: ClassVar[tuple[str, ...]] = ("collection_",)
+    """The learned attributes it may hold besides (an unfitted model saves none); a saved state with any other is
+    refused."""
     reference: ClassVar[bool] = False
     """A reference ranking that learns no ranking of its own (random, default-first): scored beside the others,
     kept out of the ensemble when two learned models are there (see :func:`models.registry.ensemble_members`)."""
@@ -176,6 +190,21 @@ class RankingModel(abc.ABC):
         """
         return params, state
 
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Refuse a saved state (as read from the file, before anything in it is decoded) that this model cannot
+        take, naming the field: a saved model is data someone else may have written, and nothing of it reaches
+        numpy, torch or LightGBM unchecked (:mod:`models.fields`).
+
+        Here: the keys (every one of :attr:`STATE_REQUIRED`, none outside it and :attr:`STATE_OPTIONAL`) and
+        ``collection_``; a model with more state checks it too (by overriding this and calling it).
+
+        Raises:
+            models.fields.FieldError: the first field that cannot be used.
+        """
+        check_mapping(state, "state", required=self.STATE_REQUIRED, optional=self.STATE_OPTIONAL)
+        if "collection_" in state:
+            check_str(state["collection_"], "state.collection_", choices=[c.value for c in Collection])
+
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RankingModel:
         """Read a model written by :meth:`save`; on the base class, dispatch on the saved name.
@@ -187,7 +216,8 @@ class RankingModel(abc.ABC):
             The model, predicting exactly as the saved one did.
 
         Raises:
-            ValueError: the file is not a saved model of this class (or of any registered one).
+            ValueError: the file is not a saved model of this class (or of any registered one), or holds a field
+                the model cannot take (:meth:`check_state`).
         """
         path = Path(path)
         doc = _read_doc(path)
@@ -203,15 +233,24 @@ class RankingModel(abc.ABC):
             params, state = cls.upgrade_saved(dict(doc["params"]), dict(doc["state"]))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{path}: expected a saved {cls.__name__}; found an earlier version's parameters or "
+                             f"state it cannot take ({type(exc).__name__}: {exc})") from exc
         try:
             model = cls(**params)
-            for key, value in state.items():
-                setattr(model, key, _decode(value))
-            if "collection_" in doc["state"] and model.collection_ is not None:  # type: ignore[attr-defined]
-                model.collection_ = Collection(model.collection_)  # type: ignore[attr-defined]
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise ValueError(f"{path}: expected a saved {cls.__name__}; found parameters or state it cannot take "
                              f"({type(exc).__name__}: {exc})") from exc
+        try:
+            model.check_state(state)
+            decoded = {key: decode_value(value, f"state.{key}") for key, value in state.items()}
+        except ValueError as exc:  # a FieldError names the field
+            raise ValueError(f"{path}: {exc}") from None
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{path}: expected a saved {cls.__name__}; found state it cannot take "
+                             f"({type(exc).__name__}: {exc})") from exc
+        for key, value in decoded.items():
+            setattr(model, key, Collection(value) if key == "collection_" else value)
         return model
 
 
@@ -223,6 +262,11 @@ _NAMED: dict[str, type[RankingModel]] = {}
 def register_names(classes: Mapping[str, type[RankingModel]]) -> None:
     """Make :meth:`RankingModel.load` read files saved under these names with these classes."""
     _NAMED.update(classes)
+
+
+def registered_names() -> list[str]:
+    """The names saved models and ensemble members may have (:mod:`models.registry`'s), sorted."""
+    return sorted(_NAMED)
 
 
 def load_model(path: str | os.PathLike[str]) -> RankingModel:
@@ -247,7 +291,13 @@ def _read_doc(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: expected a saved model with keys name, version, params, state; "
                          f"found it lacks {', '.join(missing)}")
     if doc["version"] != FORMAT_VERSION:
-        raise ValueError(f"{path}: expected model format version {FORMAT_VERSION}; found {doc['version']!r}")
+        raise ValueError(f"{path}: expected model format version {FORMAT_VERSION}; found {shown(doc['version'])}")
+    try:
+        check_str(doc["name"], "name", max_length=100)
+        check_mapping(doc["params"], "params")
+        check_mapping(doc["state"], "state")
+    except FieldError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     return doc
 
 
@@ -266,14 +316,4 @@ def _encode(value: Any) -> Any:
         return {str(k): _encode(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_encode(v) for v in value]
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict) and "__ndarray__" in value:
-        return np.asarray(value["__ndarray__"], dtype=np.dtype(value["dtype"])).reshape(value["shape"])
-    if isinstance(value, dict):
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
     return value

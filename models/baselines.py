@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -31,6 +32,7 @@ from competition.reader import LayoutGraph, TileGraph
 from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, MAX_RANK
 from features.tabular import tiled_array
 from models.base import Graph, NotFittedError, RankingModel
+from models.fields import FieldError, check_int, decode_array
 from models.settings import Configured, Section, section, setting
 
 TILE_FEATURES = tuple(f"log2(output tile share), minor dim {k}" for k in range(MAX_RANK)) + tuple(
@@ -147,9 +149,31 @@ class DefaultFirstModel(RankingModel):
 
     name = "default-first"
     reference = True
+    STATE_OPTIONAL = ("collection_", "tile_center_", "tile_spread_", "n_graphs_")
 
     def __init__(self) -> None:
         pass
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """See :meth:`RankingModel.check_state`: the tile default's median and spread, float ``[12]`` each (the
+        median NaN where no default had the feature, the spread finite and at least :data:`MIN_SPREAD`), both or
+        neither."""
+        super().check_state(state)
+        if ("tile_center_" in state) != ("tile_spread_" in state):
+            given, lacking = sorted(("tile_center_", "tile_spread_"), key=lambda k: k not in state)
+            raise FieldError(f"state.{lacking}", f"the learned default's other half, beside state.{given}", "none")
+        if "tile_center_" in state:
+            width = (len(TILE_FEATURES),)
+            center = decode_array(state["tile_center_"], "state.tile_center_", kinds="f", shape=width)
+            if np.isinf(center).any():
+                raise FieldError("state.tile_center_", "finite numbers, or null where no default had the feature",
+                                 f"{int(np.isinf(center).sum())} infinite")
+            spread = decode_array(state["tile_spread_"], "state.tile_spread_", kinds="f", shape=width, finite=True)
+            if (spread < MIN_SPREAD).any():
+                raise FieldError("state.tile_spread_", f"spreads of at least MIN_SPREAD ({MIN_SPREAD})",
+                                 f"{float(spread.min())!r}")
+        if "n_graphs_" in state:
+            check_int(state["n_graphs_"], "state.n_graphs_", low=0)
 
     def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
             predict_by: float | None = None) -> Self:
@@ -192,5 +216,6 @@ class DefaultFirstModel(RankingModel):
         if not hasattr(self, "tile_center_"):
             raise NotFittedError("DefaultFirstModel needs fit() on the tile:xla collection before it can rank "
                                  f"tile graphs (asked to predict {graph.path})")
-        z = np.abs(tile_default_features(graph) - self.tile_center_) / self.tile_spread_
-        return np.nansum(z, axis=1)
+        with np.errstate(over="ignore"):  # a saved default far out gives infinite scores, which are refused
+            z = np.abs(tile_default_features(graph) - self.tile_center_) / self.tile_spread_
+            return np.nansum(z, axis=1)

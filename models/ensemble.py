@@ -50,10 +50,25 @@ from competition.metrics import graph_score
 from competition.npzio import atomic_write_text
 from competition.submission import parse_submission_id
 from models import settings as settings_tree
-from models.base import NotFittedError, read_json_doc
+from models.base import NotFittedError, read_json_doc, registered_names
+from models.fields import (
+    FieldError,
+    check_int,
+    check_list,
+    check_mapping,
+    check_number,
+    check_numbers,
+    check_str,
+    shown,
+)
 from models.settings import Configured, Section, section, setting
 
 METHODS = ("auto", "weighted", "best", "mean")
+FITTED_METHODS = ("weighted", "best", "mean", "overall")
+"""The methods a fitted collection is combined by (``auto`` chooses one of the first three; ``overall`` is the
+member best over the collections of its kind, below ``min_graphs``)."""
+WEIGHT_SUM_TOLERANCE = 1e-6
+"""How far a saved collection's weights may sum from 1 (fitted weights are multiples of a grid step, or equal)."""
 NORMALIZATIONS = ("auto", "rank", "minmax")
 FORMAT_VERSION = 1
 _STATE_KEYS = ("models_", "collections_", "cv_score_", "member_scores_", "candidate_scores_", "num_graphs_")
@@ -474,28 +489,82 @@ class Ensemble(Configured):
     def load(cls, path: str | os.PathLike[str]) -> Ensemble:
         """Read an ensemble written by :meth:`save`; it predicts exactly as the saved one did.
 
+        Every field is checked first (:meth:`check_state`): the file names the models whose runs are then opened,
+        so a name that is no registered model (a path such as ``../elsewhere/gbdt``) is refused, and so are weights
+        that are not finite or not in [0, 1], and a method this version does not fit.
+
         Raises:
             ValueError: no such file, invalid JSON, or not a saved ensemble of this format version (with its
-                parameters and exactly its learned attributes).
+                parameters and exactly its learned attributes, each as :meth:`fit` leaves it), naming the field.
         """
         path = Path(path)
         doc = read_json_doc(path, "ensemble")
         if not isinstance(doc, dict) or doc.get("name") != "ensemble" or "state" not in doc or "params" not in doc:
             raise ValueError(f"{path}: expected a saved ensemble (name 'ensemble' with params and state)")
         if doc.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: expected ensemble format version {FORMAT_VERSION}; found {doc.get('version')!r}")
+            raise ValueError(f"{path}: expected ensemble format version {FORMAT_VERSION}; "
+                             f"found {shown(doc.get('version'))}")
         params, state = doc["params"], doc["state"]
         leaves = settings_tree.leaves(EnsembleConfig)
         known = {*leaves, *(leaf.name for leaf in leaves.values())}  # by key, or by name as earlier versions saved
         if not isinstance(params, dict) or not set(params) <= known:
-            raise ValueError(f"{path}: expected ensemble params among {', '.join(leaves)}; found {params!r}")
+            raise ValueError(f"{path}: expected ensemble params among {', '.join(leaves)}; found {shown(params)}")
         if not isinstance(state, dict) or set(state) != set(_STATE_KEYS):
             raise ValueError(f"{path}: expected ensemble state with keys {', '.join(_STATE_KEYS)}; "
                              f"found {sorted(state) if isinstance(state, dict) else type(state).__name__}")
-        model = cls(**params)
+        try:
+            model = cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: params: {exc}") from None
+        try:
+            cls.check_state(state)
+        except ValueError as exc:  # a FieldError names the field
+            raise ValueError(f"{path}: {exc}") from None
         for key, value in state.items():
             setattr(model, key, value)
         return model
+
+    @staticmethod
+    def check_state(state: Mapping[str, Any]) -> None:
+        """Refuse a saved state that :meth:`fit` could not have left, naming the field: ``models_`` registered
+        model names, each once; per collection, a method :meth:`fit` chooses (:data:`FITTED_METHODS`), a
+        normalisation, and one weight per model, each finite and in [0, 1], summing to 1; the scores finite
+        numbers (or ``null``) of the collections and models listed; the graph counts whole numbers.
+
+        Raises:
+            models.fields.FieldError: the first field that cannot be used.
+        """
+        names = registered_names()
+        models = check_list(state["models_"], "state.models_", max_length=len(names))
+        if not models:
+            raise FieldError("state.models_", "at least one model name", "none")
+        for k, name in enumerate(models):
+            check_str(name, f"state.models_[{k}]", choices=names)
+            if name in models[:k]:
+                raise FieldError(f"state.models_[{k}]", "each model once", f"{name!r} again")
+        collections = check_mapping(state["collections_"], "state.collections_",
+                                    optional=[c.value for c in Collection])
+        for c, spec in collections.items():
+            field = f"state.collections_.{c}"
+            check_mapping(spec, field, required=("method", "normalization", "weights"), optional=())
+            check_str(spec["method"], f"{field}.method", choices=FITTED_METHODS)
+            check_str(spec["normalization"], f"{field}.normalization", choices=("rank", "minmax"))
+            weights = check_numbers(spec["weights"], f"{field}.weights", low=0.0, high=1.0, length=len(models))
+            total = math.fsum(w for w in weights if w is not None)
+            if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
+                raise FieldError(f"{field}.weights", "weights that sum to 1", f"a sum of {total!r}")
+        listed = list(collections)
+        for key in ("cv_score_", "num_graphs_", "member_scores_", "candidate_scores_"):
+            for c, value in check_mapping(state[key], f"state.{key}", optional=listed).items():
+                field = f"state.{key}.{c}"
+                if key == "cv_score_":
+                    check_number(value, field, null=True)
+                elif key == "num_graphs_":
+                    check_int(value, field, low=0)
+                else:
+                    inner = check_mapping(value, field, optional=models if key == "member_scores_" else None)
+                    for name, score in inner.items():
+                        check_number(score, f"{field}.{name}", null=True)
 
     # ---------------------------------------------------------------------------------------------------------
     # Internals

@@ -24,7 +24,7 @@ import hashlib
 import inspect
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -43,6 +43,8 @@ from competition.reader import LayoutGraph, TileGraph
 from competition.workers import usable_cores
 from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
+from models.booster import checked_model_string
+from models.fields import check_int, check_list, check_number, check_str
 from models.settings import Configured, Section, section, setting
 
 _HAS_EVAL_X = "eval_X" in inspect.signature(lightgbm.LGBMRanker.fit).parameters
@@ -58,6 +60,9 @@ _BYTES_PER_TREE_LEAF = 100
 MAX_N_JOBS = 256
 """The most LightGBM threads asked for; a fit uses at most the usable cores (more threads than cores only wait for
 each other, and each reserves its own stack and buffers)."""
+MAX_FEATURE_COLUMNS = 100_000
+"""The most feature columns a saved GBDT may name: far above what :mod:`features.tabular` computes."""
+
 MAX_GRADE = 30
 """Highest relevance grade: LightGBM's default ``label_gain`` has 31 entries (grades 0..30)."""
 
@@ -182,11 +187,27 @@ class GBDTModel(Configured, RankingModel):
     """
 
     name = "gbdt"
+    STATE_REQUIRED = ("collection_", "booster_", "feature_names_")
+    STATE_OPTIONAL = ("best_iteration_", "n_graphs_", "n_rows_", "fit_seconds_")
 
     CONFIG: ClassVar[type[GBDTConfig]] = GBDTConfig
 
     def __init__(self, config: GBDTConfig | None = None, /, **settings: Any) -> None:
         self._configure(config, settings)
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """See :meth:`RankingModel.check_state`: the feature names (strings), the counts, and the booster string,
+        whose every tree is checked before LightGBM parses it (:func:`models.booster.checked_model_string`)."""
+        super().check_state(state)
+        names = check_list(state["feature_names_"], "state.feature_names_", max_length=MAX_FEATURE_COLUMNS)
+        for k, name in enumerate(names):
+            check_str(name, f"state.feature_names_[{k}]", max_length=1000)
+        checked_model_string(state["booster_"], len(names))
+        for key in ("best_iteration_", "n_graphs_", "n_rows_"):
+            if key in state:
+                check_int(state[key], f"state.{key}", low=0)
+        if "fit_seconds_" in state:
+            check_number(state["fit_seconds_"], "state.fit_seconds_", low=0, null=True)
 
     def _queries(self, graphs: SplitGraphs, rng: np.random.Generator, progress: bool,
                  protocol: ValidProtocol | None = None, deadline: float | None = None,
@@ -295,7 +316,9 @@ class GBDTModel(Configured, RankingModel):
                 first = next((k for k, (a, b) in enumerate(pairs) if a != b), min(len(names), len(self.feature_names_)))
                 raise ValueError(f"this GBDT was fitted on {len(self.feature_names_)} feature columns and this "
                                  f"version computes {len(names)}, first differing at column {first}: fit it again")
-            booster = self._booster = lightgbm.Booster(model_str=self.booster_)
+            # LightGBM is given only what was checked: a bad tree would hang or crash its parser.
+            booster = self._booster = lightgbm.Booster(
+                model_str=checked_model_string(self.booster_, len(self.feature_names_)))
         return booster
 
     def predict(self, graph: Graph) -> npt.NDArray[np.float64]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
@@ -35,7 +35,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform, Compose
 
-from competition.collections import Collection
+from competition.collections import Collection, Split
 from competition.dataset import CollectionData, SplitGraphs
 from competition.reader import LayoutGraph, TileGraph
 from competition.runlock import hold_run_folder
@@ -54,6 +54,19 @@ from features.transforms import (
 )
 from models import settings as tree
 from models.base import NotFittedError, RankingModel, run_folder
+from models.fields import (
+    FieldError,
+    check_bool,
+    check_int,
+    check_ints,
+    check_list,
+    check_mapping,
+    check_number,
+    check_numbers,
+    check_str,
+    decode_array,
+    shown,
+)
 from models.gnn import distributed
 from models.gnn.config import (
     GNNConfig,
@@ -77,6 +90,17 @@ from models.gnn.steps import Item, predict_scores, resolve_device, validation_dr
 from models.gnn.train import TrainResult, finished, train
 
 log = logging.getLogger(__name__)
+
+MAX_NODE_COLUMNS = 100_000
+"""The most node feature columns a saved GNN may declare (``settings_.num_features``, ``columns_.num_columns``): far
+above what its feature pipeline gives; :func:`competition.saved_runs.feature_problem` then checks the exact width
+against the graphs predicted."""
+
+MAX_EPOCHS = 100_000
+"""The most rows a saved per-epoch history may hold: the ``train.epochs`` setting's upper bound."""
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 PREDICT_BLOCK = REFERENCE_WINDOW
 """Layout configs read from disk and scored per block (the first block holds the configs reference sets are drawn
@@ -159,6 +183,9 @@ class GNNModel(RankingModel):
 
     name: ClassVar[str] = "gnn"
     default_attention: ClassVar[bool] = False
+    STATE_REQUIRED = ("collection_", "settings_", "weights_", "columns_", "normalize_")
+    STATE_OPTIONAL = ("best_epoch_", "best_metric_", "history_", "stopped_", "swa_used_", "finetune_used_",
+                      "fit_splits_", "refit_weights_", "refit_epochs_", "members_")
 
     CONFIG: ClassVar[type[GNNConfig]] = GNNConfig
 
@@ -208,12 +235,81 @@ class GNNModel(RankingModel):
         """A model saved by an earlier version holds its hyper-parameters by name, ``None`` for "the default", and
         its ``settings_`` flat, maybe with :data:`~models.gnn.config.RETIRED_SETTINGS`: read as the tree (retired
         settings dropped when off, refused when on: :func:`~models.gnn.config.without_retired`)."""
+        state = {k: v for k, v in state.items() if k != "resolved_"}  # an early version's copy of its parameters
         if isinstance(state.get("settings_"), dict) and "train" not in state["settings_"]:
             old = state["settings_"]
             state = {**state, "settings_": stored_settings(from_flat(str(old.get("kind", "layout")), old))}
         if any("." in k for k in params):
             return params, state
         return {k: v for k, v in without_retired(params).items() if v is not None}, state
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """See :meth:`RankingModel.check_state`: the settings (a tree this version trains, of the collection's kind),
+        the column selection and normalisation (``settings_.num_features`` columns, indices within the pipeline's
+        ``num_columns``, finite float32 numbers, positive spreads), every network's weights (the names, shapes and
+        dtypes of the network its settings build, taken from a network on torch's ``meta`` device, which allocates
+        nothing), and the records of the fit."""
+        super().check_state(state)
+        settings = check_mapping(state["settings_"], "state.settings_", required=("kind", "num_features",
+                                                                                   "data_key"))
+        try:
+            cfg = tree.from_dict(GNNConfig, settings)
+        except (TypeError, ValueError) as exc:
+            raise FieldError("state.settings_", "the settings of a network this version trains", str(exc)) from None
+        collection = Collection(state["collection_"])
+        if settings["kind"] != collection.kind:
+            raise FieldError("state.settings_.kind", f"{str(collection.kind)!r}, the kind of state.collection_ "
+                             f"({collection.value})", shown(settings["kind"]))
+        width = check_int(settings["num_features"], "state.settings_.num_features", low=1, high=MAX_NODE_COLUMNS)
+        check_str(settings["data_key"], "state.settings_.data_key", max_length=1000)
+        columns = check_mapping(state["columns_"], "state.columns_", required=("kept", "num_columns"), optional=())
+        fitted = check_int(columns["num_columns"], "state.columns_.num_columns", low=1, high=MAX_NODE_COLUMNS)
+        check_ints(columns["kept"], "state.columns_.kept", low=0, high=fitted - 1, length=width, increasing=True)
+        normalize = check_mapping(state["normalize_"], "state.normalize_", required=("mean", "std", "std_floor"),
+                                  optional=())
+        floor = check_number(normalize["std_floor"], "state.normalize_.std_floor", low=FLOAT32_TINY,
+                             high=FLOAT32_MAX)
+        check_numbers(normalize["mean"], "state.normalize_.mean", low=-FLOAT32_MAX, high=FLOAT32_MAX, length=width)
+        check_numbers(normalize["std"], "state.normalize_.std", low=floor, high=FLOAT32_MAX, length=width)
+        with torch.device("meta"):
+            expected = {k: (tuple(v.shape), "f" if v.is_floating_point() else "iub")
+                        for k, v in cfg.make_net().state_dict().items()}
+
+        def weights(value: Any, field: str) -> None:
+            check_mapping(value, field, required=expected, optional=())
+            for key, (shape, kinds) in expected.items():
+                decode_array(value[key], f"{field}.{key}", kinds=kinds, shape=shape, finite=True)
+
+        weights(state["weights_"], "state.weights_")
+        if "refit_weights_" in state:
+            weights(state["refit_weights_"], "state.refit_weights_")
+        seeds = self.train_config(collection).run.seeds
+        members = check_list(state.get("members_", []), "state.members_", max_length=seeds - 1)
+        for k, member in enumerate(members):
+            field = f"state.members_[{k}]"
+            check_mapping(member, field, required=("seed", "weights", "best_epoch", "best_metric", "history"),
+                          optional=("refit_weights",))
+            check_int(member["seed"], f"{field}.seed", low=0)
+            weights(member["weights"], f"{field}.weights")
+            if "refit_weights" in member:
+                weights(member["refit_weights"], f"{field}.refit_weights")
+            check_int(member["best_epoch"], f"{field}.best_epoch", low=0)
+            check_number(member["best_metric"], f"{field}.best_metric", null=True)
+            _check_history(member["history"], f"{field}.history")
+        for k, split in enumerate(check_list(state.get("fit_splits_", []), "state.fit_splits_", max_length=3)):
+            check_str(split, f"state.fit_splits_[{k}]", choices=[s.value for s in Split])
+        for key in ("best_epoch_", "refit_epochs_"):
+            if key in state:
+                check_int(state[key], f"state.{key}", low=0)
+        if "best_metric_" in state:
+            check_number(state["best_metric_"], "state.best_metric_", null=True)
+        if "history_" in state:
+            _check_history(state["history_"], "state.history_")
+        if "stopped_" in state:
+            check_str(state["stopped_"], "state.stopped_", max_length=1000)
+        for key in ("swa_used_", "finetune_used_"):
+            if key in state:
+                check_bool(state[key], f"state.{key}")
 
     # -- settings -------------------------------------------------------------------------------------------------
 
@@ -584,6 +680,13 @@ def _files(graphs: ProcessedGraphs) -> list[str]:
     so a run whose data changed (a file's content, even at the same size and times) starts afresh instead of resuming
     or returning the weights learnt from the old data."""
     return sorted(f"{s.stem}:{s.sha256}" for s in graphs.sources)
+
+
+def _check_history(value: Any, field: str) -> None:
+    """A saved per-epoch history: a list of objects of numbers (``null`` for a NaN)."""
+    for k, row in enumerate(check_list(value, field, max_length=MAX_EPOCHS)):
+        for key, number in check_mapping(row, f"{field}[{k}]").items():
+            check_number(number, f"{field}[{k}].{key}", null=True)
 
 
 def _arrays(state: dict[str, torch.Tensor]) -> dict[str, npt.NDArray[Any]]:

@@ -192,11 +192,17 @@ def test_fit_is_deterministic():
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _registered(preds: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
+    """The toy models A and B under registered model names: a saved ensemble names the models whose runs it opens."""
+    return {"gbdt": preds["A"], "gnn": preds["B"]}
+
+
 def test_save_load_round_trip_predicts_identically(tmp_path: Path):
     preds, labels = _world(num_graphs=4, seed=8)
     rng = np.random.default_rng(0)
     for sid, y in labels.items():
         preds["A"][sid] = y + rng.normal(0, y.std(), y.size)
+    preds = _registered(preds)
     ens = Ensemble(method="weighted", normalization="rank").fit(preds, labels)
     path = ens.save(tmp_path / "ens.json")
     assert json.loads(path.read_text())["describe"] == ens.describe()
@@ -280,6 +286,7 @@ def test_collections_with_fewer_graphs_than_min_graphs_take_the_overall_best_mem
 
 def test_min_graphs_survives_save_and_load(tmp_path: Path):
     preds, labels = _world(num_graphs=4)
+    preds = _registered(preds)
     ens = Ensemble(min_graphs=10).fit(preds, labels)
     loaded = Ensemble.load(ens.save(tmp_path / "e.json"))
     assert loaded.get_params()["combine.min_graphs"] == 10 and loaded.collections_ == ens.collections_

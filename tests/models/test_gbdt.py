@@ -116,9 +116,16 @@ def test_a_model_saved_with_other_feature_columns_asks_for_a_fit(tiny_world: Pat
     path = fitted.save(tmp_path / "gbdt.json")
     doc = json.loads(path.read_text())
     names = doc["state"]["feature_names_"]
-    doc["state"]["feature_names_"] = names[:-1]  # as saved by a version with one column less
+    doc["state"]["feature_names_"] = names[:-1] + ["an_old_column"]  # as saved by a version with another column
     path.write_text(json.dumps(doc))
     graph = load_graph(list_graphs(find_data_root(tiny_world), LAYOUT, Split.VALID)[0], LAYOUT)
-    with pytest.raises(ValueError, match=f"fitted on {len(names) - 1} feature columns and this version computes "
+    with pytest.raises(ValueError, match=f"fitted on {len(names)} feature columns and this version computes "
                                          f"{len(names)}, first differing at column {len(names) - 1}: fit it again"):
         load_model(path).predict(graph)
+    # Names that disagree with the booster's own column count: a file no version wrote, refused when read.
+    doc["state"]["feature_names_"] = names[:-1]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=rf"state\.booster_ max_feature_idx: expected {len(names) - 2} \(the "
+                                         rf"model's {len(names) - 1} feature columns, less one\); found "
+                                         rf"'{len(names) - 1}'"):
+        load_model(path)
