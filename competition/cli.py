@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from competition.collections import Collection, Split
+from competition.errors import EXIT_ERROR, UsageError
 
 if typing.TYPE_CHECKING:
     from competition.protocol import ValidProtocol
@@ -35,7 +36,6 @@ log = logging.getLogger("fastslow")
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
-EXIT_ERROR = 2
 EXIT_BUG = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process stopped by Ctrl-C
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, as shells report a writer whose reader went away
@@ -601,15 +601,6 @@ def _cmd_prune_stats(args: argparse.Namespace) -> int:
                          progress=not args.no_progress)
     print(format_pruning_stats(rows, transform))
     return 0
-
-
-class UsageError(SystemExit):
-    """A bad argument found after parsing: :func:`main` prints it as one line and exits with :data:`EXIT_ERROR`,
-    as argparse does for the errors it finds."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.code = EXIT_ERROR
 
 
 PARAM_HELP = (

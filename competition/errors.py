@@ -5,6 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+EXIT_ERROR = 2
+"""The exit code of a command that cannot run as asked (a bad argument, or a file or folder it cannot use)."""
+
+
+class UsageError(SystemExit):
+    """A bad argument found after parsing: :func:`competition.cli.main` prints it as one line and exits with
+    :data:`EXIT_ERROR`, as argparse does for the errors it finds."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = EXIT_ERROR
+
 
 class DataFileError(ValueError):
     """A data file that cannot be used as it is.

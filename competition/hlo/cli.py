@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from competition.collections import Collection, Split
+from competition.errors import UsageError
 from competition.hlo.featurize import (
     fusion_kernels,
     layout_from_records,
@@ -110,8 +111,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _sample(text: str) -> int:
     """``--sample``: 0 to :data:`MAX_SAMPLE`, refused in one line while parsing."""
-    from competition.cli import UsageError
-
     try:
         v = int(text)
     except ValueError:
