@@ -129,7 +129,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
     out["fit"] = {"seconds": time.perf_counter() - t0, "graphs": len(list_graphs(root, c, Split.TRAIN))}
     if model.startswith("gnn"):
         out["fit"]["epochs_run"] = len(fitted.history_)
-        out["fit"]["default_epochs"] = make_model(model).train_config(c).epochs
+        out["fit"]["default_epochs"] = make_model(model).train_config(c).train.epochs
         # Each epoch ends with the valid split scored: that part grows with the valid graphs, not the train ones.
         # A seed ensemble's every network trains and validates its epochs.
         histories = [fitted.history_] + [m["history"] for m in getattr(fitted, "members_", [])]
