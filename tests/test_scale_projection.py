@@ -70,3 +70,14 @@ def test_the_total_with_two_fits_at_once_is_the_other_stages_plus_the_longer_slo
     assert "total (2 fits at once)   1.83 h" in text
     assert "slot 1: layout:xla:random 1.50 h = 1.50 h" in text
     assert "slot 2: tile:xla 0.83 h + layout:nlp:default 0.56 h + layout:xla:default 0.28 h = 1.67 h" in text
+
+
+def test_the_model_part_fits_a_gnn_for_the_epochs_asked_and_reports_the_default(tiny_world, tmp_path):
+    """The scale benchmark's GNN part: one epoch measured, the default epochs read from the settings tree."""
+    from benchmarks.scale import part_model
+    from models.registry import make_model
+
+    out = part_model(str(tiny_world), "tile:xla", "gnn-attn", str(tmp_path / "cache"), str(tmp_path), 1, 1)
+    assert out["fit"]["epochs_run"] == 1 and out["fit"]["networks"] == 1
+    assert out["fit"]["default_epochs"] == make_model("gnn-attn").train_config("tile:xla").train.epochs == 12
+    assert out["predict_valid"]["configs"] > 0 and out["score"]["graphs"] > 0
