@@ -103,7 +103,8 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
         ds.build()
         out[split.value] = {"seconds": time.perf_counter() - t0, "graphs": len(ds)}
     out["peak_mib"] = peak_mib()
-    out["disk_mib"] = sum(p.stat().st_size for p in Path(cache).rglob("*.pt")) / 2**20
+    # This collection's cached graphs only: the cache folder holds every collection's until the run ends.
+    out["disk_mib"] = sum(p.stat().st_size for p in (Path(cache) / c.slug).rglob("*.pt")) / 2**20
     return out
 
 

@@ -36,6 +36,10 @@ def test_the_cache_part_builds_the_collections_default_pipeline_on_a_world(tiny_
     for split in (Split.TRAIN, Split.VALID):
         assert out[split.value]["graphs"] == len(list_graphs(root, c, split)) > 0
     assert out["disk_mib"] > 0 and out["peak_mib"] > 0
+    # another collection cached into the same folder is not counted
+    other = part_cache(str(tiny_world), "layout:nlp:random", str(tmp_path / "cache"))
+    again = part_cache(str(tiny_world), "layout:xla:random", str(tmp_path / "cache"))
+    assert other["disk_mib"] > 0 and again["disk_mib"] == pytest.approx(out["disk_mib"])
 
 
 def _rows() -> list[dict]:
