@@ -5,7 +5,7 @@ run on one machine: per collection, one epoch fitted on a slice of a full-scale 
 kernels per split; ``--layout-graphs`` graphs per layout split), each fit in a fresh process with one torch
 thread, the previous settings and the current ones alternating ``--repeats`` times. It prints the seconds of an
 epoch's training steps and of its validation pass, the prediction speed on the valid graphs (configs per second,
-every config), and the ratio of the previous to the current (above 1: the current is faster).
+the valid protocol's configs), and the ratio of the previous to the current (above 1: the current is faster).
 
 The world is generated when missing (``fastslow data synth --scale full`` with ``--limit``/``--tile-limit``).
 """
@@ -36,7 +36,7 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     import numpy as np
     import torch
 
-    from competition.collections import Collection
+    from competition.collections import Collection, Split
     from competition.dataset import open_collection
     from competition.reader import find_data_root
     from models.registry import make_model
@@ -62,8 +62,8 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     epoch = model.history_[-1]
     configs = 0
     t0 = time.perf_counter()
-    for g in data.valid:
-        scores = model.predict(g)
+    for g in data.valid:  # the valid protocol's configs, as the pipeline predicts them
+        scores = model.predict(data.protocol.select(g, c, Split.VALID))
         configs += int(np.asarray(scores).shape[0])
     predict = time.perf_counter() - t0
     return {"fit": fit, "train": epoch["seconds"] - epoch["valid_seconds"], "valid": epoch["valid_seconds"],
@@ -115,9 +115,9 @@ def main() -> None:
                 runs[which].append(run_part("benchmarks.speed", "fit", str(world), c.value, which,
                                             str(args.tile_kernels), str(args.layout_graphs), cache))
         results[c.value] = runs
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")  # what is measured so far
     print(format_table(results))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"saved: {args.out}")
 
 
