@@ -22,3 +22,14 @@ def run_part(module: str, *args: str) -> dict:
         raise SystemExit(f"the benchmark part `{module} --part {' '.join(args)}` failed (exit {res.returncode}); "
                          f"its error output ends:\n{tail}")
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def head(data, n: int):  # noqa: ANN001, ANN201
+    """``data`` (a :class:`competition.dataset.CollectionData`) with the first ``n`` graphs of each split."""
+    from dataclasses import replace
+
+    def first(graphs):  # noqa: ANN001, ANN202
+        return None if graphs is None else graphs.subset(range(min(n, len(graphs))))
+
+    return replace(data, train=first(data.train), eval=first(data.eval), valid=first(data.valid),
+                   test=first(data.test))

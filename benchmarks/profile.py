@@ -28,7 +28,8 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
                                                        ("models/gnn/model.py", "item"),
                                                        ("features/transforms.py", "fit")),
     "train forward": (("models/gnn/steps.py", "forward"),),
-    "loss": (("models/gnn/losses.py", "__call__"), ("models/gnn/losses.py", "loss")),
+    "loss": (("models/gnn/losses.py", "list_mle"), ("models/gnn/losses.py", "pairwise_hinge"),
+             ("models/gnn/losses.py", "margin_ranking")),
     "backward": (("torch/_tensor.py", "backward"),),
     "optimiser (clip, step, schedule)": (("torch/nn/utils/clip_grad.py", "clip_grad_norm_"),
                                          ("torch/optim/optimizer.py", "wrapper"),
@@ -38,41 +39,21 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+SUMMED = {"prepare (cache, columns, normalise, segments)"}
+"""Stages whose functions run one after the other (their times add up); the others' nest."""
+
+
 def stage_table(stats: pstats.Stats, total: float) -> list[tuple[str, float]]:
-    """Each stage's seconds: the largest cumulative time among its functions (they nest within a stage), and the
-    rest of ``total`` as ``other``."""
+    """Each stage's seconds, and the rest of ``total`` as ``other``: the cumulative times of its functions, summed
+    for the stages in :data:`SUMMED` (their functions run one after the other), else the largest (they nest)."""
     raw = stats.stats  # type: ignore[attr-defined]
     rows = []
     for stage, funcs in STAGES.items():
-        seconds = 0.0
-        for (path, _line, name), (_cc, _nc, _tt, ct, _callers) in raw.items():
-            for suffix, fn in funcs:
-                if name == fn and path.replace("\\", "/").endswith(suffix):
-                    seconds = max(seconds, ct) if stage.startswith("prepare") is False else seconds + ct
-        rows.append((stage, seconds))
+        times = [ct for (path, _line, name), (_cc, _nc, _tt, ct, _callers) in raw.items()
+                 if any(name == fn and path.replace("\\", "/").endswith(suffix) for suffix, fn in funcs)]
+        rows.append((stage, sum(times) if stage in SUMMED else max(times, default=0.0)))
     rows.append(("other (reading, setup, the rest)", max(0.0, total - sum(s for _, s in rows))))
     return rows
-
-
-def _param(text: str) -> tuple[str, object]:
-    import ast
-
-    name, _, value = text.partition("=")
-    try:
-        return name, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return name, value
-
-
-def head(data, n: int):  # noqa: ANN001, ANN201
-    """``data`` with its first ``n`` train, eval, valid and test graphs."""
-    from dataclasses import replace
-
-    def first(graphs):  # noqa: ANN001, ANN202
-        return None if graphs is None else graphs.subset(range(min(n, len(graphs))))
-
-    return replace(data, train=first(data.train), eval=first(data.eval), valid=first(data.valid),
-                   test=first(data.test))
 
 
 def main() -> None:
@@ -97,6 +78,8 @@ def main() -> None:
 
     import torch
 
+    from benchmarks.measure import head
+    from competition.cli import _literal
     from competition.collections import Collection
     from competition.dataset import open_collection
     from competition.reader import find_data_root
@@ -108,7 +91,7 @@ def main() -> None:
     if args.graphs is not None:
         data = head(data, args.graphs)
     params = {"epochs": args.epochs, "patience": args.epochs, "runs_dir": None, "cache_dir": args.cache_dir,
-              **dict(_param(p) for p in args.param)}
+              **{name: _literal(value) for name, _, value in (p.partition("=") for p in args.param)}}
     # The cache is built once before the profile: what a fit costs without it.
     make_model(args.model, **{**params, "epochs": 1, "seeds": 1, "max_seconds": 0.0}).fit(data, progress=False)
 
@@ -121,10 +104,9 @@ def main() -> None:
     stats = pstats.Stats(prof)
     Path(args.pstats).parent.mkdir(parents=True, exist_ok=True)
     stats.dump_stats(args.pstats)
-    steps = sum(len(h) for h in [model.history_])
     print(f"{args.model} {c.value}: {len(data.train)} train and {len(data.eval or [])} valid graphs, "
           f"{args.epochs} epoch(s), {model.num_networks} network(s), torch threads {args.threads}: "
-          f"{total:.1f} s ({steps} epochs recorded)")
+          f"{total:.1f} s ({len(model.history_)} epochs recorded)")
     print(f"{'stage':48s} {'seconds':>9s} {'share':>7s}")
     for stage, seconds in stage_table(stats, total):
         print(f"{stage:48s} {seconds:9.2f} {seconds / total:7.1%}")
@@ -138,7 +120,6 @@ def main() -> None:
         make_model(args.model, **{**params, "epochs": 1, "seeds": 1}).fit(short, progress=False)
     print()
     print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.ops))
-    Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
 
 
 if __name__ == "__main__":

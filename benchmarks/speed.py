@@ -16,11 +16,10 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import peak_mib, run_part
+from benchmarks.measure import head, peak_mib, run_part
 
 DEFAULT_WORLD = Path("bench-out") / "speed-world"
 MODEL = "gnn-attn"
@@ -44,12 +43,7 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     torch.set_num_threads(1)
     c = Collection(collection)
     data = open_collection(find_data_root(world), c)
-    n = tile_kernels if c.is_tile else layout_graphs
-
-    def first(graphs):  # noqa: ANN001, ANN202
-        return None if graphs is None else graphs.subset(range(min(n, len(graphs))))
-
-    data = replace(data, train=first(data.train), eval=first(data.eval), valid=first(data.valid), test=first(data.test))
+    data = head(data, tile_kernels if c.is_tile else layout_graphs)
     params: dict[str, Any] = {"epochs": 1, "patience": 1, "seeds": 1, "runs_dir": None, "cache_dir": cache,
                               "device": "cpu"}
     if which == "previous":

@@ -86,7 +86,7 @@ from models.gnn.infer import (
 )
 from models.gnn.net import RankNet, make_segments
 from models.gnn.runs import REFIT_FOLDER, member_folder
-from models.gnn.steps import Item, predict_scores, resolve_device, validation_draw
+from models.gnn.steps import Item, predict_scores, resolve_device, validated_configs
 from models.gnn.train import TrainResult, finished, train
 
 log = logging.getLogger(__name__)
@@ -449,7 +449,7 @@ class GNNModel(RankingModel):
             max_seconds = remaining if max_seconds is None else min(max_seconds, remaining)
         end = None if max_seconds is None else time.monotonic() + max_seconds  # the rest get what is left
         factor = (None if predict_by is None or not valid_items
-                  else prediction_factor(data, sum(validation_draw(it, settings.train.valid_configs).num_configs
+                  else prediction_factor(data, sum(validated_configs(it, settings.train.valid_configs)
                                                 for it in valid_items), self.tta))
 
         def budget(seconds: float | None, networks: int) -> tuple[float | None, Callable[[float], float] | None]:

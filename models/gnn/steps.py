@@ -86,12 +86,19 @@ def validation_draw(item: Item, limit: int | None) -> Item:
     """``item`` as the per-epoch validation scores it: at most ``limit`` of its configs, a draw fixed by the graph's
     name (the same for every seed, run and machine), kept in file order; the whole item when ``limit`` is
     ``None``, when it has no more configs, or when the valid protocol chose its configs (``picks``)."""
-    n = item.num_configs
-    if limit is None or n <= limit or item.picks is not None:
+    if validated_configs(item, limit) == item.num_configs:
         return item
+    n = item.num_configs
     rng = np.random.default_rng(zlib.crc32(item.key.encode()))
     keep = torch.from_numpy(np.sort(rng.choice(n, size=limit, replace=False)))
     return replace(item, config_feat=item.config_feat[keep], y=item.y[keep])
+
+
+def validated_configs(item: Item, limit: int | None) -> int:
+    """How many configs of ``item`` the per-epoch validation scores (:func:`validation_draw`), without drawing."""
+    if limit is None or item.picks is not None:
+        return item.num_configs
+    return min(item.num_configs, limit)
 
 
 @dataclass
