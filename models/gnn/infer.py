@@ -666,13 +666,21 @@ def _train_block(block: GNNBlock, h: torch.Tensor, conv_matrix: torch.Tensor, ro
         else:
             assert lengths is not None and node_of_row is not None
             # softmax over the batch per node and channel, times B, a row counting for the configs it stands for;
-            # shifted by the per-node maximum (a constant to the softmax, so outside the gradient).
+            # shifted by a constant per node and channel (outside the gradient): the global maximum where no exp()
+            # can underflow with it, else the per-node maximum, as _block does.
             logits = out / attention.temperature
-            shift = torch.segment_reduce(logits.detach(), "max", lengths=lengths, axis=0, unsafe=True)
-            e = (logits - shift.index_select(0, node_of_row)).exp()
+            detached = logits.detach()
+            low, high = torch.aminmax(detached)
+            if float(high - low) < _EXP_RANGE:
+                e = (logits - high).exp()
+            else:
+                shift = torch.segment_reduce(detached, "max", lengths=lengths, axis=0, unsafe=True)
+                e = (logits - shift.index_select(0, node_of_row)).exp()
             scale = torch.sparse.mm(rows_of, e).reciprocal() * batch  # B / (sum over the batch), [nodes, H]
             weighted = e * scale.index_select(0, node_of_row) * out
-        out = attention.mix(torch.cat([out, weighted], dim=-1))
+        # attention.mix of [out, weighted] as two products: no [R, 2H] concatenation to build and to split back
+        mix, channels = attention.mix, out.shape[-1]
+        out = torch.addmm(mix.bias, out, mix.weight[:, :channels].t()).addmm(weighted, mix.weight[:, channels:].t())
     return h + block.dropout(block.act(out))
 
 

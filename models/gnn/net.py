@@ -220,7 +220,8 @@ class RankNet(nn.Module):
                              "config_dim_sizes (features.transforms.ConfigDimensionSizes in the feature pipeline)")
         tensor = SLOT_TENSOR.to(values.device)
         index = (slot.unsqueeze(-1) * len(LAYOUT_SLOTS) + tensor) * CONFIG_VALUES + values  # into sizes.flatten()
-        return emb + self.config_dims(dimension_features(sizes.flatten()[index]).flatten(-2))
+        # The features of every size the slots can name, then gathered: [S * 21] sizes instead of one per value.
+        return emb + self.config_dims(dimension_features(sizes.flatten())[index].flatten(-2))
 
     def _tile_config(self, config_feat: torch.Tensor) -> torch.Tensor:
         return self.config_in(signed_log(config_feat))

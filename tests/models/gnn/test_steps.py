@@ -65,6 +65,42 @@ def test_dedup_scores_with_dimension_tokens_and_a_single_config():
                                    msg=name)
 
 
+
+@pytest.mark.parametrize("temperature", [0.5, 1e-3])
+def test_the_training_softmax_shift_follows_the_logits_range(temperature: float, monkeypatch: pytest.MonkeyPatch):
+    """The attention's softmax is shifted by the global maximum when the logits span less than exp() can take
+    (no per-node maximum computed), else by the per-node maximum; both give the plain forward's scores (a
+    temperature of 1e-3 spreads the logits over thousands) and finite gradients."""
+    data, cf = _graph()
+    net = _net(True).train()
+    with torch.no_grad():
+        for block in net.blocks:
+            block.attention.log_temperature.fill_(float(np.log(temperature)))
+    segments = make_segments(data)
+    structure = LayoutStructure(segments, bidirectional=True)
+    per_node: list[int] = []
+    real = torch.segment_reduce
+
+    def spy(data: torch.Tensor, *args, **kwargs):
+        per_node.append(data.shape[0])
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "segment_reduce", spy)
+    got = dedup_scores(net, structure, cf)
+    assert bool(per_node) == (temperature < 0.01)
+    monkeypatch.setattr(torch, "segment_reduce", real)
+    expected = net(segments, cf)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for g_dedup, g_plain, (name, _) in zip(_grads(net, got), _grads(net, expected), net.named_parameters(),
+                                           strict=True):
+        if g_plain is None:
+            continue
+        assert torch.isfinite(g_dedup).all(), name
+        if temperature > 0.01:  # near one-hot softmaxes: gradients there are rounding-sensitive, scores are not
+            torch.testing.assert_close(g_dedup, g_plain, rtol=1e-4, atol=max(1e-4, 1e-5 * float(g_plain.abs().max())),
+                                       msg=name)
+
 def test_the_training_batch_is_run_once_per_distinct_key(monkeypatch: pytest.MonkeyPatch):
     """37 configs with repeats: the rows run through the layers are the components' nodes times their distinct
     keys, never configs x nodes."""
