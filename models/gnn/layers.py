@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -96,7 +97,10 @@ class CrossConfigAttention(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         weights = torch.softmax(h / self.temperature, dim=0) * h.shape[0]
-        return self.mix(torch.cat([h, weights * h], dim=-1))
+        # mix([h, weights * h]) as two products: no [..., 2H] concatenation to build (and to split back)
+        channels = h.shape[-1]
+        return torch.add(F.linear(h, self.mix.weight[:, :channels], self.mix.bias),
+                         F.linear(weights * h, self.mix.weight[:, channels:]))
 
 
 class GNNBlock(nn.Module):
