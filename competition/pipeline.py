@@ -274,8 +274,8 @@ def fit_collections(model_name: str, dataset: Dataset, *, params: ModelParams | 
     models = {c: make_model(model_name, **params.for_collection(c)) for c in collections}
     used: dict[str, dict[str, object]] = {}
     sizes = weights or {c: 1.0 for c in collections}
-    # The size measure times the model's work per unit of it with these settings (a seed ensemble's 3 networks, 4
-    # times the steps: 12 times the time of the kind's defaults on as many graphs).
+    # The size measure times the model's work per unit of it with these settings (xla:random's 2 networks at 4
+    # times the steps: 8 times the time of the kind's defaults on as many graphs).
     sizes = {c: sizes[c] * models[c].work_factor(c) for c in collections}
     for k, c in enumerate(collections):
         left = sum(sizes[x] for x in collections[k:])

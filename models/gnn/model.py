@@ -347,7 +347,7 @@ class GNNModel(RankingModel):
     def work_factor(self, collection: Collection) -> float:
         """The training work of ``collection``'s settings relative to its kind's defaults (:data:`DEFAULTS`):
         networks (``seeds``) x steps per graph x epochs, twice that with ``refit`` (a second training of about as
-        many epochs). xla:random's defaults (3 networks of 32 steps) make 12."""
+        many epochs). xla:random's defaults (2 networks of 32 steps) make 8."""
         def work(cfg: GNNConfig) -> int:
             return cfg.run.seeds * cfg.train.steps_per_graph * cfg.train.epochs * (2 if cfg.train.refit else 1)
 
