@@ -666,16 +666,12 @@ def _train_block(block: GNNBlock, h: torch.Tensor, conv_matrix: torch.Tensor, ro
         else:
             assert lengths is not None and node_of_row is not None
             # softmax over the batch per node and channel, times B, a row counting for the configs it stands for;
-            # shifted by a constant per node and channel (outside the gradient): the global maximum where no exp()
-            # can underflow with it, else the per-node maximum, as _block does.
+            # shifted by the per-node maximum (a constant to the softmax, so outside the gradient). Not by the
+            # global one, as _block may: a node's sum far below it stays finite, but the gradient of its
+            # reciprocal (1 / sum^2) overflows.
             logits = out / attention.temperature
-            detached = logits.detach()
-            low, high = torch.aminmax(detached)
-            if float(high - low) < _EXP_RANGE:
-                e = (logits - high).exp()
-            else:
-                shift = torch.segment_reduce(detached, "max", lengths=lengths, axis=0, unsafe=True)
-                e = (logits - shift.index_select(0, node_of_row)).exp()
+            shift = torch.segment_reduce(logits.detach(), "max", lengths=lengths, axis=0, unsafe=True)
+            e = (logits - shift.index_select(0, node_of_row)).exp()
             scale = torch.sparse.mm(rows_of, e).reciprocal() * batch  # B / (sum over the batch), [nodes, H]
             weighted = e * scale.index_select(0, node_of_row) * out
         # attention.mix of [out, weighted] as two products: no [R, 2H] concatenation to build and to split back
