@@ -58,3 +58,20 @@ def test_streamed_prediction_equals_the_forward_pass_and_survives_save_load(tiny
         open_collection(find_data_root(tiny_world), LAYOUT), progress=False)
     assert plain.network().config_dims is None
     assert "config_dim_sizes" not in plain.prepare(graph)
+
+
+def test_the_config_dimension_features_are_those_of_each_named_size():
+    """The config embedding computes the dimension features once per size a slot can name and gathers them: the
+    same values as the features of each named size (`dimension_features(sizes[index])`), to the bit."""
+    from models.gnn.net import CONFIG_VALUES, LAYOUT_SLOTS, SLOT_TENSOR, RankNet, dimension_features
+
+    torch.manual_seed(0)
+    net = RankNet("layout", 5, hidden=8, layers=1, opcode_dim=4, bidirectional=True, attention=True, join="early",
+                  dropout=0.0, dim_tokens=True)
+    sizes = torch.tensor([0, 1, 7, 8, 128, 130, 4096]).repeat(4, 3, 1).float()  # [S=4, 3, 7], 0 = no dimension
+    values = torch.randint(0, CONFIG_VALUES, (10, 4, 18))
+    slot = torch.arange(4)
+    index = (slot.unsqueeze(-1) * len(LAYOUT_SLOTS) + SLOT_TENSOR) * CONFIG_VALUES + values
+    expected = (net.config_in(net.config_value(values).flatten(-2))
+                + net.config_dims(dimension_features(sizes.flatten()[index]).flatten(-2)))
+    assert torch.equal(net.config_embedding(values, slot, sizes), expected)
