@@ -18,6 +18,9 @@ The valid metric is the collection's: mean Kendall tau (layout) or mean tile sco
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import math
 import random
 import zlib
@@ -224,6 +227,40 @@ def inference_autocast(device: torch.device, enabled: bool = True) -> contextlib
     return contextlib.nullcontext()
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or ``None`` where the C library has none (macOS, musl)."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+
+
+def release_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
+
+    Scoring a graph allocates and frees many large temporaries of varying sizes. glibc keeps freed blocks for
+    reuse and grows the heap around the ones still in use, so a fit's resident size rose with every graph scored
+    instead of staying at the largest graph's need (lab/journal.md, "The real counts in three hours, second
+    round")."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _releases_heap(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``fn``, then :func:`release_heap`."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> np.ndarray:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            release_heap()
+    return wrapper
+
+
+@_releases_heap
 @torch.inference_mode()
 def predict_scores(net: RankNet, segments: list[Segment], config_feat: torch.Tensor, *, batch: int = 128,
                    orderings: int = 1, seed: int = 0, device: torch.device | None = None,

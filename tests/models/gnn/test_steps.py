@@ -153,3 +153,21 @@ def test_training_uses_the_dedup_forward_only_where_it_is_exact(dropout: float, 
     assert calls == (["dedup"] if dedup else [])
     if dedup:
         assert item.structure(net) is item.structure(net)  # built once per graph
+
+
+def test_scoring_a_graph_gives_the_heap_back(monkeypatch: pytest.MonkeyPatch):
+    """Each predict_scores call ends with release_heap (glibc's malloc_trim where there is one), even when it
+    raises; release_heap itself runs on this platform."""
+    import models.gnn.steps as steps
+
+    steps.release_heap()  # the real one: no error here, whatever the C library
+    calls: list[int] = []
+    monkeypatch.setattr(steps, "release_heap", lambda: calls.append(1))
+    data, cf = _graph()
+    net = _net(True)
+    segments = make_segments(data)
+    scores = steps.predict_scores(net, segments, cf, batch=8, context="batches")
+    assert scores.shape == (cf.shape[0],) and calls == [1]
+    with pytest.raises(Exception):
+        steps.predict_scores(net, segments, cf[:, :, :3], batch=8)
+    assert calls == [1, 1]
