@@ -22,23 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from competition.cli import _literal
-from competition.collections import Collection, Split, submission_id
+from competition.collections import Collection, Split
 from competition.labels import load_labels
 from competition.npzio import atomic_write_text
 from competition.protocol import DEFAULT_PROTOCOL
 from competition.reader import find_data_root
 from competition.stats import oracle_scores
-from competition.submission import finite_scores, score_predictions
+from competition.submission import score_predictions
 from competition.worlds import world_dir
-
-
-def predict_split(model, data, split: Split) -> dict[str, object]:
-    """``model``'s scores of every graph of ``split`` (a valid layout graph on the protocol's configs)."""
-    graphs = {Split.VALID: data.valid, Split.TEST: data.test}[split]
-    c = data.collection
-    return {submission_id(c, stem): finite_scores(model.predict(data.protocol.select(graphs[i], c, graphs.split)),
-                                                  f"{c.value} graph {stem}")
-            for i, stem in enumerate(graphs.stems)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from competition.dataset import Dataset
-    from competition.pipeline import fit_collection
+    from competition.pipeline import fit_collection, predict_graphs
     from competition.synthetic.world import generate_world
     from models.registry import ModelParams, make_model
 
@@ -95,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if k > 1:
             model.members_ = members[:k - 1]
         model._nets = {}
-        scores = {s.value: score_predictions(predict_split(model, data, s), labels[s]).scores()[collection]
+        scores = {s.value: score_predictions(predict_graphs(args.model, model, data, s), labels[s]).scores()[collection]
                   for s in (Split.TEST, Split.VALID)}
         line = {"world_seed": args.world_seed, "networks": k, "test": scores["test"], "valid": scores["valid"],
                 "fit_seconds": per_epoch * sum(epochs[:k]), "epochs": epochs[:k]}

@@ -305,6 +305,28 @@ def _announce(model_name: str, model: RankingModel, collection: Collection,
     return used
 
 
+def predict_graphs(model_name: str, model: RankingModel, data: CollectionData, split: Split,
+                   indices: Sequence[int] | None = None, *, progress: bool = False) -> dict[str, np.ndarray]:
+    """A fitted ``model``'s scores of the graphs of ``split`` (``valid`` or ``test``) at ``indices`` (default:
+    all), by submission ID, each checked finite; a valid layout graph is scored on the protocol's configs
+    (:meth:`~competition.protocol.ValidProtocol.select`).
+
+    Raises:
+        ValueError: a graph's scores are not finite (:func:`~competition.submission.finite_scores`, naming
+            ``model_name``, the collection and the graph).
+    """
+    collection = data.collection
+    graphs = {Split.VALID: data.valid, Split.TEST: data.test}[Split(split)]
+    chosen = range(len(graphs)) if indices is None else indices
+    out = {}
+    for i in tqdm(chosen, disable=not progress, unit="graph", leave=False,
+                  desc=f"{model_name} {collection.value} {graphs.split.value}"):
+        sid = submission_id(collection, graphs.stems[i])
+        out[sid] = finite_scores(model.predict(data.protocol.select(graphs[i], collection, graphs.split)),
+                                 f"{model_name} on {collection.value}, graph {sid}")
+    return out
+
+
 def fit_collection(model_name: str, model: RankingModel, data: CollectionData, *,
                    splits: Sequence[Split] = (Split.VALID, Split.TEST), progress: bool = True,
                    deadline: float | None = None, predict_by: float | None = None,
@@ -346,10 +368,7 @@ def fit_collection(model_name: str, model: RankingModel, data: CollectionData, *
         graphs = {Split.VALID: data.valid, Split.TEST: data.test}[Split(split)]
         ids = [submission_id(collection, stem) for stem in graphs.stems]
         chosen = list(range(len(graphs))) if shard is None else list(shard(range(len(graphs))))
-        mine = {ids[i]: finite_scores(model.predict(data.protocol.select(graphs[i], collection, graphs.split)),
-                                      f"{model_name} on {collection.value}, graph {ids[i]}")
-                for i in tqdm(chosen, disable=not progress, unit="graph", leave=False,
-                              desc=f"{model_name} {collection.value} {graphs.split.value}")}
+        mine = predict_graphs(model_name, model, data, Split(split), chosen, progress=progress)
         if gather is None:
             out[Split(split)] = mine
             continue

@@ -247,6 +247,34 @@ def test_fit_collections_holds_saves_then_predicts(tiny_world: Path) -> None:
     assert silent.predictions == {}
 
 
+def test_predict_graphs_scores_the_chosen_graphs_on_the_protocols_configs(tiny_world: Path) -> None:
+    import numpy as np
+
+    from competition.pipeline import predict_graphs
+    from competition.submission import submission_id
+    from models.registry import make_model
+
+    part = Dataset.open(find_data_root(tiny_world), [NLP])[NLP]
+    model = make_model("random").fit(part, progress=False)
+    valid = part.valid
+    every = predict_graphs("random", model, part, Split.VALID)
+    assert list(every) == [submission_id(NLP, s) for s in valid.stems]
+    for i, stem in enumerate(valid.stems):  # a valid layout graph: the protocol's configs, in its order
+        chosen = part.protocol.select(valid[i], NLP, Split.VALID)
+        np.testing.assert_array_equal(every[submission_id(NLP, stem)], model.predict(chosen))
+    last = len(valid) - 1
+    assert list(predict_graphs("random", model, part, Split.VALID, [last])) == [submission_id(NLP, valid.stems[last])]
+    test = predict_graphs("random", model, part, Split.TEST)
+    assert [len(v) for v in test.values()] == [part.test[i].num_configs for i in range(len(part.test))]
+
+    class NaNModel:
+        def predict(self, graph: object) -> np.ndarray:
+            return np.full(graph.num_configs, np.nan)  # type: ignore[attr-defined]
+
+    with pytest.raises(ValueError, match=f"nan-model on {NLP.value}, graph {submission_id(NLP, valid.stems[0])}"):
+        predict_graphs("nan-model", NaNModel(), part, Split.VALID)  # type: ignore[arg-type]
+
+
 def test_train_and_submit_fit_through_the_same_function(tiny_world: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import competition.pipeline as pipeline

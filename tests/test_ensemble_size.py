@@ -11,11 +11,11 @@ import pytest
 
 def test_the_first_network_of_the_ensemble_scores_as_a_one_network_fit(tiny_world: Path, tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]):
-    from benchmarks.ensemble_size import main, predict_split
+    from benchmarks.ensemble_size import main
     from competition.collections import Collection, Split
     from competition.dataset import Dataset
     from competition.labels import load_labels
-    from competition.pipeline import fit_collection
+    from competition.pipeline import fit_collection, predict_graphs
     from competition.protocol import DEFAULT_PROTOCOL
     from competition.reader import find_data_root
     from competition.submission import score_predictions
@@ -37,4 +37,4 @@ def test_the_first_network_of_the_ensemble_scores_as_a_one_network_fit(tiny_worl
     one = make_model("gnn-attn", **ModelParams(common={"seeds": 1, "epochs": 2, "runs_dir": None}).for_collection(c))
     fit_collection("gnn-attn", one, data, splits=(), progress=False, say=lambda line: None)
     labels = load_labels(root, [c], Split.TEST, DEFAULT_PROTOCOL)
-    assert score_predictions(predict_split(one, data, Split.TEST), labels).scores()[c] == lines[0]["test"]
+    assert score_predictions(predict_graphs("gnn-attn", one, data, Split.TEST), labels).scores()[c] == lines[0]["test"]

@@ -168,6 +168,6 @@ def test_scoring_a_graph_gives_the_heap_back(monkeypatch: pytest.MonkeyPatch):
     segments = make_segments(data)
     scores = steps.predict_scores(net, segments, cf, batch=8, context="batches")
     assert scores.shape == (cf.shape[0],) and calls == [1]
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="cannot reshape"):  # configs of the wrong width
         steps.predict_scores(net, segments, cf[:, :, :3], batch=8)
     assert calls == [1, 1]
