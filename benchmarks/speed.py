@@ -1,11 +1,13 @@
 """The speed benchmark: ``make bench-speed`` (``python -m benchmarks.speed``).
 
 The default GNN (``gnn-attn``) against the defaults it replaced (:data:`PREVIOUS_DEFAULTS`), side by side in one
-run on one machine: per collection, one epoch fitted on a slice of a full-scale world (``--tile-kernels`` tile
-kernels per split; ``--layout-graphs`` graphs per layout split), each fit in a fresh process with one torch
-thread, the previous settings and the current ones alternating ``--repeats`` times. It prints the seconds of an
-epoch's training steps and of its validation pass, the prediction speed on the valid graphs (configs per second,
-the valid protocol's configs), and the ratio of the previous to the current (above 1: the current is faster).
+run on one machine: per collection, one epoch of each network of the collection's seed ensemble (``run.seeds``),
+fitted on a slice of a full-scale world (``--tile-kernels`` tile kernels per split; ``--layout-graphs`` graphs per
+layout split), each fit in a fresh process with one torch thread, the previous settings and the current ones
+alternating ``--repeats`` times. It prints the networks, the seconds of an epoch's training steps and of its
+validation pass (summed over the networks), the prediction speed on the valid graphs (configs per second, the valid
+protocol's configs, every network scoring), and the ratio of the previous to the current (above 1: the current is
+faster).
 
 The world is generated when missing (``fastslow data synth --scale full`` with ``--limit``/``--tile-limit``).
 """
@@ -26,6 +28,7 @@ MODEL = "gnn-attn"
 
 PREVIOUS_DEFAULTS: dict[str, dict[str, Any]] = {
     "tile:xla": {"train.valid_configs": None},
+    "layout:xla:random": {"run.seeds": 3},
 }
 """Per collection, the settings that give back the defaults before the last speed change (an empty dict: the
 collection's defaults did not change; it is still measured, twice, as the noise of a ratio)."""
@@ -44,8 +47,7 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     c = Collection(collection)
     data = open_collection(find_data_root(world), c)
     data = head(data, tile_kernels if c.is_tile else layout_graphs)
-    params: dict[str, Any] = {"epochs": 1, "patience": 1, "seeds": 1, "runs_dir": None, "cache_dir": cache,
-                              "device": "cpu"}
+    params: dict[str, Any] = {"epochs": 1, "patience": 1, "runs_dir": None, "cache_dir": cache, "device": "cpu"}
     if which == "previous":
         params.update(PREVIOUS_DEFAULTS.get(collection, {}))
     # The cache is built before the clock starts (both settings share it): the epoch alone is measured.
@@ -53,16 +55,17 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     t0 = time.perf_counter()
     model = make_model(MODEL, **params).fit(data, progress=False)
     fit = time.perf_counter() - t0
-    epoch = model.history_[-1]
+    # One epoch of each network of the seed ensemble (the first network's own history, then the others').
+    epochs = [model.history_[-1], *(m["history"][-1] for m in getattr(model, "members_", []))]
     configs = 0
     t0 = time.perf_counter()
     for g in data.valid:  # the valid protocol's configs, as the pipeline predicts them
         scores = model.predict(data.protocol.select(g, c, Split.VALID))
         configs += int(np.asarray(scores).shape[0])
     predict = time.perf_counter() - t0
-    return {"fit": fit, "train": epoch["seconds"] - epoch["valid_seconds"], "valid": epoch["valid_seconds"],
-            "metric": epoch["valid_metric"], "predict_configs": configs, "predict": predict,
-            "graphs": len(data.train), "peak_mib": peak_mib()}
+    return {"fit": fit, "networks": len(epochs), "train": sum(e["seconds"] - e["valid_seconds"] for e in epochs),
+            "valid": sum(e["valid_seconds"] for e in epochs), "metric": epochs[0]["valid_metric"],
+            "predict_configs": configs, "predict": predict, "graphs": len(data.train), "peak_mib": peak_mib()}
 
 
 def _median(runs: list[dict], key: str) -> float:
@@ -116,20 +119,21 @@ def main() -> None:
 
 
 def format_table(results: dict[str, dict[str, list[dict]]]) -> str:
-    """Per collection: previous and current seconds of an epoch's training and validation, prediction configs per
-    second, and the ratios previous / current (time) and current / previous (speed): above 1, the current is
-    faster."""
-    head = (f"{'collection':20s} {'graphs':>6s} {'train s prev/now':>17s} {'ratio':>6s} {'valid s prev/now':>17s} "
+    """Per collection: the networks fitted, previous and current seconds of an epoch's training and validation (all
+    networks), prediction configs per second, and the ratios previous / current (time) and current / previous
+    (speed): above 1, the current is faster."""
+    head = (f"{'collection':20s} {'graphs':>6s} {'nets':>5s} {'train s prev/now':>17s} {'ratio':>6s} {'valid s prev/now':>17s} "
             f"{'ratio':>6s} {'epoch ratio':>11s} {'predict cfg/s prev/now':>23s} {'ratio':>6s}")
-    lines = [f"{MODEL}: one epoch and the valid graphs' prediction, the previous defaults against the current "
-             "(ratio > 1: the current is faster)", head]
+    lines = [f"{MODEL}: one epoch of each network and the valid graphs' prediction, the previous defaults against "
+             "the current (ratio > 1: the current is faster)", head]
     for c, runs in results.items():
         p, n = runs["previous"], runs["current"]
         tp, tn = _median(p, "train"), _median(n, "train")
         vp, vn = _median(p, "valid"), _median(n, "valid")
         pp = statistics.median(r["predict_configs"] / max(r["predict"], 1e-9) for r in p)
         pn = statistics.median(r["predict_configs"] / max(r["predict"], 1e-9) for r in n)
-        lines.append(f"{c:20s} {p[0]['graphs']:6d} {tp:8.1f}/{tn:8.1f} {tp / max(tn, 1e-9):6.2f} {vp:8.1f}/{vn:8.1f} "
+        nets = f"{p[0].get('networks', 1)}/{n[0].get('networks', 1)}"
+        lines.append(f"{c:20s} {p[0]['graphs']:6d} {nets:>5s} {tp:8.1f}/{tn:8.1f} {tp / max(tn, 1e-9):6.2f} {vp:8.1f}/{vn:8.1f} "
                      f"{vp / max(vn, 1e-9):6.2f} {(tp + vp) / max(tn + vn, 1e-9):11.2f} {pp:11.0f}/{pn:11.0f} "
                      f"{pn / max(pp, 1e-9):6.2f}")
     changed = {c: v for c, v in PREVIOUS_DEFAULTS.items() if c in results}
