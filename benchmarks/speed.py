@@ -35,11 +35,11 @@ collection's defaults did not change; it is still measured, twice, as the noise 
 
 
 def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_graphs: int, cache: str) -> dict:
-    import numpy as np
     import torch
 
     from competition.collections import Collection, Split
     from competition.dataset import open_collection
+    from competition.pipeline import predict_graphs
     from competition.reader import find_data_root
     from models.registry import make_model
 
@@ -57,12 +57,10 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     fit = time.perf_counter() - t0
     # One epoch of each network of the seed ensemble (the first network's own history, then the others').
     epochs = [model.history_[-1], *(m["history"][-1] for m in getattr(model, "members_", []))]
-    configs = 0
     t0 = time.perf_counter()
-    for g in data.valid:  # the valid protocol's configs, as the pipeline predicts them
-        scores = model.predict(data.protocol.select(g, c, Split.VALID))
-        configs += int(np.asarray(scores).shape[0])
+    scores = predict_graphs(MODEL, model, data, Split.VALID)  # the valid protocol's configs, as the pipeline does
     predict = time.perf_counter() - t0
+    configs = sum(int(v.shape[0]) for v in scores.values())
     return {"fit": fit, "networks": len(epochs), "train": sum(e["seconds"] - e["valid_seconds"] for e in epochs),
             "valid": sum(e["valid_seconds"] for e in epochs), "metric": epochs[0]["valid_metric"],
             "predict_configs": configs, "predict": predict, "graphs": len(data.train), "peak_mib": peak_mib()}

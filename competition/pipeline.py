@@ -312,11 +312,13 @@ def predict_graphs(model_name: str, model: RankingModel, data: CollectionData, s
     (:meth:`~competition.protocol.ValidProtocol.select`).
 
     Raises:
-        ValueError: a graph's scores are not finite (:func:`~competition.submission.finite_scores`, naming
-            ``model_name``, the collection and the graph).
+        ValueError: ``split`` is the train split; or a graph's scores are not finite
+            (:func:`~competition.submission.finite_scores`, naming ``model_name``, the collection and the graph).
     """
     collection = data.collection
-    graphs = {Split.VALID: data.valid, Split.TEST: data.test}[Split(split)]
+    if Split(split) not in (Split.VALID, Split.TEST):
+        raise ValueError(f"predictions are made for the valid and test splits; got {Split(split).value!r}")
+    graphs = data.valid if Split(split) is Split.VALID else data.test
     chosen = range(len(graphs)) if indices is None else indices
     out = {}
     for i in tqdm(chosen, disable=not progress, unit="graph", leave=False,

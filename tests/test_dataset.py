@@ -273,6 +273,8 @@ def test_predict_graphs_scores_the_chosen_graphs_on_the_protocols_configs(tiny_w
 
     with pytest.raises(ValueError, match=f"nan-model on {NLP.value}, graph {submission_id(NLP, valid.stems[0])}"):
         predict_graphs("nan-model", NaNModel(), part, Split.VALID)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="valid and test splits; got 'train'"):
+        predict_graphs("random", model, part, Split.TRAIN)
 
 
 def test_train_and_submit_fit_through_the_same_function(tiny_world: Path, tmp_path: Path,

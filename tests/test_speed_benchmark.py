@@ -26,7 +26,10 @@ def test_the_table_prints_the_medians_and_their_ratios():
 def test_a_network_count_that_changed_is_shown_and_every_network_is_timed(monkeypatch, tmp_path):
     """A fit of a seed ensemble times one epoch of each network: the part's train and valid seconds are the sums
     over the networks' epochs, and the table shows the networks before and after."""
+    import numpy as np
+
     import benchmarks.speed as speed
+    from competition.collections import Collection, Split
 
     results = {"layout:xla:random": {"previous": [_run(30.0, 6.0, 100, 1.0, networks=3)],
                                      "current": [_run(20.0, 4.0, 100, 1.0, networks=2)]}}
@@ -44,10 +47,15 @@ def test_a_network_count_that_changed_is_shown_and_every_network_is_timed(monkey
             return self
 
         def predict(self, graph):
-            return [0.0] * 3
+            return np.zeros(3)
+
+    class Graphs(list):
+        stems = ["a", "b"]
+        split = Split.VALID
 
     class Data:
-        valid = [object(), object()]
+        collection = Collection.LAYOUT_XLA_RANDOM
+        valid = Graphs([object(), object()])
         train = [object()]
 
         class protocol:  # noqa: N801
