@@ -634,6 +634,11 @@ class GNNModel(RankingModel):
                         reference=reference, **common)
         if len(outs) == 1:
             return outs[0]
+        # A network whose scores are not finite leaves the ensemble none: its scores are returned as they are, for
+        # the caller's check (competition.submission.finite_scores) to refuse them naming the model and the graph.
+        broken = next((out for out in outs if not np.isfinite(out).all()), None)
+        if broken is not None:
+            return broken
         return np.mean([normalize_scores(out) for out in outs], axis=0)
 
     def _reference_sets(self, num_configs: int, first: torch.Tensor, plan: LayoutPlan, seed: int

@@ -39,7 +39,7 @@ from tests.reliability.helpers import one_line, run, snapshot
 
 TILE = Collection.TILE_XLA
 QUICK_GNN = dict(hidden=8, layers=2, device="cpu", seed=0, epochs=2, steps_per_graph=1, configs_per_graph=16)
-FITTED = {"gbdt": {"n_jobs": 1, "n_estimators": 3, "early_stopping_rounds": 0}, "gnn": QUICK_GNN,
+FITTED = {"gbdt": {"n_jobs": 1, "n_estimators": 3, "early_stopping_rounds": 0}, "gnn": {**QUICK_GNN, "seeds": 1},
           "default-first": {}}
 """Three gbdt trees (no early stopping): ``tree_sizes`` has sizes to get wrong between trees."""
 HANG_SECONDS = 60

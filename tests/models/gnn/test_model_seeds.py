@@ -186,11 +186,33 @@ def test_with_refit_every_network_is_refitted(tiny_world: Path, cache_dir: str):
 def test_tile_graphs_are_scored_by_every_network(tiny_world: Path, cache_dir: str):
     tile = Collection.TILE_XLA
     model = _fit(tiny_world, cache_dir, tile, seeds=2, epochs=1)
-    singles = [_fit(tiny_world, cache_dir, tile, seed=s, epochs=1) for s in (0, 1)]
+    singles = [_fit(tiny_world, cache_dir, tile, seed=s, seeds=1, epochs=1) for s in (0, 1)]
     assert model.num_networks == 2
     for graph in _graphs(tiny_world, tile)[:6]:
         expected = np.mean([normalize_scores(s.predict(graph)) for s in singles], axis=0)
         np.testing.assert_allclose(model.predict(graph), expected, rtol=0, atol=1e-12)
+
+
+def test_an_ensemble_with_a_network_whose_scores_are_not_finite_gives_them_back(tiny_world: Path, cache_dir: str,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """One network's NaN scores are returned as they are (not ranked with the others' nor refused with a message
+    that names nothing), so the pipeline's finite check refuses them naming the model and the graph."""
+    import models.gnn.model as model_module
+
+    tile = Collection.TILE_XLA
+    model = _fit(tiny_world, cache_dir, tile, seeds=2, epochs=1)
+    graph = _graphs(tiny_world, tile)[0]
+    real = model_module.predict_scores
+    calls: list[int] = []
+
+    def second_broken(*args, **kwargs):
+        calls.append(1)
+        out = real(*args, **kwargs)
+        return out * np.nan if len(calls) == 2 else out
+
+    monkeypatch.setattr(model_module, "predict_scores", second_broken)
+    scores = model.predict(graph)
+    assert len(calls) == 2 and scores.shape == (graph.num_configs,) and np.isnan(scores).all()
 
 
 def test_a_count_that_is_not_positive_is_refused():
