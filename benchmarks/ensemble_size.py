@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     networks = 1 + len(members)
     # Each network's own fitting time is not kept by the model; its epochs are, and the networks' epochs cost
     # alike (the same graphs and steps), so the fit's time is shared out by epochs run.
-    epochs = [len(model.history_), *(len(m["history"]) for m in members)]
+    epochs = [len(history) for history in model.histories()]
     per_epoch = fit_seconds / max(1, sum(epochs))
 
     lines = []

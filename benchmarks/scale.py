@@ -133,7 +133,7 @@ def part_model(world: str, collection: str, model: str, cache: str, work: str, g
         out["fit"]["default_epochs"] = make_model(model).train_config(c).train.epochs
         # Each epoch ends with the valid split scored: that part grows with the valid graphs, not the train ones.
         # A seed ensemble's every network trains and validates its epochs.
-        histories = [fitted.history_] + [m["history"] for m in getattr(fitted, "members_", [])]
+        histories = fitted.histories()
         out["fit"]["networks"] = len(histories)
         out["fit"]["valid_seconds"] = sum(r["valid_seconds"] for h in histories for r in h)
         out["fit"]["valid_graphs"] = len(list_graphs(root, c, Split.VALID))

@@ -55,8 +55,7 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     t0 = time.perf_counter()
     model = make_model(MODEL, **params).fit(data, progress=False)
     fit = time.perf_counter() - t0
-    # One epoch of each network of the seed ensemble (the first network's own history, then the others').
-    epochs = [model.history_[-1], *(m["history"][-1] for m in getattr(model, "members_", []))]
+    epochs = [history[-1] for history in model.histories()]  # one epoch of each network of the seed ensemble
     t0 = time.perf_counter()
     scores = predict_graphs(MODEL, model, data, Split.VALID)  # the valid protocol's configs, as the pipeline does
     predict = time.perf_counter() - t0

@@ -30,6 +30,7 @@ def test_a_network_count_that_changed_is_shown_and_every_network_is_timed(monkey
 
     import benchmarks.speed as speed
     from competition.collections import Collection, Split
+    from models.gnn.model import GNNModel
 
     results = {"layout:xla:random": {"previous": [_run(30.0, 6.0, 100, 1.0, networks=3)],
                                      "current": [_run(20.0, 4.0, 100, 1.0, networks=2)]}}
@@ -39,6 +40,7 @@ def test_a_network_count_that_changed_is_shown_and_every_network_is_timed(monkey
     class Fitted:
         history_ = [{"seconds": 9.0, "valid_seconds": 9.0}, {"seconds": 5.0, "valid_seconds": 2.0, "valid_metric": 0.5}]
         members_ = [{"history": [{"seconds": 7.0, "valid_seconds": 3.0, "valid_metric": 0.4}]}]
+        histories = GNNModel.histories  # the real model's accessor over this fake's state
 
         def __init__(self, **params):
             self.params = params

@@ -580,6 +580,11 @@ class GNNModel(RankingModel):
             first["refit_weights"] = self.refit_weights_
         return [first, *getattr(self, "members_", ())]
 
+    def histories(self) -> list[list[dict[str, Any]]]:
+        """Every network's epoch history (:attr:`history_` for the first, then each of :attr:`members_`'), in the
+        order the networks were trained."""
+        return [self.history_, *(m["history"] for m in getattr(self, "members_", ()))]
+
     def uses_refit(self, graph: TileGraph | LayoutGraph) -> bool:
         """Whether the refitted network scores ``graph``: when there is one and the graph's split is none the
         early-stopped network saw (:attr:`fit_splits_`: test graphs, or graphs of no known split)."""
