@@ -19,8 +19,9 @@ The model (constants here and in :mod:`competition.synthetic.physics`):
     only to granules of its own); matrix work (conv/dot) at peak, the other ops of the kernel on the vector unit;
   - traffic is the output written once plus operand re-reads that fall as tiles grow: the input (operand 0) once per
     tile of the output's most-minor dim and per chunk of a convolution's spatial kernel window, the kernel once per
-    tile of the other output dims; other kernels read their operands once plus a halo of :data:`HALO` per extra
-    tile;
+    tile of the other output dims when it is cut in chunks, and once in all when it is not (a block whose index does
+    not change between steps stays on chip, so a kernel in one chunk is not fetched again); other kernels read
+    their operands once plus a halo of :data:`HALO` per extra tile;
   - spill is 1 while the double-buffered working set (output tile, input and kernel footprints) fits in on-chip
     memory, and grows by :data:`SPILL_SLOPE` per doubling beyond it. Searches measure only configs that fit (the
     compiler refuses the others), so within a kernel's measured configs a larger tile is faster, as in every real
@@ -406,7 +407,9 @@ class TileProblem:
             windows = np.ones(n_tiles.shape)
             for j in self.kernel_spatial:
                 windows = windows * np.ceil(self.kernel_dims[j] / ktiles[:, j])
-            traffic = (self.out_bytes + self.input_bytes * counts[:, -1] * windows + kbytes * major * batch
+            # A kernel in one chunk stays on chip across the output tiles that use it: read once.
+            kreads = np.where(self._chunks(ktiles) > 1, major * batch, 1.0)
+            traffic = (self.out_bytes + self.input_bytes * counts[:, -1] * windows + kbytes * kreads
                        + self.other_bytes)
         else:
             compute = np.zeros(n_tiles.shape)

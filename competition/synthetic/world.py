@@ -293,10 +293,10 @@ class GraphJob:
     count: int = 1  # tile: kernels taken from this program
 
 
-GENERATOR_VERSION: int = 3
+GENERATOR_VERSION: int = 4
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
 bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
-default heuristic and searches calibrated to real records), so that a world made by an
+default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip), so that a world made by an
 older generator is never taken for a current one. A manifest without it was made by version 1."""
 
 

@@ -151,6 +151,16 @@ def test_hand_computed_tile_runtime() -> None:
     np.testing.assert_allclose(ws, [2 * (10240 + 102400 * 0.05 / 12 + 24576), 2 * (327680 + 51200 + 147456)])
     assert steps.tolist() == [384, 2] and ws.max() < ONCHIP_BYTES
     np.testing.assert_allclose(c.runtime_ns(conv_rows), [t_conv_a, t_conv_b], rtol=1e-9)
+    # Row C: output [1,10,2,1] = 1x10x10x128: 8 x 2 = 16 tiles, 8 of the other output dims; the whole kernel in
+    # one chunk stays on chip across them, so it is read once, not 8 times. Row D: the same output tiles with the
+    # contracting dim in two chunks [3,3,4,1]: 32 steps, and the kernel is read again for each of the 8.
+    traffic_c = 409600 + 102400 * 2 + 294912 * 1
+    t_conv_c = KERNEL_LAUNCH_NS + 16 * TILE_OVERHEAD_NS + _body(conv_compute, traffic_c / HBM_BYTES_PER_NS, 16)
+    traffic_d = 409600 + 102400 * 2 + 294912 * 8
+    t_conv_d = KERNEL_LAUNCH_NS + 32 * TILE_OVERHEAD_NS + _body(conv_compute, traffic_d / HBM_BYTES_PER_NS, 32)
+    resident = np.stack([_row([1, 10, 2, 1], [3, 3, 8, 1]), _row([1, 10, 2, 1], [3, 3, 4, 1])])
+    assert _by_hand(c, resident)[1].tolist() == [16, 32]
+    np.testing.assert_allclose(c.runtime_ns(resident), [t_conv_c, t_conv_d], rtol=1e-9)
 
 
 def test_bigger_than_onchip_is_penalised() -> None:
