@@ -240,6 +240,49 @@ TILE_MATRIX_NAMES: tuple[str, ...] = ("log2_kernel_tile_bytes", "log2_kernel_foo
 """The columns of :func:`tile_matrix_memory`, in order."""
 
 
+def _kernel_cut(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                config_feat: npt.NDArray[np.floating]) -> tuple[TiledArray, npt.NDArray[np.float64]] | None:
+    """The kernel array of a matrix kernel (a convolution or dot in it, with kernel bounds: :func:`tiled_array` of
+    the kernel bounds among the parameters) and the elements per dim each config's kernel tile covers (``[C, r]``);
+    ``None`` for other kernels or where the kernel array is not found."""
+    ker_b = np.asarray(config_feat, dtype=np.float64)[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
+    opcodes = np.asarray(node_opcode)
+    if ker_b.shape[0] == 0 or not np.isin(opcodes, (CONVOLUTION, DOT)).any() or not (ker_b > 0).any():
+        return None
+    kernel = tiled_array(node_feat, ker_b, candidates=opcodes == PARAMETER)
+    if kernel is None:
+        return None
+    return kernel, kernel.elements(ker_b[:, : kernel.dims.size])
+
+
+TILE_KERNEL_CUT_NAMES: tuple[str, ...] = ("kernel_chunks", "kernel_tile_share")
+"""The columns of :func:`tile_kernel_cut`, in order."""
+
+
+def tile_kernel_cut(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                    config_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """How each config cuts the kernel of a matrix kernel: float64 ``[C, 2]``, columns
+    :data:`TILE_KERNEL_CUT_NAMES`:
+
+    * the number of kernel tiles: the product over the kernel array's dims of ``ceil(dim / tile)``, with the
+      tile the elements its bounds cover (the output-feature dim's follows the output tile, so this counts the
+      chunks a step walks times the output-feature tiles);
+    * the share of the kernel one kernel tile covers (1: the whole kernel in one tile).
+
+    A kernel whose tile does not change from step to step stays on chip and is read once (1 chunk), a cut one is
+    read again for every output tile, so these say what a TPU's kernel traffic depends on. Kernels without kernel
+    bounds (or whose kernel array is not found) get 0 in both. Raw ``node_feat`` and tile ``config_feat`` (zeros,
+    not -1, where a bound is missing), as stored.
+    """
+    out = np.zeros((np.asarray(config_feat).shape[0], len(TILE_KERNEL_CUT_NAMES)))
+    cut = _kernel_cut(node_feat, node_opcode, config_feat)
+    if cut is not None:
+        kernel, elems = cut
+        out[:, 0] = np.ceil(kernel.dims / elems).prod(axis=1)
+        out[:, 1] = (elems / kernel.dims).prod(axis=1)
+    return out
+
+
 def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
                        edge_index: npt.NDArray[np.integer], config_feat: npt.NDArray[np.floating], *,
                        raw: _TileBytes | None = None) -> npt.NDArray[np.float64]:
@@ -268,15 +311,10 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     out = np.zeros((c, len(TILE_MATRIX_NAMES)))
     out[:, 2] = _log2_size(operand_bytes)
     out[:, 3] = _log2_size(2.0 * (b.tile_bytes + operand_bytes))
-    ker_b = np.asarray(config_feat, dtype=np.float64)[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
-    opcodes = np.asarray(node_opcode)
-    if c == 0 or not np.isin(opcodes, (CONVOLUTION, DOT)).any() or not (ker_b > 0).any():
+    cut = _kernel_cut(node_feat, node_opcode, config_feat)
+    if cut is None:
         return out
-    kernel = tiled_array(node_feat, ker_b, candidates=opcodes == PARAMETER)
-    if kernel is None:
-        return out
-    r = kernel.dims.size
-    elems = kernel.elements(ker_b[:, :r])
+    kernel, elems = cut
     kernel_tile = _pad_up(elems, kernel.granules).prod(axis=1) * kernel.itemsize
     kernel_bytes = float(kernel.dims.prod()) * kernel.itemsize
     share = b.dim_share
@@ -301,10 +339,39 @@ def tile_feature_names() -> list[str]:
         "log2_num_tiles",
         *TILE_MEMORY_NAMES,
         *TILE_MATRIX_NAMES,
+        "log2_kernel_chunks", "kernel_tile_share",
         "tiled_rank",
         *(f"tiled_dim_{d}" for d in range(MAX_RANK)),
         *_graph_aggregate_names(),
     ]
+
+
+def _output_shares(raw: _TileBytes) -> npt.NDArray[np.float64]:
+    """The share of each tiled dim one output tile covers, ``[C, 6]`` (0 past the tiled array's rank)."""
+    share = np.zeros((raw.tile_bytes.shape[0], MAX_RANK))
+    if raw.array is not None:
+        share[:, : raw.array.dims.size] = raw.dim_share
+    return share
+
+
+TILE_SHARE_NAMES: tuple[str, ...] = (*(f"output_tile_share_{d}" for d in range(MAX_RANK)), *TILE_KERNEL_CUT_NAMES)
+"""The columns of :func:`tile_shares`, in order."""
+
+
+def tile_shares(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+                config_feat: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """What share of its arrays each tile config cuts: float64 ``[C, 8]``, columns :data:`TILE_SHARE_NAMES`: the
+    share of each tiled dim one output tile covers (dims 0-5, 0 past the rank; :func:`tiled_array`), then
+    :func:`tile_kernel_cut` (the kernel's tiles and the share one covers). The bounds alone do not say it: a bound of
+    24 is a whole dim of 192 elements and a third of one of 576. Raw arrays, as stored (zeros where a bound is
+    missing)."""
+    raw = _tile_bytes(node_feat, node_opcode, config_feat)
+    return np.concatenate([_output_shares(raw), tile_kernel_cut(node_feat, node_opcode, config_feat)], axis=1)
+
+
+def _kernel_columns(cut: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """:func:`tile_kernel_cut` as :func:`tile_features` holds it: the kernel tiles as ``log2(1 + x)``."""
+    return np.stack([_log2_size(cut[:, 0]), cut[:, 1]], axis=1)
 
 
 def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
@@ -320,6 +387,8 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     * ``log2_num_tiles``: ``log2`` of the number of output tiles;
     * what one tile holds in on-chip memory (:func:`tile_memory`), and what one step of a matrix kernel holds
       (:func:`tile_matrix_memory`);
+    * how the config cuts a matrix kernel's kernel (:func:`tile_kernel_cut`): ``log2(1 + kernel tiles)`` and the
+      share one kernel tile covers;
     * ``tiled_rank`` and the tiled array's physical dims 0..5 (0 past the rank);
     * graph aggregates: node and edge counts, ``sum log2(1 + shape product)`` over nodes, and the count of each
       opcode of :data:`FREQUENT_OPCODES` (including convolution and dot).
@@ -337,18 +406,18 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     ker_b = cfg[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
     c = graph.num_configs
     raw = _tile_bytes(graph.node_feat, graph.node_opcode, graph.config_feat)
-    share = np.zeros((c, MAX_RANK))
+    share = _output_shares(raw)
     dims = np.zeros(MAX_RANK)
     rank = 0
     if raw.array is not None:
         rank = raw.array.dims.size
-        share[:, :rank] = raw.dim_share
         dims[:rank] = raw.array.dims
     per_graph = np.concatenate([[rank], dims, _graph_aggregates(graph)])
     x = np.concatenate([
         cfg, share, _log2_size(ker_b), _log2_size(out_b), np.log2(raw.num_tiles)[:, None],
         tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat, raw=raw),
         tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat, raw=raw),
+        _kernel_columns(tile_kernel_cut(graph.node_feat, graph.node_opcode, graph.config_feat)),
         np.broadcast_to(per_graph, (c, per_graph.size)),
     ], axis=1)
     return x.astype(np.float32)

@@ -41,6 +41,7 @@ from competition.schema import (
     TPU_SUBLANES,
 )
 from features.data import NODE_ATTRS, num_configs, select_configs
+from features.tabular import TILE_SHARE_NAMES, tile_shares
 
 PLACEHOLDER_OPCODE = 0
 """Opcode id of the placeholder nodes of :class:`CollapseChains` (0 is "unknown" in the opcode table)."""
@@ -285,6 +286,29 @@ class OpcodeGroupFeatures(BaseTransform):
         onehot = torch.nn.functional.one_hot(group, len(OPCODE_GROUP_NAMES)).to(data.x.dtype)
         data.x = torch.cat([data.x, onehot], 1)
         return data
+
+
+class TileShares(BaseTransform):
+    """Append to tile ``config_feat`` what share of its arrays each config cuts
+    (:func:`features.tabular.tile_shares`: each tiled dim's share per output tile, the kernel's tiles and the share
+    one covers), from the raw ``x``, ``op`` and bounds: before :class:`PadLayoutMinusOne` and :class:`LogTransform`.
+    A graph without a 2-D ``config_feat`` (layout) is unchanged.
+
+    Shapes:
+        tile ``config_feat [C, 24] -> [C, 24 + TILE_SHARE_COLUMNS]``.
+    """
+
+    def forward(self, data: Data) -> Data:
+        config_feat = data.get("config_feat")
+        if not isinstance(config_feat, torch.Tensor) or config_feat.dim() != 2:
+            return data
+        shares = tile_shares(data.x.numpy(), data.op.numpy(), config_feat.numpy())
+        data.config_feat = torch.cat([config_feat, torch.from_numpy(shares).to(config_feat.dtype)], 1)
+        return data
+
+
+TILE_SHARE_COLUMNS = len(TILE_SHARE_NAMES)
+"""Columns :class:`TileShares` appends."""
 
 
 class ShapeAlignmentFeatures(BaseTransform):

@@ -254,3 +254,18 @@ def test_per_collection_values_override_common_ones():
     assert param_problem(GNNModel, "hops", "some") is not None
     assert param_problem(GBDTModel, "learning_rate", 1) is None  # an int is a float
     assert param_problem(GBDTModel, "n_estimators", True) is not None  # a bool is not an int
+
+
+def test_a_tile_network_saved_before_tile_shares_reads_without_them():
+    """The tile preset appends the config shares (``features.tile_shares``); a saved tile network's settings that
+    lack the key (an earlier version's) read as the tree's default, off, so its 24-column input layer still fits."""
+    from models.gnn.config import default_config
+    from models.settings import as_dict, from_dict
+
+    cfg = replace(default_config("tile"), num_features=7)
+    assert cfg.features.tile_shares
+    assert cfg.make_net().config_in[0].in_features == 24 + 8
+    saved = as_dict(cfg)
+    del saved["features"]["tile_shares"]
+    old = from_dict(type(cfg), saved)
+    assert not old.features.tile_shares and old.make_net().config_in[0].in_features == 24

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from competition.collections import Collection
+from features.transforms import TILE_SHARE_COLUMNS
 from models import settings as tree
 from models.gnn.infer import DEFAULT_PREDICT_CONTEXT, DEFAULT_REFERENCE_CONFIGS, DEFAULT_TTA, PREDICT_CONTEXTS
 from models.gnn.losses import LOSSES, loss_function
-from models.gnn.net import RankNet
+from models.gnn.net import TILE_CONFIG_COLUMNS, RankNet
 from models.settings import Section, section, setting
 
 INF = math.inf
@@ -55,6 +56,8 @@ class FeatureSettings(Section):
     train_configs: int | Literal["all"] = setting(
         1000, "configs per training graph kept in the cache (evenly spaced), or all", low=2, choices=("all",))
     pad: bool = setting(True, "-1 padding of layouts and tile bounds")
+    tile_shares: bool = setting(False, "tile: append to the config columns the share of each tiled dim one tile "
+                                "covers, the kernel's tiles and the share one covers")
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ class GNNConfig:
         n = self.network
         return RankNet(self.kind, self.num_features, hidden=n.hidden, layers=n.layers, opcode_dim=n.opcode_dim,
                        bidirectional=n.bidirectional, attention=n.attention, join=n.join, dropout=n.dropout,
-                       dim_tokens=n.dim_tokens)
+                       dim_tokens=n.dim_tokens,
+                       tile_columns=TILE_CONFIG_COLUMNS + (TILE_SHARE_COLUMNS if self.features.tile_shares else 0))
 
     @property
     def uses_gst(self) -> bool:
@@ -212,7 +216,8 @@ KIND_PRESETS: dict[str, dict[str, Any]] = {
     "layout": {"network.dim_tokens": True},
     "tile": {"network.hidden": 64, "train.loss": "listmle", "train.lr": 1e-3,
              "train.epochs": 12, "train.patience": 3, "train.configs_per_graph": 32, "train.steps_per_graph": 1,
-             "features.hops": "all", "features.train_configs": "all", "train.valid_configs": 500, "run.seeds": 2},
+             "features.hops": "all", "features.train_configs": "all", "train.valid_configs": 500, "run.seeds": 2,
+             "features.tile_shares": True},
 }
 """Where a kind's defaults differ from the tree's (which are the layout collections', but for the layout-only
 ``network.dim_tokens``), sized to train all five
@@ -222,7 +227,9 @@ than the epoch's training at the real counts, for the same kept epochs on the be
 parts it was measured on (lab/journal.md, "The real counts in three hours"). Tile trains a seed ensemble of 2
 networks: on the real tile records one network's first pick of a kernel varied with the world and the training
 seed, and two were never worse on any world and kernel measured; on the bench worlds they were within the noise of
-one (lab/journal.md, "The tile seed ensemble")."""
+one (lab/journal.md, "The tile seed ensemble"). Tile configs carry the shares of the arrays they cut
+(``features.tile_shares``): a bound counts hardware tiles, and whether 24 of them is a whole kernel dim, which a TPU
+keeps on chip, or a third of one is what the real records' runtimes turned on (lab/journal.md, "Tile shares")."""
 
 COLLECTION_PRESETS: dict[str, dict[str, Any]] = {
     "layout:xla:default": {"run.seeds": 3},

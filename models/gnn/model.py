@@ -51,6 +51,7 @@ from features.transforms import (
     PadLayoutMinusOne,
     PruneToConfigurable,
     ShapeAlignmentFeatures,
+    TileShares,
 )
 from models import settings as tree
 from models.base import NotFittedError, RankingModel, run_folder
@@ -107,16 +108,20 @@ PREDICT_BLOCK = REFERENCE_WINDOW
 from)."""
 
 
-def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool) -> BaseTransform:
+def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_tokens: bool,
+                     tile_shares: bool = False) -> BaseTransform:
     """The per-graph transforms of the GNNs (before the fitted column selection and normalisation).
 
     Layout graphs are pruned to the configurable nodes and their ``hops``-hop neighbourhood (``"all"``: whole graph);
     layouts are padded with -1 when ``pad``; TPU alignment columns of the raw shape dims are appended; with
     ``dim_tokens`` (layout) the sizes of the dimensions config values name are attached
-    (:class:`features.transforms.ConfigDimensionSizes`); heavy-tailed columns are log-transformed; opcode-group
-    columns are appended.
+    (:class:`features.transforms.ConfigDimensionSizes`); with ``tile_shares`` (tile) the shares of the arrays each
+    config cuts are appended to its columns (:class:`features.transforms.TileShares`); heavy-tailed columns are
+    log-transformed; opcode-group columns are appended.
     """
     steps: list[BaseTransform] = []
+    if kind == "tile" and tile_shares:
+        steps.append(TileShares())  # reads the raw bounds and shapes: before the padding and the log
     if kind == "layout" and hops != "all":
         steps.append(PruneToConfigurable(hops=hops))
     if pad:
@@ -130,7 +135,8 @@ def feature_pipeline(kind: str, hops: int | Literal["all"], pad: bool, dim_token
 
 def settings_pipeline(settings: GNNConfig) -> BaseTransform:
     """:func:`feature_pipeline` with a run's settings (:meth:`GNNModel.train_config`, or a saved model's)."""
-    return feature_pipeline(settings.kind, settings.features.hops, settings.features.pad, settings.network.dim_tokens)
+    return feature_pipeline(settings.kind, settings.features.hops, settings.features.pad, settings.network.dim_tokens,
+                            settings.features.tile_shares)
 
 
 def stored_settings(cfg: GNNConfig) -> dict[str, Any]:

@@ -170,10 +170,12 @@ class RankNet(nn.Module):
         dropout: dropout probability.
         dim_tokens: layout only: each config slot also carries the :func:`dimension_features` of the dimension it
             names (the segments must then hold ``slot_sizes``).
+        tile_columns: tile only: config columns (the 24 stored, and any a feature transform appends).
     """
 
     def __init__(self, kind: str, num_features: int, *, hidden: int, layers: int, opcode_dim: int,
-                 bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool) -> None:
+                 bidirectional: bool, attention: bool, join: str, dropout: float, dim_tokens: bool,
+                 tile_columns: int) -> None:
         super().__init__()
         if kind not in ("tile", "layout"):
             raise ValueError(f"kind must be 'tile' or 'layout', got {kind!r}")
@@ -189,7 +191,7 @@ class RankNet(nn.Module):
             self.config_dims = nn.Linear(LAYOUT_CONFIG_SLOTS * DIM_FEATURES, hidden, bias=False) if dim_tokens \
                 else None
         else:
-            self.config_in = nn.Sequential(nn.Linear(TILE_CONFIG_COLUMNS, hidden), nn.GELU(),
+            self.config_in = nn.Sequential(nn.Linear(tile_columns, hidden), nn.GELU(),
                                            nn.Linear(hidden, hidden))
             self.config_dims = None
         self.blocks = nn.ModuleList(GNNBlock(hidden, bidirectional=bidirectional, attention=attention,

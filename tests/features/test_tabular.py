@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import features.tabular
 from competition.collections import Collection
@@ -16,12 +17,14 @@ from competition.schema import COL_SHAPE_PRODUCT, ELEMENT_TYPES, LAYOUT_SLOT_COL
 from features.tabular import (
     CONFIG_NODE_TYPES,
     MINOR_VALUES,
+    TILE_SHARE_NAMES,
     layout_context,
     layout_feature_names,
     layout_features,
     layout_links,
     tile_feature_names,
     tile_features,
+    tile_shares,
     tiled_array,
 )
 
@@ -411,6 +414,7 @@ def test_tile_features_exact(tmp_path: Path):
     assert col["log2_kernel_tile_bytes"] == [0] * 3 and col["log2_kernel_footprint"] == [0] * 3
     np.testing.assert_allclose(col["log2_input_footprint"], col["log2_tile_operand_bytes"])
     np.testing.assert_allclose(col["log2_matrix_working_set"], col["log2_working_set"])
+    assert col["log2_kernel_chunks"] == [0] * 3 and col["kernel_tile_share"] == [0] * 3
 
 
 @pytest.mark.parametrize("kernel_first", [False, True])
@@ -465,6 +469,25 @@ def test_tile_matrix_memory_of_a_batched_dot(tmp_path: Path, kernel_first: bool)
     # a 1/8 share in the first config, which the matrix tiler holds as a 16,384-byte kernel tile
     np.testing.assert_allclose(col["log2_tile_operand_bytes"], np.log2(1 + np.array([140288 / 8, 140288 / 2])),
                                rtol=1e-6)
+    # The kernel [4, 32, 256] cut into 1 x 4 x 2 = 8 tiles of 4 x 8 x 128 (a share of 1/8), and kept whole.
+    np.testing.assert_allclose(col["log2_kernel_chunks"], np.log2([1 + 8, 1 + 1]), rtol=1e-6)
+    np.testing.assert_allclose(col["kernel_tile_share"], [1 / 8, 1])
+    shares = tile_shares(graph.node_feat, graph.node_opcode, graph.config_feat)
+    assert shares.shape == (2, len(TILE_SHARE_NAMES))
+    np.testing.assert_allclose(shares, [[1 / 4, 1, 1 / 2, 0, 0, 0, 8, 1 / 8], [1, 1 / 2, 1, 0, 0, 0, 1, 1]])
+    # The GNNs' transform appends the same columns to the stored ones; a layout graph's configs are left alone.
+    from torch_geometric.data import Data
+
+    from features.data import graph_to_data
+    from features.transforms import TileShares
+
+    data = TileShares()(graph_to_data(graph))
+    assert tuple(data.config_feat.shape) == (2, 24 + len(TILE_SHARE_NAMES))
+    np.testing.assert_array_equal(data.config_feat[:, :24].numpy(), graph.config_feat)
+    np.testing.assert_allclose(data.config_feat[:, 24:].numpy(), shares, rtol=1e-6)
+    layout = torch.zeros(2, 3, 18)
+    assert TileShares()(Data(x=torch.zeros(1, 140), op=torch.zeros(1, dtype=torch.long),
+                             config_feat=layout)).config_feat is layout
 
 
 def test_element_itemsize_from_the_one_hot_columns():

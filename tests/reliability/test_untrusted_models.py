@@ -225,7 +225,7 @@ def test_a_booster_that_hung_or_crashed_lightgbm_is_refused_before_it_is_parsed(
 SILENT: dict[str, tuple[Callable[[str], str], str]] = {
     "a split feature past the last column": (
         lambda t: _token(t, 0, "split_feature", 0, "95"),
-        "state.booster_ (Tree=0) split_feature[0]: expected a whole number in [0, 86]; found '95'"),
+        "state.booster_ (Tree=0) split_feature[0]: expected a whole number in [0, 88]; found '95'"),
     "a leaf index past the last leaf": (
         lambda t: _token(t, 0, "right_child", 1, "-9"),
         "state.booster_ (Tree=0) right_child[1]: expected a node in [1, 1] or a leaf as -1..-3 (never the root, 0); "
@@ -247,8 +247,8 @@ SILENT: dict[str, tuple[Callable[[str], str], str]] = {
         lambda t: _set(t, 0, "leaf_value", "0.1 0.2"),
         "state.booster_ (Tree=0) leaf_value: expected 3 value(s) separated by single spaces; found 2"),
     "a header naming more features than the model": (
-        lambda t: t.replace("max_feature_idx=86", "max_feature_idx=99", 1),
-        "state.booster_ max_feature_idx: expected 86 (the model's 87 feature columns, less one); found '99'"),
+        lambda t: t.replace("max_feature_idx=88", "max_feature_idx=99", 1),
+        "state.booster_ max_feature_idx: expected 88 (the model's 89 feature columns, less one); found '99'"),
     "another objective": (
         lambda t: t.replace("objective=lambdarank", "objective=regression", 1),
         "state.booster_ objective: expected lambdarank; found 'regression'"),
@@ -271,10 +271,10 @@ def test_a_booster_that_was_ranked_silently_is_refused(case, fitted, tile_file, 
 def test_lightgbm_is_given_only_the_checked_trees_and_predicts_as_before(fitted, tile_file):
     path = fitted / "gbdt" / TILE.slug / "model.json"
     text = json.loads(path.read_text())["state"]["booster_"]
-    checked = checked_model_string(text, 87)
+    checked = checked_model_string(text, 89)
     assert text.startswith(checked[:-len("end of trees\n")]) and checked.endswith("\nend of trees\n")
     assert "parameters:" in text and "parameters:" not in checked
-    x = np.random.default_rng(0).normal(0, 100, size=(64, 87))
+    x = np.random.default_rng(0).normal(0, 100, size=(64, 89))
     np.testing.assert_array_equal(lightgbm.Booster(model_str=checked).predict(x),
                                   lightgbm.Booster(model_str=text).predict(x))
     graph = load_graph(tile_file, TILE)

@@ -91,30 +91,27 @@ def test_calibration_command_prints_the_table_and_exits_by_the_ranges(tile_world
     assert "outside" not in done.stdout and "Traceback" not in done.stderr
 
 
-def test_tile_models_fitted_on_a_small_world_find_a_near_best_config_of_fusion_191(records: Path,
-                                                                                   tmp_path: Path):
-    """The transfer gate in small: tile models fitted on 40 kernels of the demo world put, among their first five
-    configs of the real fusion.191 (579 measured configs, worst 28.9 times the best, a random order's first five
-    1.61 times on average), one within 15% of its best; fitted on the element-unit world, their best of five was
-    1.40 (gnn-attn) and 4.1 (gbdt) times the best. Only 7 configs are within 10%, all faster than the compiler's own
-    default (1.104 times), which is about what these models find."""
+def test_tile_models_fitted_on_the_demo_world_find_a_near_best_config_of_fusion_191(records: Path,
+                                                                                     tile_world: Path):
+    """The transfer gate in small: tile models fitted on the demo world's tile kernels (what ``make submit`` fits)
+    put, among their first five configs of the real fusion.191 (579 measured configs, worst 28.9 times the best, a
+    random order's first five 1.61 times on average), one near its best: within 10% for gbdt. Only 7 configs are,
+    all faster than the compiler's own default (1.104 times), where gnn-attn's first five stop on some fits, so it
+    is held to 15%. Models fitted on the element-unit world found 1.40 (gnn-attn) and 4.1 (gbdt) times the best."""
     from competition.dataset import open_collection
-    from competition.synthetic.world import generate_world
     from models.registry import make_model
 
-    world = generate_world(tmp_path / "w", scale="demo", seed=0, collections=["tile:xla"], tile_limit=40,
-                           workers=2, progress=False)
-    data = open_collection(find_data_root(world), Collection.TILE_XLA)
+    data = open_collection(find_data_root(tile_world), Collection.TILE_XLA)
     kernel = next(p for p in list_graphs(find_data_root(records), Collection.TILE_XLA, Split.TRAIN)
                   if p.name.startswith("fusion.191_"))
     graph = load_graph(kernel, Collection.TILE_XLA)
     runtime = graph.config_runtime.astype(np.float64)
     assert runtime.size == 579 and runtime.max() / runtime.min() > 28
     assert np.count_nonzero(runtime <= 1.10 * runtime.min()) == 7
-    for name, params in (("gbdt", {}), ("gnn-attn", {"run.runs_dir": None})):
+    for name, params, within in (("gbdt", {}, 1.10), ("gnn-attn", {"run.runs_dir": None}, 1.15)):
         model = make_model(name, **params).fit(data, progress=False)
         first = np.argsort(model.predict(graph), kind="stable")[:5]
-        assert runtime[first].min() <= 1.15 * runtime.min(), name
+        assert runtime[first].min() <= within * runtime.min(), name
 
 
 def test_the_tile_physics_orders_the_real_kernels_configs_as_measured():

@@ -29,7 +29,7 @@ def _graph(seed: int = 0) -> tuple[Data, torch.Tensor, torch.Tensor]:
 def _net(seed: int = 0, attention: bool = False) -> RankNet:
     torch.manual_seed(seed)
     return RankNet("layout", F, hidden=H, layers=2, opcode_dim=16, bidirectional=True, attention=attention,
-                   join="early", dropout=0.0, dim_tokens=False)
+                   join="early", dropout=0.0, dim_tokens=False, tile_columns=24)
 
 
 POSITIONS = torch.arange(B)

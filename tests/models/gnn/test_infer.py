@@ -38,7 +38,7 @@ def _graph(configs: int = 37, seed: int = 0) -> tuple[Data, torch.Tensor]:
 def _net(attention: bool, bidirectional: bool = True, seed: int = 0, dim_tokens: bool = False) -> RankNet:
     torch.manual_seed(seed)
     net = RankNet("layout", 5, hidden=8, layers=3, opcode_dim=16, bidirectional=bidirectional, attention=attention,
-                  join="early", dropout=0.0, dim_tokens=dim_tokens).eval()
+                  join="early", dropout=0.0, dim_tokens=dim_tokens, tile_columns=24).eval()
     with torch.no_grad():  # away from the initialisation, so that every term matters
         for p in net.parameters():
             p.add_(torch.randn_like(p) * 0.3)

@@ -14,7 +14,7 @@ from models.gnn.net import LAYOUT_CONFIG_SLOTS, TILE_CONFIG_COLUMNS, RankNet, ma
 EDGES = torch.tensor([[0, 1, 2], [2, 2, 3]])
 # RankNet takes every setting explicitly (its defaults live in models.gnn.train): these, unless a test says otherwise.
 NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
-           dim_tokens=False)
+           dim_tokens=False, tile_columns=24)
 
 
 def test_mean_adjacency_forward_gathers_from_producers():

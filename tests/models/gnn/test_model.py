@@ -30,7 +30,7 @@ LAYOUT = Collection.LAYOUT_NLP_RANDOM
 SMALL = dict(hidden=16, layers=2, device="cpu", seed=0)
 QUICK = dict(SMALL, epochs=3, steps_per_graph=1, configs_per_graph=16)
 NET = dict(hidden=8, layers=2, opcode_dim=16, bidirectional=True, attention=False, join="early", dropout=0.0,
-           dim_tokens=False)
+           dim_tokens=False, tile_columns=24)
 # The module itself: ``models.gnn.train`` as an attribute is the ``train`` function that models/gnn/__init__.py
 # re-exports, so ``import models.gnn.train as m`` would bind the function.
 gnn_train = importlib.import_module("models.gnn.train")

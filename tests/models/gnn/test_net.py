@@ -67,7 +67,7 @@ def test_the_config_dimension_features_are_those_of_each_named_size():
 
     torch.manual_seed(0)
     net = RankNet("layout", 5, hidden=8, layers=1, opcode_dim=4, bidirectional=True, attention=True, join="early",
-                  dropout=0.0, dim_tokens=True)
+                  dropout=0.0, dim_tokens=True, tile_columns=24)
     sizes = torch.tensor([0, 1, 7, 8, 128, 130, 4096]).repeat(4, 3, 1).float()  # [S=4, 3, 7], 0 = no dimension
     values = torch.randint(0, CONFIG_VALUES, (10, 4, 18))
     slot = torch.arange(4)
