@@ -240,8 +240,11 @@ TILE_MATRIX_NAMES: tuple[str, ...] = ("log2_kernel_tile_bytes", "log2_kernel_foo
 """The columns of :func:`tile_matrix_memory`, in order."""
 
 
+_KernelCut = tuple[TiledArray, npt.NDArray[np.float64]]
+
+
 def _kernel_cut(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
-                config_feat: npt.NDArray[np.floating]) -> tuple[TiledArray, npt.NDArray[np.float64]] | None:
+                config_feat: npt.NDArray[np.floating]) -> _KernelCut | None:
     """The kernel array of a matrix kernel (a convolution or dot in it, with kernel bounds: :func:`tiled_array` of
     the kernel bounds among the parameters) and the elements per dim each config's kernel tile covers (``[C, r]``);
     ``None`` for other kernels or where the kernel array is not found."""
@@ -274,8 +277,12 @@ def tile_kernel_cut(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArra
     bounds (or whose kernel array is not found) get 0 in both. Raw ``node_feat`` and tile ``config_feat`` (zeros,
     not -1, where a bound is missing), as stored.
     """
-    out = np.zeros((np.asarray(config_feat).shape[0], len(TILE_KERNEL_CUT_NAMES)))
-    cut = _kernel_cut(node_feat, node_opcode, config_feat)
+    return _cut_columns(_kernel_cut(node_feat, node_opcode, config_feat), np.asarray(config_feat).shape[0])
+
+
+def _cut_columns(cut: _KernelCut | None, num_configs: int) -> npt.NDArray[np.float64]:
+    """:func:`tile_kernel_cut` of a kernel's :func:`_kernel_cut`."""
+    out = np.zeros((num_configs, len(TILE_KERNEL_CUT_NAMES)))
     if cut is not None:
         kernel, elems = cut
         out[:, 0] = np.ceil(kernel.dims / elems).prod(axis=1)
@@ -306,12 +313,16 @@ def tile_matrix_memory(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDA
     ``raw``: the same arrays' :func:`_tile_bytes`, if the caller has it.
     """
     b = _tile_bytes(node_feat, node_opcode, config_feat) if raw is None else raw
+    return _matrix_memory(b, _kernel_cut(node_feat, node_opcode, config_feat))
+
+
+def _matrix_memory(b: _TileBytes, cut: _KernelCut | None) -> npt.NDArray[np.float64]:
+    """:func:`tile_matrix_memory` of a kernel's :func:`_tile_bytes` and :func:`_kernel_cut`."""
     operand_bytes = b.operand_bytes
     c = operand_bytes.shape[0]
     out = np.zeros((c, len(TILE_MATRIX_NAMES)))
     out[:, 2] = _log2_size(operand_bytes)
     out[:, 3] = _log2_size(2.0 * (b.tile_bytes + operand_bytes))
-    cut = _kernel_cut(node_feat, node_opcode, config_feat)
     if cut is None:
         return out
     kernel, elems = cut
@@ -339,7 +350,7 @@ def tile_feature_names() -> list[str]:
         "log2_num_tiles",
         *TILE_MEMORY_NAMES,
         *TILE_MATRIX_NAMES,
-        "log2_kernel_chunks", "kernel_tile_share",
+        f"log2_{TILE_KERNEL_CUT_NAMES[0]}", *TILE_KERNEL_CUT_NAMES[1:],
         "tiled_rank",
         *(f"tiled_dim_{d}" for d in range(MAX_RANK)),
         *_graph_aggregate_names(),
@@ -369,9 +380,9 @@ def tile_shares(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np
     return np.concatenate([_output_shares(raw), tile_kernel_cut(node_feat, node_opcode, config_feat)], axis=1)
 
 
-def _kernel_columns(cut: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def _kernel_columns(columns: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """:func:`tile_kernel_cut` as :func:`tile_features` holds it: the kernel tiles as ``log2(1 + x)``."""
-    return np.stack([_log2_size(cut[:, 0]), cut[:, 1]], axis=1)
+    return np.stack([_log2_size(columns[:, 0]), columns[:, 1]], axis=1)
 
 
 def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
@@ -406,6 +417,7 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     ker_b = cfg[:, COLS_KERNEL_BOUNDS][:, :MAX_RANK]
     c = graph.num_configs
     raw = _tile_bytes(graph.node_feat, graph.node_opcode, graph.config_feat)
+    cut = _kernel_cut(graph.node_feat, graph.node_opcode, graph.config_feat)  # the kernel array, found once
     share = _output_shares(raw)
     dims = np.zeros(MAX_RANK)
     rank = 0
@@ -416,8 +428,7 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     x = np.concatenate([
         cfg, share, _log2_size(ker_b), _log2_size(out_b), np.log2(raw.num_tiles)[:, None],
         tile_memory(graph.node_feat, graph.node_opcode, graph.config_feat, raw=raw),
-        tile_matrix_memory(graph.node_feat, graph.node_opcode, graph.edge_index, graph.config_feat, raw=raw),
-        _kernel_columns(tile_kernel_cut(graph.node_feat, graph.node_opcode, graph.config_feat)),
+        _matrix_memory(raw, cut), _kernel_columns(_cut_columns(cut, c)),
         np.broadcast_to(per_graph, (c, per_graph.size)),
     ], axis=1)
     return x.astype(np.float32)

@@ -407,8 +407,8 @@ class TileProblem:
             windows = np.ones(n_tiles.shape)
             for j in self.kernel_spatial:
                 windows = windows * np.ceil(self.kernel_dims[j] / ktiles[:, j])
-            # A kernel in one chunk stays on chip across the output tiles that use it: read once.
-            kreads = np.where(self._chunks(ktiles) > 1, major * batch, 1.0)
+            # A kernel in one chunk (as many steps as output tiles) stays on chip across the output tiles: read once.
+            kreads = np.where(steps > n_tiles, major * batch, 1.0)
             traffic = (self.out_bytes + self.input_bytes * counts[:, -1] * windows + kbytes * kreads
                        + self.other_bytes)
         else:
