@@ -15,8 +15,9 @@ The model (constants here and in :mod:`competition.synthetic.physics`):
   all but the first load and the last compute, so a kernel of few big tiles pays for not overlapping (the best real
   configs are not the largest tiles); where
   - the step cost is :data:`TILE_OVERHEAD_NS` per step (an output tile times a kernel chunk);
-  - compute is the *padded* work: each output tile and kernel chunk padded to whole granules (a last, partial one
-    only to granules of its own); matrix work (conv/dot) at peak, the other ops of the kernel on the vector unit;
+  - compute is the *padded* work: each output tile padded to whole granules (a last, partial one only to granules
+    of its own), each kernel chunk padded to whole granules and a last, partial chunk computed whole (a reduction
+    runs in blocks of one size, the excess masked); matrix work (conv/dot) at peak, the other ops of the kernel on the vector unit;
   - traffic is the output written once plus operand re-reads that fall as tiles grow: the input (operand 0) once per
     tile of the output's most-minor dim and per chunk of a convolution's spatial kernel window, the kernel once per
     tile of the other output dims when it is cut in chunks, and once in all when it is not (a block whose index does
@@ -393,8 +394,8 @@ class TileProblem:
             kd = np.asarray(self.kernel_dims, dtype=np.float64)[self.kernel_free]
             kt = ktiles[:, self.kernel_free]
             kg = self.kernel_granules[self.kernel_free]
-            # Each chunk padded to whole granules (a last, partial chunk only to its own granules).
-            k_pad = (_partial_pad(kd, kt, kg) / kd).prod(axis=1)
+            # Each chunk padded to whole granules, a last, partial chunk computed whole (masked).
+            k_pad = (np.ceil(kd / kt) * _pad(kt, kg) / kd).prod(axis=1)
             compute = self.matrix_flops * pad_ratio * k_pad / physics.PEAK_FLOPS_PER_NS
             kbytes = float(np.prod(self.kernel_dims)) * self.kernel_itemsize
             major = counts[:, :-1].prod(axis=1) * self.lead if out.size > 1 else np.full(n_tiles.shape, self.lead)

@@ -293,7 +293,7 @@ class GraphJob:
     count: int = 1  # tile: kernels taken from this program
 
 
-GENERATOR_VERSION: int = 4
+GENERATOR_VERSION: int = 5
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
 bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
 default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip), so that a

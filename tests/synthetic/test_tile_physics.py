@@ -161,6 +161,14 @@ def test_hand_computed_tile_runtime() -> None:
     resident = np.stack([_row([1, 10, 2, 1], [3, 3, 8, 1]), _row([1, 10, 2, 1], [3, 3, 4, 1])])
     assert _by_hand(c, resident)[1].tolist() == [16, 32]
     np.testing.assert_allclose(c.runtime_ns(resident), [t_conv_c, t_conv_d], rtol=1e-9)
+    # Row E: row B's output tiles with the kernel width cut in chunks of 2 [3,2,8,1]: two chunks of the window
+    # (2 + 1), 4 steps, the input read once per chunk of the window. The last, partial chunk is computed whole
+    # (masked), so the matrix work is 4/3 of the kernel's, not the 3/3 its elements would cost.
+    traffic_e = 409600 + 102400 * 2 * 2 + 294912 * 1
+    t_conv_e = KERNEL_LAUNCH_NS + 4 * TILE_OVERHEAD_NS + _body(conv_compute * 4 / 3, traffic_e / HBM_BYTES_PER_NS, 4)
+    partial = _row([8, 10, 2, 1], [3, 2, 8, 1])[None]
+    assert _by_hand(c, partial)[1].tolist() == [4]
+    np.testing.assert_allclose(c.runtime_ns(partial), [t_conv_e], rtol=1e-9)
 
 
 def test_bigger_than_onchip_is_penalised() -> None:
