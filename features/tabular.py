@@ -404,7 +404,8 @@ def tile_features(graph: TileGraph) -> npt.NDArray[np.float32]:
     * graph aggregates: node and edge counts, ``sum log2(1 + shape product)`` over nodes, and the count of each
       opcode of :data:`FREQUENT_OPCODES` (including convolution and dot).
 
-    A tile is always whole (8, 128) registers in these units, so no column measures per-config padding waste.
+    A tile is always whole (8, 128) registers in these units, so no column measures per-config padding waste; a
+    kernel's last, partial chunk shows as kernel tiles times ``kernel_tile_share`` above 1.
 
     Args:
         graph: a tile graph.
