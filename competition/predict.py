@@ -380,7 +380,7 @@ def output_problem(out: Path, *, reads: Sequence[tuple[Path, str]], folders: Seq
         folders: folders never written into (the data roots, the runs folder), each with what it is.
         force: write over a file no record says fastslow wrote (it is kept aside).
     """
-    from competition.promotion import foreign_problem
+    from competition.promotion import settled_foreign_problem
 
     if os.path.lexists(out):
         for path, what in reads:
@@ -396,7 +396,7 @@ def output_problem(out: Path, *, reads: Sequence[tuple[Path, str]], folders: Seq
             return f"is inside {what} {folder}: predict never writes there"
     if out.suffix != ".csv" or not out.stem:
         return "expected a CSV file name ending in .csv (its record is written beside it as <stem>.json)"
-    problem = foreign_problem(out)
+    problem = settled_foreign_problem(out)
     if problem is not None and not force:
         return _foreign(out, problem)
     return None

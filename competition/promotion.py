@@ -184,6 +184,22 @@ def foreign_problem(path: Path) -> str | None:
     return None
 
 
+def settled_foreign_problem(path: Path) -> str | None:
+    """:func:`foreign_problem` as it stands when no fastslow run is writing ``path``: a problem seen at once is
+    checked again under the output folder's lock, since another run may be between writing the file and writing its
+    record (it holds the lock for both). Where the lock cannot be taken (a folder one may not write into), the first
+    answer stands."""
+    problem = foreign_problem(path)
+    if problem is None:
+        return None
+    names = Names.of(path)
+    try:
+        with _folder_lock(names.out_dir, names.stem):
+            return foreign_problem(path)
+    except OSError:
+        return problem
+
+
 @dataclass
 class Promotion:
     """Where a run's submission went.

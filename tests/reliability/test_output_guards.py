@@ -240,6 +240,42 @@ def test_the_promotion_rules_of_an_unscored_output(tmp_path: Path):
     assert (out / "x.prev.json").read_text() == "mine\n" and read_record(out / "x.json").run == "p5"
 
 
+def test_the_check_before_predicting_waits_for_a_run_between_its_file_and_its_record(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch):
+    """Another run holds the folder's lock while it writes the file and then its record. A check that sees the file
+    without its record looks again under the lock, so it finds the pair whole rather than a foreign file. With no
+    writer, a file without a record is still refused."""
+    import threading
+
+    import competition.promotion as promotion
+
+    out = tmp_path / "subs"
+    record = SubmissionRecord(run="r1", producer="m", combined=None, scores={}, protocol="", data="/d")
+    assert promote(out, "r1\n", record, validate=lambda _: None, name="ranks.csv").in_place
+    target, kept = out / "ranks.csv", tmp_path / "ranks.json"
+    (out / "ranks.json").rename(kept)  # the writer is between the file and its record
+    looked = threading.Event()
+    first = promotion.foreign_problem
+
+    def looking(path: Path) -> str | None:
+        try:
+            return first(path)
+        finally:
+            looked.set()
+
+    monkeypatch.setattr(promotion, "foreign_problem", looking)
+    answers: list[str | None] = []
+    with promotion._folder_lock(out, "ranks"):
+        checker = threading.Thread(target=lambda: answers.append(promotion.settled_foreign_problem(target)))
+        checker.start()
+        assert looked.wait(timeout=60)  # it saw the file without its record, and now waits for the lock
+        kept.rename(out / "ranks.json")  # the writer writes the record, then lets go
+    checker.join(timeout=60)
+    assert answers == [None]
+    (out / "ranks.json").unlink()  # no writer: a file without a record stays refused
+    assert promotion.settled_foreign_problem(target) == "nothing says fastslow wrote it (no record ranks.json beside it)"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # featurize
 # --------------------------------------------------------------------------------------------------------------
