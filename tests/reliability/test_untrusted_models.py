@@ -30,6 +30,7 @@ from competition.dataset import open_collection
 from competition.pipeline import fit_collection
 from competition.promotion import ENSEMBLE_FILE, RECORD
 from competition.reader import find_data_root, list_graphs, load_graph
+from features.tabular import tile_feature_names
 from models.base import load_model
 from models.booster import checked_model_string
 from models.ensemble import Ensemble
@@ -38,6 +39,8 @@ from models.registry import make_model
 from tests.reliability.helpers import one_line, run, snapshot
 
 TILE = Collection.TILE_XLA
+_LAST = len(tile_feature_names()) - 1
+"""The last feature column of a tile gbdt model: the bound the split and header checks name."""
 QUICK_GNN = dict(hidden=8, layers=2, device="cpu", seed=0, epochs=2, steps_per_graph=1, configs_per_graph=16)
 FITTED = {"gbdt": {"n_jobs": 1, "n_estimators": 3, "early_stopping_rounds": 0}, "gnn": {**QUICK_GNN, "seeds": 1},
           "default-first": {}}
@@ -224,8 +227,8 @@ def test_a_booster_that_hung_or_crashed_lightgbm_is_refused_before_it_is_parsed(
 
 SILENT: dict[str, tuple[Callable[[str], str], str]] = {
     "a split feature past the last column": (
-        lambda t: _token(t, 0, "split_feature", 0, "95"),
-        "state.booster_ (Tree=0) split_feature[0]: expected a whole number in [0, 88]; found '95'"),
+        lambda t: _token(t, 0, "split_feature", 0, str(_LAST + 7)),
+        f"state.booster_ (Tree=0) split_feature[0]: expected a whole number in [0, {_LAST}]; found '{_LAST + 7}'"),
     "a leaf index past the last leaf": (
         lambda t: _token(t, 0, "right_child", 1, "-9"),
         "state.booster_ (Tree=0) right_child[1]: expected a node in [1, 1] or a leaf as -1..-3 (never the root, 0); "
@@ -247,8 +250,9 @@ SILENT: dict[str, tuple[Callable[[str], str], str]] = {
         lambda t: _set(t, 0, "leaf_value", "0.1 0.2"),
         "state.booster_ (Tree=0) leaf_value: expected 3 value(s) separated by single spaces; found 2"),
     "a header naming more features than the model": (
-        lambda t: t.replace("max_feature_idx=88", "max_feature_idx=99", 1),
-        "state.booster_ max_feature_idx: expected 88 (the model's 89 feature columns, less one); found '99'"),
+        lambda t: t.replace(f"max_feature_idx={_LAST}", f"max_feature_idx={_LAST + 11}", 1),
+        f"state.booster_ max_feature_idx: expected {_LAST} (the model's {_LAST + 1} feature columns, less one); "
+        f"found '{_LAST + 11}'"),
     "another objective": (
         lambda t: t.replace("objective=lambdarank", "objective=regression", 1),
         "state.booster_ objective: expected lambdarank; found 'regression'"),
