@@ -41,7 +41,7 @@ from competition.schema import (
     TPU_SUBLANES,
 )
 from features.data import NODE_ATTRS, num_configs, select_configs
-from features.tabular import TILE_SHARE_NAMES, tile_shares
+from features.tabular import tile_shares
 
 PLACEHOLDER_OPCODE = 0
 """Opcode id of the placeholder nodes of :class:`CollapseChains` (0 is "unknown" in the opcode table)."""
@@ -295,7 +295,7 @@ class TileShares(BaseTransform):
     A graph without a 2-D ``config_feat`` (layout) is unchanged.
 
     Shapes:
-        tile ``config_feat [C, 24] -> [C, 24 + TILE_SHARE_COLUMNS]``.
+        tile ``config_feat [C, 24] -> [C, 24 + len(features.tabular.TILE_SHARE_NAMES)]``.
     """
 
     def forward(self, data: Data) -> Data:
@@ -306,9 +306,6 @@ class TileShares(BaseTransform):
         data.config_feat = torch.cat([config_feat, torch.from_numpy(shares).to(config_feat.dtype)], 1)
         return data
 
-
-TILE_SHARE_COLUMNS = len(TILE_SHARE_NAMES)
-"""Columns :class:`TileShares` appends."""
 
 
 class ShapeAlignmentFeatures(BaseTransform):

@@ -6,10 +6,11 @@ them (the real records' units).
 The model (constants here and in :mod:`competition.synthetic.physics`):
 
 * A kernel's *tiled array* (:func:`~competition.hlo.tiles.tiled_shape`: its root's output, the largest of a
-  tuple, a reduce's operand), its last up to 6 physical dims tiled by ``output_bounds``; leading dims beyond 6 are iterated one at a
-  time. For a convolution or dot root the kernel (operand 1) is tiled by ``kernel_bounds`` over all its dims: its
-  output-feature dim follows the output tile's most-minor dim, a batched dot's batch dims follow the output tile's
-  batch dims, its other dims (the contracting dim, and a convolution's spatial dims) are chunked freely. Each output tile is one *step* per kernel chunk.
+  tuple, a reduce's operand), its last up to 6 physical dims tiled by ``output_bounds``; leading dims beyond 6 are
+  iterated one at a time. For a convolution or dot root the kernel (operand 1) is tiled by ``kernel_bounds`` over
+  all its dims: its output-feature dim follows the output tile's most-minor dim, a batched dot's batch dims follow
+  the output tile's batch dims, its other dims (the contracting dim, and a convolution's spatial dims) are chunked
+  freely. Each output tile is one *step* per kernel chunk.
 * ``time = KERNEL_LAUNCH_NS + (step cost + max(C, T) + min(C, T) / steps) * spill`` with ``C`` the compute and
   ``T = traffic / bandwidth``: a double-buffered pipeline overlaps a step's transfers with another step's compute,
   all but the first load and the last compute, so a kernel of few big tiles pays for not overlapping (the best real
@@ -17,7 +18,8 @@ The model (constants here and in :mod:`competition.synthetic.physics`):
   - the step cost is :data:`TILE_OVERHEAD_NS` per step (an output tile times a kernel chunk);
   - compute is the *padded* work: each output tile padded to whole granules (a last, partial one only to granules
     of its own), each kernel chunk padded to whole granules and a last, partial chunk computed whole (a reduction
-    runs in blocks of one size, the excess masked); matrix work (conv/dot) at peak, the other ops of the kernel on the vector unit;
+    runs in blocks of one size, the excess masked); matrix work (conv/dot) at peak, the other ops of the kernel on
+    the vector unit;
   - traffic is the output written once plus operand re-reads that fall as tiles grow: the input (operand 0) once per
     tile of the output's most-minor dim and per chunk of a convolution's spatial kernel window, the kernel once per
     tile of the other output dims when it is cut in chunks, and once in all when it is not (a block whose index does
@@ -32,8 +34,8 @@ The model (constants here and in :mod:`competition.synthetic.physics`):
   :data:`EXHAUSTIVE_LIMIT` combos, coordinate descent beyond; good, not always the best.
 * A search draws distinct configs among the sizes per dim (:func:`~competition.hlo.tiles.tile_sizes`: the
   divisors of its unit count, the powers of two below it and the whole dim; a *wide* search, ``wide=True``, also
-  the sizes between powers of two of :data:`WIDE_STEPS`) whose working set fits on chip and whose number of steps is at most :data:`SAMPLE_STEPS` times
-  the default's (an autotuner searches around the compiler's pick).
+  the sizes between powers of two of :data:`WIDE_STEPS`) whose working set fits on chip and whose number of steps
+  is at most :data:`SAMPLE_STEPS` times the default's (an autotuner searches around the compiler's pick).
 * Config rows (24 float32 columns): 0-7 kernel_bounds 0-5, sum, product; 8-15 output_bounds 0-5, sum, product;
   16-23 input_bounds (empty, as in the real records). Padding 0; an empty list has product 0.
 """

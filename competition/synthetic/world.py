@@ -296,8 +296,9 @@ class GraphJob:
 GENERATOR_VERSION: int = 5
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
 bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
-default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip), so that a
-world made by an older generator is never taken for a current one. A manifest without it was made by version 1."""
+default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip; 5: a tile
+kernel's last, partial chunk is computed whole), so that a world made by an older generator is never taken for a
+current one. A manifest without it was made by version 1."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from competition.collections import Collection
-from features.transforms import TILE_SHARE_COLUMNS
+from features.tabular import TILE_SHARE_NAMES
 from models import settings as tree
 from models.gnn.infer import DEFAULT_PREDICT_CONTEXT, DEFAULT_REFERENCE_CONFIGS, DEFAULT_TTA, PREDICT_CONTEXTS
 from models.gnn.losses import LOSSES, loss_function
@@ -177,7 +177,7 @@ class GNNConfig:
         return RankNet(self.kind, self.num_features, hidden=n.hidden, layers=n.layers, opcode_dim=n.opcode_dim,
                        bidirectional=n.bidirectional, attention=n.attention, join=n.join, dropout=n.dropout,
                        dim_tokens=n.dim_tokens,
-                       tile_columns=TILE_CONFIG_COLUMNS + (TILE_SHARE_COLUMNS if self.features.tile_shares else 0))
+                       tile_columns=TILE_CONFIG_COLUMNS + (len(TILE_SHARE_NAMES) if self.features.tile_shares else 0))
 
     @property
     def uses_gst(self) -> bool:
@@ -229,7 +229,8 @@ networks: on the real tile records one network's first pick of a kernel varied w
 seed, and two were never worse on any world and kernel measured; on the bench worlds they were within the noise of
 one (lab/journal.md, "The tile seed ensemble"). Tile configs carry the shares of the arrays they cut
 (``features.tile_shares``): a bound counts hardware tiles, and whether 24 of them is a whole kernel dim, which a TPU
-keeps on chip, or a third of one is what the real records' runtimes turned on (lab/journal.md, "Tile shares")."""
+keeps on chip, or a third of one is what the real records' runtimes turned on (lab/journal.md, "the kernel's
+residency and the tile shares")."""
 
 COLLECTION_PRESETS: dict[str, dict[str, Any]] = {
     "layout:xla:default": {"run.seeds": 3},
