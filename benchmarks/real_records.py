@@ -27,6 +27,13 @@ noise scale), ``default-first`` (no fit: configs that leave more nodes to the co
 on a world's ``--layout-collection``; scored by Kendall tau. There is one module, so there is no leave-one-out; its
 runs span about 1.6% of the runtime, so a tau here rests on small differences.
 
+**The real layout graph** (:mod:`competition.real_layout`: alexnet's 38,084 measured layout runs, 23,924 distinct
+configs) is split by distinct config, once and for all, into train / valid / test (60 / 20 / 20%). Its test configs
+(repeats averaged) are ranked by ``random`` (the exact expected top-1; tau 0), ``default-first`` and every model
+fitted two ways: on each world's ``--layout-collection`` (the fit the module's rows use) and on the graph's own train
+runs, early-stopping on its valid runs (the ceiling; ``--own-configs N`` keeps the first N distinct train configs).
+Scored by Kendall tau and the top-1 slowdown (the first-ranked config's runtime over the best).
+
 Worlds are generated once under ``--work-dir`` (``fastslow data synth``) and reused; each fit is saved under
 ``--work-dir/runs/<digest of its key>/`` (:mod:`competition.saved_runs`: model, settings and data) and a finished one
 reused, so a second run only predicts. Nothing is written to ``runs/``.
@@ -69,7 +76,7 @@ from competition.worlds import world_dir
 TILE = Collection.TILE_XLA
 RANDOM, COMPILER = "random", "compiler-default"
 REFERENCE_FIT = "default-first"
-WORLD, REAL = "world", "real"
+WORLD, REAL, OWN = "world", "real", "own"
 RANDOM_ORDERS = 1000
 """Seeded random orders whose taus give the layout noise scale."""
 
@@ -336,6 +343,79 @@ def layout_records(module: ModuleConfigs, worlds: Sequence[World], models: Seque
     return records
 
 
+def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], params: dict[str, dict[str, Any]],
+                    collection: Collection, cache: Path, own_configs: int | None) -> list[dict[str, Any]]:
+    """The real layout graph's rows: tau and top-1 slowdown over its test configs (:mod:`competition.real_layout`)
+    for ``random`` (exact expectation), ``default-first`` and every model fitted on each world's ``collection``
+    and on the graph's own train configs (early stopping on its valid configs; the first ``own_configs`` distinct
+    train configs with a limit)."""
+    from competition.real_layout import ALEXNET_COLLECTION, alexnet_root, alexnet_test
+    from models.registry import make_model
+
+    root = alexnet_root(work / "alexnet", own_configs)
+    graph = alexnet_test(root)
+    runtime = graph.config_runtime.astype(np.float64)
+    own = open_collection(root, ALEXNET_COLLECTION)
+    base = dict(part="alexnet", graph=graph.stem, distinct=graph.num_configs, train=own.train[0].num_configs,
+                valid=own.valid[0].num_configs, spread=float(runtime.max() / runtime.min()))
+
+    def row(model: str, fitted_on: str | None, scores: npt.ArrayLike) -> dict[str, Any]:
+        order = submitted_order(ALEXNET_COLLECTION, scores)
+        return dict(base, model=model, fitted_on=fitted_on, tau=kendall_tau(scores, runtime),
+                    top1=1.0 + top_k_error(order, runtime, 1))
+
+    records = [dict(base, model=RANDOM, fitted_on=None, tau=0.0, top1=float(runtime.mean() / runtime.min()),
+                    tau_spread=random_tau_spread(runtime, orders=200)),
+               row(REFERENCE_FIT, None, make_model(REFERENCE_FIT).predict(graph))]
+    for name in models:
+        for world in worlds:
+            print(f"{name} on world {world.label} ({collection.value}), ranking {graph.stem}'s test configs",
+                  flush=True)
+            # The module's rows fitted it already: the saved fit is reused, not counted again.
+            model, _ = fit_cached(name, world_params(name, params.get(name, {}), world, collection),
+                                  open_collection(world.root, collection), cache, say=lambda _: None)
+            records.append(row(name, f"{WORLD}:{world.label}", model.predict(graph)))
+        print(f"{name} on {graph.stem}'s own {base['train']:,} train runs (early stopping on its "
+              f"{base['valid']:,} valid runs)", flush=True)
+        model, seconds = fit_cached(name, dict(params.get(name, {})), own, cache)
+        records.append(dict(part="fit", model=name, collection=ALEXNET_COLLECTION.value, fitted_on=OWN,
+                            seconds=seconds))
+        records.append(row(name, OWN, model.predict(graph)))
+    return records
+
+
+def format_alexnet(records: Sequence[dict[str, Any]]) -> str:
+    """The real layout graph's table: a row per model, tau and top-1 slowdown fitted on the worlds (mean) and on
+    the graph's own runs."""
+    rows = [r for r in records if r["part"] == "alexnet"]
+    if not rows:
+        return ""
+    r0 = rows[0]
+    lines = ["", f"LAYOUT, the real graph {r0['graph']} (layout:xla): Kendall tau / top-1 slowdown (first-ranked "
+                 f"config's runtime / best) over its {r0['distinct']:,} test configs (repeats averaged; worst/best "
+                 f"{r0['spread']:.2f}); own runs: {r0['train']:,} train, {r0['valid']:,} valid",
+             f"{'model':16s}{'fitted on the world(s)':>26s}{'fitted on its own runs':>26s}", "-" * 68]
+
+    def cell(model: str, source: str | None) -> str:
+        chosen = [r for r in rows if r["model"] == model and (r["fitted_on"] or "").split(":")[0] == (source or "")]
+        if not chosen:
+            return f"{'':>26s}"
+        tau = float(np.mean([r["tau"] for r in chosen]))
+        top1 = float(np.exp(np.mean(np.log([r["top1"] for r in chosen]))))
+        return f"{tau:>17.4f} / {top1:5.3f}"
+
+    for model in dict.fromkeys(r["model"] for r in rows):
+        if model == RANDOM:
+            r = next(r for r in rows if r["model"] == RANDOM)
+            lines.append(f"{RANDOM:16s}{'':>26s}{'':>26s}  expected: tau 0 (sd {r['tau_spread']:.4f}), top-1 "
+                         f"{r['top1']:.3f}")
+        elif model == REFERENCE_FIT:
+            lines.append(f"{model:16s}{cell(model, None)}   (no fit)")
+        else:
+            lines.append(f"{model:16s}{cell(model, WORLD)}{cell(model, OWN)}")
+    return "\n".join(lines)
+
+
 def _columns(tile: Sequence[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
     """``(header, model, source)`` of each tile column, in order."""
     out: list[tuple[str, str, str | None]] = [(RANDOM, RANDOM, None), (COMPILER, COMPILER, None)]
@@ -357,6 +437,8 @@ def _mean(values: Sequence[float], metric: str) -> float:
 def format_tile(records: Sequence[dict[str, Any]], min_configs: int) -> str:
     """The two tile tables (top-5 score, top-1 slowdown): a row per kernel, then the two means."""
     tile = [r for r in records if r["part"] == "tile"]
+    if not tile:
+        return ""
     columns = _columns(tile)
     info = {r["kernel"]: r for r in tile}
     kernels = sorted(info, key=lambda k: (-info[k]["distinct"], k))
@@ -418,7 +500,7 @@ def format_report(records: Sequence[dict[str, Any]], min_configs: int) -> str:
     """Every table, with the tile columns' legend."""
     tile = format_tile(records, min_configs)
     legend = textwrap.fill(LEGEND, width=118) if tile else ""
-    return "\n".join(part for part in (tile, legend, format_layout(records)) if part)
+    return "\n".join(part for part in (tile, legend, format_layout(records), format_alexnet(records)) if part)
 
 
 def parse_params(given: Sequence[str], models: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -475,6 +557,9 @@ def run(argv: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], str]:
     parser.add_argument("--param", action="append", default=[], metavar="MODEL.KEY=VALUE",
                         help="a hyper-parameter instead of its default, for every fit of MODEL (repeatable; "
                              "`fastslow params MODEL` lists them), e.g. --param gbdt.booster.n_estimators=50")
+    parser.add_argument("--own-configs", type=int, default=None, metavar="N",
+                        help="fit the real layout graph's own-runs models on its first N distinct train configs "
+                             "(of a fixed order) instead of all of them")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the records as JSON")
     args = parser.parse_args(argv)
     unknown = [m for m in args.models if m not in MODELS]
@@ -499,6 +584,8 @@ def run(argv: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], str]:
     if "layout" in args.parts:
         records += layout_records(read_module(root), worlds, models, params, Collection(args.layout_collection),
                                   cache)
+        records += alexnet_records(work, worlds, models, params, Collection(args.layout_collection), cache,
+                                   args.own_configs)
     command = shlex.join(["python", "-m", "benchmarks.real_records", *(sys.argv[1:] if argv is None else argv)])
     fits = [r for r in records if r["part"] == "fit"]
     left_out = [k for k in kernels if k.distinct < 2]

@@ -46,7 +46,8 @@ def test_the_records_ship_as_package_data():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "competition.data.real_records" in declared["packages"]
     patterns = declared["package-data"]["competition.data.real_records"]
-    assert {p.name for pattern in patterns for p in RECORDS_DIR.glob(pattern)} == {*SHA256, "README.md"}
+    assert {p.name for pattern in patterns for p in RECORDS_DIR.glob(pattern)} == {
+        *SHA256, "README.md", "alexnet_layout_xla_80pct.npz"}
     readme = (RECORDS_DIR / "README.md").read_text()
     assert "Apache License, Version 2.0" in readme and all(digest in readme for digest in SHA256.values())
 
@@ -122,18 +123,20 @@ def test_the_benchmark_prints_its_tables_and_reuses_its_fits(work: Path, tiny_wo
                                                                capsys: pytest.CaptureFixture[str]):
     out = work / "records.json"
     argv = ["--data", str(tiny_world), "--models", "gbdt", "--param", "gbdt.booster.n_estimators=5",
-            "--param", "gbdt.run.n_jobs=1", "--work-dir", str(work), "--json", str(out)]
+            "--param", "gbdt.run.n_jobs=1", "--work-dir", str(work), "--json", str(out), "--own-configs", "300"]
     records, report = bench.run(argv)
     printed = capsys.readouterr().out
     assert report in printed
     fits = [r for r in records if r["part"] == "fit"]
-    # default-first and gbdt on the world's tile split, on each of the 7 leave-one-out sets; gbdt on layout.
-    assert len(fits) == 2 * (1 + 7) + 1 and not any(r["seconds"] is None for r in fits)
+    # default-first and gbdt on the world's tile split, on each of the 7 leave-one-out sets; gbdt on layout, and
+    # on the real layout graph's own runs.
+    assert len(fits) == 2 * (1 + 7) + 1 + 1 and not any(r["seconds"] is None for r in fits)
     tile = {(r["kernel"], r["model"], r["fitted_on"]): r for r in records if r["part"] == "tile"}
     assert len(tile) == 7 * (2 + 2 * 2)
     assert tile[("fusion.191", "compiler-default", None)]["top1"] == pytest.approx(151565 / 137344)
     for line in ("mean, 3 kernels >= 10 configs", "mean, 7 kernels >= 2 configs", "gbdt/world", "gbdt/real",
                  "default-first/real", "91 distinct configs", "One module: no leave-one-out",
+                 "the real graph alexnet_train_batch_32",
                  "not scored (one distinct config, nothing to rank): reshape.37 (3 runs)",
                  f"fitted on: world {tiny_world.name}", "command: python -m benchmarks.real_records --data"):
         assert line in report
