@@ -468,6 +468,12 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     trainp.add_argument("--collections", nargs="+", metavar="C", help=_COLLECTIONS_HELP)
     trainp.add_argument("--runs-dir", default="runs", metavar="DIR",
                         help="where runs and saved models go (default: %(default)s)")
+    trainp.add_argument("--init-from", default=None, metavar="RUN",
+                        help="GNN models: start each network from the weights of a saved GNN run and fine-tune it "
+                             "on this data with this run's settings (e.g. a lower --param train.lr): its folder "
+                             "(runs/gnn/layout-xla-default), its model.json, or a folder of runs (runs/gnn) holding "
+                             "each collection's; its column selection and normalisation are reused, and its network "
+                             "settings must be this run's. Sets train.init_from (default: from scratch)")
     _add_param_args(trainp)
     trainp.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_valid_configs_arg(trainp)
@@ -822,7 +828,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from competition.submission import score_predictions
     from models.base import run_folder
     from models.gnn import distributed
+    from models.gnn.model import GNNModel
     from models.gnn.steps import resolve_device
+    from models.registry import make_model
 
     launched = distributed.launched_world()  # above 1 in a process that torchrun started
     world = launched if launched > 1 else args.nproc
@@ -860,6 +868,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     gnn = args.model.startswith("gnn")
     if gnn and "runs_dir" not in params.common:
         params = replace(params, common={**params.common, "runs_dir": args.runs_dir})
+    if args.init_from is not None:
+        if not gnn:
+            raise refuse(f"--init-from: only the GNN models (gnn, gnn-attn) start from saved weights; --model "
+                         f"{args.model} does not")
+        params = replace(params, common={**params.common, "train.init_from": args.init_from})
     asked = _collections(args.collections)
     # A collection whose train split is missing would otherwise be passed over without a word (exit 0).
     missing = validate_root(root, asked, [Split.TRAIN])
@@ -871,6 +884,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.collections and absent:  # named on the command line, but the data has none of them
         raise UsageError(f"--collections: {root.root} holds no graphs of {', '.join(absent)}")
     check_writable(model_folders([args.model], {args.model: params}, collections))
+    for c in collections:  # a warm start's source refused before any collection is fitted (each fit checks again)
+        model = make_model(args.model, **params.for_collection(c))
+        if not isinstance(model, GNNModel):
+            break
+        try:
+            model.warm_start(c)
+        except ValueError as exc:
+            raise refuse(f"{args.model} {c.value}: {exc}") from None
     device = resolve_device(params.common.get("device", "auto")) if gnn else resolve_device("cpu")
     if world > 1:  # what would stop every process, found before any starts
         if not gnn:

@@ -50,9 +50,17 @@ def data_key(data: CollectionData) -> dict[str, Any]:
 
 def fit_key(model_name: str, model: RankingModel, data: CollectionData) -> dict[str, Any]:
     """The key of a fit: the model, the collection, every setting it fits with (defaults filled in, less
-    :data:`PLACE_KEYS`) and :func:`data_key`, as plain JSON data."""
+    :data:`PLACE_KEYS`), :func:`data_key`, and the content of any other file it starts from
+    (:meth:`~models.base.RankingModel.source_digests`: a GNN's warm start), as plain JSON data.
+
+    Raises:
+        ValueError, OSError: such a file cannot be read.
+    """
     settings = {k: v for k, v in model.resolved_params(data.collection).items() if k not in PLACE_KEYS}
     key = {"model": model_name, "collection": data.collection.value, "settings": settings, "data": data_key(data)}
+    sources = model.source_digests(data.collection)
+    if sources:  # only then: the keys of the models that start from nothing stay as they were
+        key["sources"] = sources
     return json.loads(json.dumps(key, sort_keys=True, default=repr))
 
 

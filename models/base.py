@@ -143,6 +143,17 @@ class RankingModel(abc.ABC):
         over every core gains nothing from it."""
         return False
 
+    def source_digests(self, collection: Collection) -> dict[str, str]:
+        """The files besides the data whose content a fit of ``collection`` starts from, each by the setting naming
+        it, as its SHA-256 (the GNN's ``train.init_from``): part of a saved fit's key
+        (:func:`competition.saved_runs.fit_key`), so that other content at the same path is another fit. None by
+        default.
+
+        Raises:
+            ValueError, OSError: a file named that cannot be read.
+        """
+        return {}
+
     def work_factor(self, collection: Collection) -> float:
         """How much more fitting ``collection`` costs with this model's hyper-parameters than with the settings the
         pipeline's per-collection size measure (:func:`competition.pipeline.collection_weights`) stands for: the

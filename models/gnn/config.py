@@ -101,6 +101,10 @@ class TrainingSettings(Section):
     swa_epochs: int = setting(0, "average the weights of the last this-many epochs (0: off)", low=0, high=100_000)
     refit: bool = setting(False, "after early stopping, train again on train and valid for the test predictions")
     seed: int = setting(0, "seeds initialisation and sampling", low=0)
+    init_from: str = setting(
+        "", "a warm start: each network starts from the weights of this saved GNN run, whose column selection and "
+            "normalisation the fit reuses (its network settings must be the fit's); empty: from scratch",
+        allowed="a saved GNN run's folder, its model.json, or a folder of runs holding the collection's; '' for none")
     valid_configs: int | None = setting(
         None, "the per-epoch validation scores at most this many configs of each valid graph the valid protocol "
               "does not choose configs of (a fixed draw; None: all of them)", low=2)

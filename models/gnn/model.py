@@ -6,7 +6,9 @@ scores (those the caller gives in :class:`competition.dataset.CollectionData`: t
 fits the column selection and normalisation on the train graphs (stored with the model), trains with
 :func:`models.gnn.train.train`, and keeps the best weights; with ``refit``, it then trains a second network from
 scratch on the train and eval graphs for the best epoch count, which scores the graphs of every other split (test);
-with ``seeds`` N > 1, it trains N such networks with successive seeds (a seed ensemble).
+with ``seeds`` N > 1, it trains N such networks with successive seeds (a seed ensemble). Warm-started
+(``train.init_from``: :mod:`models.gnn.warm_start`), every network starts from a saved run's weights instead of a
+random draw, and the saved run's column selection and normalisation are used instead of fitted ones.
 :meth:`GNNModel.predict` runs the same pipeline on one graph and streams a layout graph's configs block by block, so
 a 100,000-config graph is never in memory whole; a seed ensemble's networks each score every block, and their
 rank-normalised scores are averaged.
@@ -89,6 +91,8 @@ from models.gnn.net import RankNet, make_segments
 from models.gnn.runs import REFIT_FOLDER, member_folder
 from models.gnn.steps import Item, predict_scores, resolve_device, validated_configs
 from models.gnn.train import TrainResult, finished, train
+from models.gnn.warm_start import KEY as INIT_KEY
+from models.gnn.warm_start import Source, load_source, source_digest
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +175,8 @@ class GNNModel(RankingModel):
         settings_: the run's settings (:class:`models.gnn.train.GNNConfig` as a dict; ``settings.json`` in the
             run folder).
         weights_: the network's weights, name to array.
-        columns_: the fitted column selection (``DropConstantColumns`` state).
-        normalize_: the fitted normalisation (``Normalize`` state).
+        columns_: the fitted column selection (``DropConstantColumns`` state; a warm start's source's).
+        normalize_: the fitted normalisation (``Normalize`` state; a warm start's source's).
         best_epoch_, best_metric_: when the kept weights were reached, and their valid metric.
         history_: per-epoch ``epoch, train_loss, valid_metric, lr, seconds``.
         swa_used_: whether the kept weights are the average of the last ``swa_epochs`` epochs (with no valid
@@ -338,6 +342,30 @@ class GNNModel(RankingModel):
             given["train.graphs_per_step"] = max(defaults.train.graphs_per_step, distributed.world_size())
         return tree.updated(defaults, given)
 
+    def warm_start(self, collection: Collection) -> Source | None:
+        """The saved GNN run this model's fit of ``collection`` starts from (``train.init_from``), loaded and
+        checked against the fit's settings (:func:`models.gnn.warm_start.load_source`); ``None`` from scratch.
+
+        Raises:
+            ValueError: one line naming the path and why it cannot start this fit (also: it is the run folder
+                this fit writes to).
+        """
+        settings = self.train_config(collection)
+        if not settings.train.init_from:
+            return None
+        source = load_source(settings.train.init_from, settings, Collection(collection))
+        if self.runs_dir is not None and source.file.parent.resolve() == run_folder(
+                self.runs_dir, self.name, collection).resolve():
+            # The fit would move that run aside (its settings differ) and save itself in its place.
+            raise ValueError(f"{INIT_KEY} {source.file}: the run folder this fit writes to; fit into another "
+                             "runs folder (--runs-dir), or copy the run elsewhere first")
+        return source
+
+    def source_digests(self, collection: Collection) -> dict[str, str]:
+        """See :meth:`RankingModel.source_digests`: a warm start's model file (``train.init_from``)."""
+        value = self.train_config(collection).train.init_from
+        return {INIT_KEY: source_digest(value, Collection(collection))} if value else {}
+
     @classmethod
     def quick_params(cls, collection: Collection) -> dict[str, Any]:
         """The kind's defaults where the collection's are higher (:func:`models.gnn.train.quick_settings`): xla:random's
@@ -409,6 +437,7 @@ class GNNModel(RankingModel):
         settings = self.train_config(collection)
         pipeline = settings_pipeline(settings)
         progress = progress and distributed.is_main()
+        source = self.warm_start(collection)  # refused here, before any graph is read
 
         def training_set(graphs: SplitGraphs) -> ProcessedGraphs:
             """``graphs`` processed for training (deduplicated, ``train_configs`` kept)."""
@@ -427,8 +456,19 @@ class GNNModel(RankingModel):
                                         protocol=valid, progress=progress)
             valid_datas = _built(valid_set)
             valid_files = _files(valid_set)
-        columns = DropConstantColumns().fit(datas)
-        normalize = Normalize().fit(columns(d.clone()) for d in datas)
+        if source is None:
+            columns = DropConstantColumns().fit(datas)
+            normalize = Normalize().fit(columns(d.clone()) for d in datas)
+        else:
+            # The source's weights were learnt on its columns and normalisation; fitted again on a few graphs of
+            # one program, most columns would be constant and dropped.
+            width, fitted = int(datas[0].x.shape[1]), int(source.model.columns_["num_columns"])
+            if width != fitted:
+                raise ValueError(f"{INIT_KEY} {source.file}: fitted on graphs of {fitted} node feature columns after "
+                                 f"its feature pipeline, and this fit's give {width} (other feature settings, or "
+                                 "another fastslow version)")
+            columns = DropConstantColumns.from_state_dict(source.model.columns_)
+            normalize = Normalize.from_state_dict(source.model.normalize_)
 
         def item(data: Data) -> Item:
             data = normalize(columns(data.clone()))
@@ -445,8 +485,10 @@ class GNNModel(RankingModel):
             valid_items = [replace(it, picks=valid.picks(collection, it.key, counts[it.key], eval_graphs.split))
                            for it in valid_items]
         stopping = f"{eval_split.value}:{valid.tag}" if valid_datas and eval_split is not None else "none"
+        # A warm start's source by its content: other weights at the same path are another run.
+        init_key = [] if source is None else [f"init:{source.digest()}"]
         data_key = _data_key(repr(pipeline), data.train.data_id, str(settings.max_train_configs), stopping,
-                             *_files(train_set), *(valid_files if valid_datas else []))
+                             *_files(train_set), *(valid_files if valid_datas else []), *init_key)
         cfg = replace(settings, num_features=int(train_items[0].segments[0].x.shape[1]), data_key=data_key)
         run_dir = None if self.runs_dir is None else run_folder(self.runs_dir, self.name, collection)
         max_seconds = self.max_seconds
@@ -482,20 +524,21 @@ class GNNModel(RankingModel):
             # The early-stopped run does not depend on refit: it resumes, or is resumed by, the same run without it.
             member = cfg.with_(refit=False, seed=seed)
             limit, keep_free = budget(seconds, seed - settings.train.seed + 1)
+            init = None if source is None else source.model.initial_weights(seed - settings.train.seed)
             result = train(member, train_items, valid_items, run_dir=member_dir, device=self.device,
-                           progress=progress, max_seconds=limit, keep_free=keep_free, title=title)
+                           progress=progress, max_seconds=limit, keep_free=keep_free, title=title, init=init)
             if not (settings.train.refit and valid_datas and eval_graphs is not None and result.best_epoch >= 1):
                 return result, None
-            # From scratch on the train and eval graphs (the eval split's processed for training as the train
-            # split's are, through the column selection and normalisation fitted on train) for the best epoch count,
-            # without early stopping: the last epoch is kept.
+            # From scratch (or from the warm start's weights) on the train and eval graphs (the eval split's
+            # processed for training as the train split's are, through the same column selection and normalisation)
+            # for the best epoch count, without early stopping: the last epoch is kept.
             extra_set = training_set(eval_graphs)
             extra = _built(extra_set)
             refit_cfg = replace(member.with_(epochs=result.best_epoch),
                                 data_key=_data_key(data_key, f"refit:{eval_graphs.split.value}", *_files(extra_set)))
             refit = train(refit_cfg, train_items + [item(d) for d in extra], [],
                           run_dir=None if member_dir is None else member_dir / REFIT_FOLDER, device=self.device,
-                          progress=progress, max_seconds=left(), title=f"{title} refit")
+                          progress=progress, max_seconds=left(), title=f"{title} refit", init=init)
             if len(refit.history) < refit_cfg.train.epochs:
                 if distributed.is_main():
                     log.warning("%s: the refit on %s + %s ran out of time after %d of %d epochs; only the "
@@ -567,8 +610,7 @@ class GNNModel(RankingModel):
         if (member, refit) not in nets:
             cfg = self._trained_config()
             net = cfg.make_net()
-            weights = self._networks()[member]["refit_weights" if refit else "weights"]
-            net.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+            net.load_state_dict(_tensors(self._networks()[member]["refit_weights" if refit else "weights"]))
             nets[member, refit] = net.to(resolve_device(self.device)).eval()
         return nets[member, refit]
 
@@ -585,6 +627,12 @@ class GNNModel(RankingModel):
         if hasattr(self, "refit_weights_"):
             first["refit_weights"] = self.refit_weights_
         return [first, *getattr(self, "members_", ())]
+
+    def initial_weights(self, network: int) -> dict[str, torch.Tensor]:
+        """The weights a warm-started fit's network ``network`` starts from (this model as its ``train.init_from``):
+        the early-stopped weights of this model's network ``network`` mod :attr:`num_networks`, so that a seed
+        ensemble starts from one, and from as many networks as this model has."""
+        return _tensors(self._networks()[network % self.num_networks]["weights"])
 
     def histories(self) -> list[list[dict[str, Any]]]:
         """Every network's epoch history (:attr:`history_` for the first, then each of :attr:`members_`'), in the
@@ -708,6 +756,11 @@ def _check_history(value: Any, field: str) -> None:
 def _arrays(state: dict[str, torch.Tensor]) -> dict[str, npt.NDArray[Any]]:
     """A network's weights as stored with the model: name to numpy array, floating point as float32."""
     return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
+
+
+def _tensors(weights: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """A network's weights as stored with the model (:func:`_arrays`, or lists in a file just loaded) as tensors."""
+    return {k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()}
 
 
 def _built(dataset: ProcessedGraphs) -> list[Data]:

@@ -13,7 +13,7 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,8 @@ class Trainer:
         progress: progress bars (rank 0's only).
         title: names the run in its log lines and on its curves.
         callbacks: the run's callbacks, called in this order (:func:`models.gnn.callbacks.default_callbacks`).
+        init: the weights the network starts from (a warm start: ``train.init_from``); ``None`` for a random
+            initialisation.
 
     Raises:
         ValueError: no training graph has two configs with known runtimes, or the settings need more memory than
@@ -160,8 +162,9 @@ class Trainer:
 
     def __init__(self, cfg: GNNConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
                  device: str | torch.device | None = "auto", progress: bool = True, title: str = "",
-                 callbacks: Sequence[Callback] = ()) -> None:
+                 callbacks: Sequence[Callback] = (), init: Mapping[str, torch.Tensor] | None = None) -> None:
         self.cfg, self.title, self.name = cfg, title, title or cfg.kind
+        self.init = init
         self.device = resolve_device(device)
         self.progress = progress
         self.settings = run_settings(cfg)
@@ -322,9 +325,13 @@ class Trainer:
         return evaluate(net, self.valid_items, self.cfg, self.device, out_of_time=out_of_time)
 
     def restart(self) -> None:
-        """A fresh network, optimiser, schedule and generators, seeded by ``cfg.train.seed``."""
+        """A fresh network (holding :attr:`init` when given), optimiser, schedule and generators, seeded by
+        ``cfg.train.seed``."""
         seed_everything(self.cfg.train.seed)
-        self.net = self.cfg.make_net().to(self.device)
+        self.net = self.cfg.make_net()
+        if self.init is not None:
+            self.net.load_state_dict(self.init)
+        self.net = self.net.to(self.device)
         self.opt = torch.optim.AdamW(self.net.parameters(), lr=self.cfg.train.lr, weight_decay=self.cfg.train.weight_decay)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, cosine_schedule(self.total_steps, max(1, self.total_steps // 50)))
@@ -350,7 +357,7 @@ class Trainer:
 def train(cfg: GNNConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,
           run_dir: str | Path | None = None, device: str | torch.device | None = "auto", progress: bool = True,
           max_seconds: float | None = None, keep_free: Callable[[float], float] | None = None,
-          title: str = "") -> TrainResult:
+          title: str = "", init: Mapping[str, torch.Tensor] | None = None) -> TrainResult:
     """Train a :class:`RankNet` per ``cfg`` with the default callbacks and return its kept weights.
 
     Args:
@@ -366,8 +373,9 @@ def train(cfg: GNNConfig, train_items: Sequence[Item], valid_items: Sequence[Ite
         keep_free: with ``max_seconds``, the seconds to keep free at its end given the last validation pass's
             seconds (0 before the first): the time the caller's predictions will take.
         title: a title for the log lines and the curves plot.
+        init: the weights the network starts from (see :class:`Trainer`); ``None`` for a random initialisation.
     """
     run = Path(run_dir) if run_dir is not None else None
     callbacks = default_callbacks(cfg, run_dir=run, max_seconds=max_seconds, keep_free=keep_free)
     return Trainer(cfg, train_items, valid_items, device=device, progress=progress, title=title,
-                   callbacks=callbacks).fit()
+                   callbacks=callbacks, init=init).fit()

@@ -109,6 +109,19 @@ def test_a_stop_during_the_first_epoch_keeps_the_weights_trained_so_far():
     assert any(not torch.equal(result.state[k], initial[k]) for k in initial)
 
 
+def test_a_warm_start_begins_from_the_weights_given_and_samples_as_a_cold_one():
+    cold = tiny_trainer()
+    cold_rng = torch.get_rng_state()
+    init = {k: v + 1 for k, v in cold.snapshot().items()}  # weights no random initialisation gives
+    trainer = Trainer(CFG, TRAIN, VALID, device="cpu", progress=False, init=init,
+                      callbacks=[Recorder(stop_at=("epoch_begin", 1))])
+    assert all(torch.equal(trainer.snapshot()[k], init[k]) for k in init)
+    # The random states as a cold start leaves them: the same configs sampled, the same dropout; only the start differs.
+    assert torch.equal(trainer.gen.get_state(), cold.gen.get_state()) and torch.equal(torch.get_rng_state(), cold_rng)
+    result = trainer.fit()  # stopped before its first step: the weights it began with
+    assert result.history == [] and all(torch.equal(result.state[k], init[k]) for k in init)
+
+
 def test_a_stop_after_an_epochs_steps_drops_that_epoch():
     rec = Recorder(stop_at=("step_end", 1))  # the second epoch's first step
     result = tiny_trainer([EarlyStopping(10), rec]).fit()
