@@ -5,7 +5,8 @@
   holds in on-chip memory, and graph aggregates.
 * :func:`layout_features` (layout:*): per configurable-node type (convolution, dot, reshape) counts of the chosen
   layouts, the distance from the compiler's default, a link-disagreement count that stands in for the copies the
-  compiler inserts between producer and consumer layouts, and graph aggregates. Configs are streamed in blocks
+  compiler inserts between producer and consumer layouts, how the convolution and dot outputs pad on the TPU's
+  (8, 128) tiles under each config's layouts, and graph aggregates. Configs are streamed in blocks
   (a large graph's ``node_config_feat`` is never materialised whole), each reduced to one byte per node and
   slot, and the columns are numpy reductions over a few hundred configs at a time: no loop over configs.
 
@@ -37,6 +38,8 @@ from competition.schema import (
     COLS_SHAPE,
     LAYOUT_SLOT_COLUMNS,
     MAX_RANK,
+    TPU_LANES,
+    TPU_SUBLANES,
     element_itemsize,
 )
 
@@ -49,6 +52,10 @@ FREQUENT_OPCODES: tuple[str, ...] = (
 
 CONFIG_NODE_TYPES: tuple[tuple[str, int], ...] = (("conv", CONVOLUTION), ("dot", DOT), ("reshape", RESHAPE))
 """Configurable node types with their opcode ids, in column order."""
+
+PADDING_NODE_TYPES: tuple[str, ...] = ("conv", "dot")
+"""The :data:`CONFIG_NODE_TYPES` whose output padding has columns (:func:`layout_feature_names`), in column order:
+a real graph's runtime follows how its convolutions' and dots' outputs pad on (8, 128) tiles."""
 
 
 MINOR_VALUES: tuple[int, ...] = (-1, 0, 1, 2, 3, 4, 5)
@@ -520,6 +527,14 @@ class LayoutContext:
         link_runs: runs of links of one producer.
         link_run_producer: int64 ``[L]``, the code-plane row of each link run's producer.
         link_run_size: float64 ``[L]``, the size of each link run's producer.
+        pad_positions: int64 ``[P]``, positions (into ``node_config_ids``) of the nodes of the
+            :data:`PADDING_NODE_TYPES` (convolutions, then dots).
+        pad_log2: float64 ``[P * 49]``, per such node p and output config values ``(m, s)`` (the two most-minor
+            dims, config columns 0 and 1, each -1..5): ``log2`` of the output's occupancy at flat index
+            ``49 p + 7 (m + 1) + (s + 1)`` (:func:`padding_table`).
+        pad_excess: float64 ``[P * 49]``, the same index: 1 where that occupancy exceeds the node's smallest.
+        pad_weights: float64 ``[P, 2 K]`` (K padding types): columns ``2k, 2k + 1`` hold ``(size, 1)`` for a
+            node of type k, ``(0, 0)`` otherwise.
     """
 
     type_positions: tuple[npt.NDArray[np.int64], ...]
@@ -535,6 +550,10 @@ class LayoutContext:
     link_runs: RunGroups
     link_run_producer: npt.NDArray[np.int64]
     link_run_size: npt.NDArray[np.float64]
+    pad_positions: npt.NDArray[np.int64]
+    pad_log2: npt.NDArray[np.float64]
+    pad_excess: npt.NDArray[np.float64]
+    pad_weights: npt.NDArray[np.float64]
 
 
 def layout_links(graph: LayoutGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -615,6 +634,54 @@ def _run_groups(*keys: npt.NDArray[Any], lengths: npt.NDArray[np.int64] | None =
     return rows, RunGroups(items=items, length=length, groups=groups)
 
 
+def _occupancy(dims: npt.NDArray[np.float64], rank: npt.NDArray[np.int64], minor: npt.NDArray[np.int64],
+               second: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """Padded over logical elements of arrays ``dims`` ``[P, 6]`` of ``rank`` dims whose most-minor dim is
+    ``minor`` (padded to a multiple of 128) and second-most-minor ``second`` (to a multiple of 8; none for rank 1):
+    the other dims are not padded, so only those two count. Rank 0 (a scalar): 1."""
+    rows = np.arange(dims.shape[0])
+    a = dims[rows, np.clip(minor, 0, MAX_RANK - 1)]
+    b = dims[rows, np.clip(second, 0, MAX_RANK - 1)]
+    occ = _pad_up(a, TPU_LANES) / a * np.where(rank >= 2, _pad_up(b, TPU_SUBLANES) / b, 1.0)
+    return np.where(rank >= 1, occ, 1.0)
+
+
+def padding_table(node_feat: npt.NDArray[np.floating]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Per node (rows of ``node_feat``), the output's occupancy on (8, 128) tiles for every pair of output config
+    values: ``(log2 occupancy, exceeds the node's smallest)``, each ``[P, 7, 7]`` indexed by ``(m + 1, s + 1)``
+    for the config's two most-minor output dims ``m, s`` (columns 0 and 1, each -1..5).
+
+    The output's dims are node_feat columns 21..26, its rank the number of leading positive ones; occupancy is
+    the padded over the logical elements, padding the most-minor dim to a multiple of 128 and the second-most-minor
+    to a multiple of 8 (:func:`competition.synthetic.physics.physical_elements`). The dims the pair names:
+
+    * ``m`` not a dim of the array (-1: left to the compiler): the node's own layout, the first two entries of its
+      minor-to-major columns 134, 135, if they are two distinct dims of the array (one for rank 1), else row-major
+      ``(rank - 1, rank - 2)``;
+    * ``m`` a dim but ``s`` not a dim, or ``s = m``: ``m`` with the own layout's first dim other than ``m``.
+
+    Every pair of distinct dims is an entry, so the smallest occupancy of the table is the node's cheapest layout.
+    """
+    dims = np.asarray(node_feat[:, COLS_SHAPE], dtype=np.float64)
+    p = dims.shape[0]
+    rank = np.cumprod(dims > 0, axis=1).sum(axis=1).astype(np.int64)
+    own = np.asarray(node_feat[:, COLS_LAYOUT.start:COLS_LAYOUT.start + 2], dtype=np.float64)
+    own_ok = (own == np.round(own)) & (own >= 0) & (own < rank[:, None])
+    usable = np.where(rank >= 2, own_ok.all(axis=1) & (own[:, 0] != own[:, 1]), own_ok[:, 0])
+    own_m = np.where(usable, own[:, 0], rank - 1).astype(np.int64)
+    own_s = np.where(usable, own[:, 1], rank - 2).astype(np.int64)
+    occ = np.empty((p, len(MINOR_VALUES), len(MINOR_VALUES)))
+    for i, m in enumerate(MINOR_VALUES):
+        for j, s in enumerate(MINOR_VALUES):
+            m_dim = (m >= 0) & (m < rank)
+            s_dim = (s >= 0) & (s < rank) & (s != m)
+            minor = np.where(m_dim, m, own_m)
+            second = np.where(m_dim, np.where(s_dim, s, np.where(own_m != m, own_m, own_s)), own_s)
+            occ[:, i, j] = _occupancy(dims, rank, minor, second)
+    smallest = occ.min(axis=(1, 2), keepdims=True, initial=np.inf)
+    return np.log2(occ), occ > smallest * (1.0 + 1e-9)
+
+
 def layout_context(graph: LayoutGraph) -> LayoutContext:
     """Precompute the per-graph parts of :func:`layout_features` (links, node types, sizes, aggregates)."""
     ops = graph.node_opcode[graph.node_config_ids]
@@ -646,6 +713,16 @@ def layout_context(graph: LayoutGraph) -> LayoutContext:
     consumer_rows[real] = link_consumer[by_producer[link_rows[real]]]
     run_first = link_rows[np.cumsum(link_runs.length) - link_runs.length]  # a run starts with a link, not padding
     run_producer = link_producer[by_producer[run_first]].astype(np.int64)
+    type_names = [t for t, _ in CONFIG_NODE_TYPES]
+    pad_typed = [positions[type_names.index(t)] for t in PADDING_NODE_TYPES]
+    pad_positions = np.concatenate([np.zeros(0, dtype=np.int64), *pad_typed]).astype(np.int64)
+    pad_log2, pad_excess = padding_table(graph.node_feat[graph.node_config_ids[pad_positions]])
+    pad_weights = np.zeros((pad_positions.size, 2 * len(pad_typed)))
+    first = 0
+    for k, pos in enumerate(pad_typed):
+        pad_weights[first:first + pos.size, 2 * k] = size[pos]
+        pad_weights[first:first + pos.size, 2 * k + 1] = 1.0
+        first += pos.size
     return LayoutContext(
         type_positions=positions,
         size=size,
@@ -660,11 +737,17 @@ def layout_context(graph: LayoutGraph) -> LayoutContext:
         link_runs=link_runs,
         link_run_producer=run_producer,
         link_run_size=size[order][run_producer],
+        pad_positions=pad_positions,
+        pad_log2=pad_log2.reshape(-1),
+        pad_excess=pad_excess.reshape(-1).astype(np.float64),
+        pad_weights=pad_weights,
     )
 
 
 def layout_feature_names() -> list[str]:
-    """Column names of :func:`layout_features`, in order."""
+    """Column names of :func:`layout_features`, in order (its docstring defines each group): the per-type
+    histograms, the distance from the default, the link columns, the output padding columns
+    (``{t}_out_pad_log2_size``, ``{t}_out_pad_excess_count`` for t in conv, dot), then the graph aggregates."""
     names: list[str] = []
     for t, _ in CONFIG_NODE_TYPES:
         names += [f"{t}_default_count", f"{t}_default_size"]
@@ -673,9 +756,39 @@ def layout_feature_names() -> list[str]:
                 names += [f"{t}_{slot}_minor={v}_count", f"{t}_{slot}_minor={v}_size"]
     names += ["nondefault_count", "nondefault_size",
               "link_disagree_count", "link_disagree_size", "link_disagree_both_set_count"]
+    names += _padding_names()
     names += [*_graph_aggregate_names(), "graph_configurable_nodes",
               *(f"graph_configurable_{t}" for t, _ in CONFIG_NODE_TYPES), "graph_links"]
     return names
+
+
+def _padding_names() -> list[str]:
+    """Names of the output padding columns (:func:`layout_features`): per type of :data:`PADDING_NODE_TYPES`, the
+    size-weighted ``log2`` occupancy and the count of nodes padded more than their cheapest layout."""
+    return [name for t in PADDING_NODE_TYPES for name in (f"{t}_out_pad_log2_size", f"{t}_out_pad_excess_count")]
+
+
+def _padding_block(raw: npt.NDArray[np.float32], ctx: LayoutContext) -> npt.NDArray[np.float64]:
+    """The output padding columns of configs ``raw`` ``[q, NC, 18]``: the output's two most-minor values of the
+    convolution and dot nodes (``[q, P, 2]``) looked up in the per-node tables of :func:`padding_table`. A value
+    that is not a whole number in 0..5 counts as -1 (the node's own layout)."""
+    q, p = raw.shape[0], ctx.pad_positions.size
+    if p == 0:
+        return np.zeros((q, ctx.pad_weights.shape[1]))
+    columns = (ctx.pad_positions[:, None] * raw.shape[2] + np.arange(2)).reshape(-1)
+    values = np.take(raw.reshape(q, -1), columns, axis=1).reshape(q, p, 2)  # one gather, no [q, NC, 2] copy
+    # Casting NaN or huge values to int8 is undefined (and warns): such values fail the check below.
+    with np.errstate(invalid="ignore", over="ignore"):
+        cast = values.astype(np.int8)
+        if not ((cast == values).all() and cast.min() >= MINOR_VALUES[0] and cast.max() <= MINOR_VALUES[-1]):
+            whole = (values >= 0) & (values <= MINOR_VALUES[-1]) & (values == np.floor(values))
+            cast = np.where(whole, cast, -1).astype(np.int8)
+    flat = cast[:, :, 0].astype(np.intp) * len(MINOR_VALUES) + cast[:, :, 1]
+    flat += np.arange(p) * len(MINOR_VALUES) ** 2 + len(MINOR_VALUES) + 1  # codes value + 1, per node 49 entries
+    cols = np.empty((q, ctx.pad_weights.shape[1]))
+    cols[:, 0::2] = ctx.pad_log2[flat] @ ctx.pad_weights[:, 0::2]
+    cols[:, 1::2] = ctx.pad_excess[flat] @ ctx.pad_weights[:, 1::2]
+    return cols
 
 
 def _odd_codes(minor: npt.NDArray[np.float32], cast: npt.NDArray[np.int8]) -> npt.NDArray[np.int8]:
@@ -816,7 +929,8 @@ def _layout_rows(blocks: Iterable[npt.NDArray[np.float32]], n: int, ctx: LayoutC
     nc = ctx.size.size
     out = np.empty((n, len(layout_feature_names())), dtype=np.float32)
     out[:, out.shape[1] - ctx.per_graph.size:] = ctx.per_graph
-    per_config = out.shape[1] - ctx.per_graph.size
+    padding = slice(out.shape[1] - ctx.per_graph.size - len(_padding_names()), out.shape[1] - ctx.per_graph.size)
+    per_config = padding.start
     cap = int(np.clip(-(-_PLANE_BYTES // max(nc, 1) // 8) * 8, 64, 1024))
     packed = np.zeros((nc, cap), dtype=np.uint32)
     done = filled = 0
@@ -824,7 +938,10 @@ def _layout_rows(blocks: Iterable[npt.NDArray[np.float32]], n: int, ctx: LayoutC
         k = 0
         while k < block.shape[0]:
             take = min(cap - filled, block.shape[0] - k)
+            if done + filled + take > n:
+                raise ValueError(f"layout features: expected {n} configs, read more")
             _encode(block[k:k + take], ctx.node_order, packed[:, filled:filled + take])
+            out[done + filled:done + filled + take, padding] = _padding_block(block[k:k + take], ctx)
             filled += take
             k += take
             if filled == cap:
@@ -868,13 +985,20 @@ def layout_features(graph: LayoutGraph, rows: RowSelection = None, *, context: L
     * ``link_disagree_count/size``: links (A, B) of :func:`layout_links` where A's output minor-most dim
       (column 0) differs from B's input minor-most dim (column 6), i.e. likely inserted copies, weighted by A's
       size; ``link_disagree_both_set_count``: the same, counting only links where both values are set (not -1);
+    * output padding, per node type t in conv, dot (:data:`PADDING_NODE_TYPES`), from the output's two most-minor
+      dims (config columns 0, 1) and the node's output dims (node_feat 21..26) through :func:`padding_table`
+      (occupancy: padded over logical elements of the output on (8, 128) tiles; a node left to the compiler
+      takes its own layout, node_feat 134, 135, or row-major): ``{t}_out_pad_log2_size``, the sum over nodes of
+      ``size * log2(occupancy)``; ``{t}_out_pad_excess_count``, the nodes whose occupancy exceeds that of their
+      cheapest layout (the smallest over every pair of distinct dims);
     * graph aggregates (same for every config): node and edge counts, ``sum log2(1 + shape product)``, the
       opcode counts of :data:`FREQUENT_OPCODES`, configurable nodes in all and per type, and the number of links.
 
     The file is read once, front to back (for ``rows``, up to the last one asked for); each block of configs is
     reduced to int8 codes of columns 0, 6, 12 and a default flag per node, and the columns are computed a few
     hundred configs at a time with numpy reductions over runs of nodes and links (no loop over configs): memory
-    stays at a few MB besides the reader's block and the result.
+    stays at a few MB besides the reader's block and the result. The padding columns look the columns 0, 1 of
+    the convolution and dot nodes of those configs up in per-node tables of 7 x 7 values (``[configs, P]``).
 
     Args:
         graph: a layout graph.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +16,17 @@ from competition.npzio import write_npz
 from competition.opcodes import CONVOLUTION, DOT, PARAMETER, RESHAPE, opcode_id
 from competition.reader import LayoutGraph, TileGraph, load_graph
 from competition.schema import COL_SHAPE_PRODUCT, ELEMENT_TYPES, LAYOUT_SLOT_COLUMNS, element_itemsize
+from competition.synthetic.physics import physical_elements
 from features.tabular import (
     CONFIG_NODE_TYPES,
     MINOR_VALUES,
+    PADDING_NODE_TYPES,
     TILE_SHARE_NAMES,
     layout_context,
     layout_feature_names,
     layout_features,
     layout_links,
+    padding_table,
     tile_feature_names,
     tile_features,
     tile_shares,
@@ -144,6 +149,64 @@ def _reference_layout(graph: LayoutGraph) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(graph.num_configs, -1)
 
 
+PADDING_NAMES = [f"{t}_out_pad_{c}" for t in PADDING_NODE_TYPES for c in ("log2_size", "excess_count")]
+
+
+def _reference_occupancy(feat: np.ndarray, m: float, s: float) -> tuple[float, float]:
+    """``(occupancy, smallest occupancy)`` of a node's output (``feat``, one node_feat row) under the output
+    config values ``m, s``, as documented: through :func:`physical_elements`, one layout at a time."""
+    dims: list[int] = []
+    for d in feat[21:27]:
+        if d <= 0:
+            break
+        dims.append(int(d))
+    rank = len(dims)
+
+    def is_dim(v: float) -> bool:
+        return bool(v == math.floor(v) and 0 <= v < rank) if math.isfinite(v) else False
+
+    def occupancy(order: list[int]) -> float:
+        rest = [d for d in range(rank) if d not in order]
+        return physical_elements(dims, order + rest) / math.prod(dims)
+
+    own = [feat[134], feat[135]] if rank > 1 else [feat[134]]
+    if not (all(is_dim(v) for v in own) and len(set(own)) == len(own)):
+        own = [rank - 1, rank - 2][:rank]
+    own = [int(v) for v in own]
+    if rank == 0:
+        return 1.0, 1.0
+    if not is_dim(m):
+        order = own
+    elif rank == 1:
+        order = [int(m)]
+    elif is_dim(s) and s != m:
+        order = [int(m), int(s)]
+    else:
+        order = [int(m), next(v for v in own if v != m)]
+    options = [list(o) for o in itertools.permutations(range(rank), min(rank, 2))]
+    return occupancy(order), min(occupancy(o) for o in options)
+
+
+def _reference_padding(graph: LayoutGraph) -> np.ndarray:
+    """The output padding columns, config by config and node by node."""
+    ids = graph.node_config_ids
+    ops = graph.node_opcode[ids]
+    size = np.log2(1.0 + np.maximum(graph.node_feat[ids, 28].astype(np.float64), 0.0))
+    types = dict(CONFIG_NODE_TYPES)
+    rows = []
+    for cfg in graph.config_features():
+        row: list[float] = []
+        for t in PADDING_NODE_TYPES:
+            weighted, excess = 0.0, 0
+            for k in np.flatnonzero(ops == types[t]):
+                occ, smallest = _reference_occupancy(graph.node_feat[ids[k]], float(cfg[k, 0]), float(cfg[k, 1]))
+                weighted += size[k] * math.log2(occ)
+                excess += occ > smallest * (1 + 1e-9)
+            row += [weighted, excess]
+        rows.append(row)
+    return np.array(rows, dtype=np.float64).reshape(graph.num_configs, len(PADDING_NAMES))
+
+
 def _assert_matches_reference(graph: LayoutGraph, x: np.ndarray) -> None:
     ref = _reference_layout(graph)
     names = layout_feature_names()[:ref.shape[1]]
@@ -153,6 +216,13 @@ def _assert_matches_reference(graph: LayoutGraph, x: np.ndarray) -> None:
     np.testing.assert_array_equal(x[:, counts], ref[:, counts])
     # Sizes are float64 sums in another order, then float32: equal up to float32 rounding.
     np.testing.assert_allclose(x[:, sizes], ref[:, sizes], rtol=2 ** -22, atol=0)
+    padding = _columns(x, layout_feature_names())
+    ref_padding = _reference_padding(graph)
+    for i, name in enumerate(PADDING_NAMES):
+        if name.endswith("_count"):
+            np.testing.assert_array_equal(padding[name], ref_padding[:, i], err_msg=name)
+        else:
+            np.testing.assert_allclose(padding[name], ref_padding[:, i], rtol=2 ** -20, atol=1e-4, err_msg=name)
 
 
 def _write_layout(path: Path, feat: np.ndarray, opcode: np.ndarray, edges: list[tuple[int, int]],
@@ -266,6 +336,77 @@ def test_layout_runs_longer_than_255(tmp_path: Path):
     col = _columns(x, layout_feature_names())
     assert col["link_disagree_count"][4] == 0 and col["link_disagree_size"][4] == 0
     assert col["dot_default_count"][0] == 300
+
+
+def _padding_graph(path: Path) -> LayoutGraph:
+    """Configurable nodes [A, B, C, D, R] at positions 0..4, opcodes conv, dot, dot, dot, reshape; sizes (from
+    the shape product column, not the dims) log2(1 + p) = 3, 4, 2, 1, 5. Output dims and own layouts (134, 135):
+
+    * A: [16, 8, 2, 64], own layout 3, 2: (3, 2) pads 64 -> 128 and 2 -> 8, occupancy 8; the cheapest, 2 (e.g.
+      (3, 0): 64 -> 128, 16 stays);
+    * B: [256, 4], own layout 1, 0: (1, 0) 4 -> 128, occupancy 32; (0, 1) 4 -> 8, occupancy 2, the cheapest;
+    * C: [32] (rank 1), own layout 0: occupancy 4 (32 -> 128) whatever the config;
+    * D: [2, 4, 8], own layout 0, 0 (unusable: row-major (2, 1), occupancy 16 * 2 = 32, the cheapest);
+    * R: a reshape, not counted.
+    """
+    feat = np.zeros((7, 140), dtype=np.float32)
+    for node, dims, own in ((1, [16, 8, 2, 64], [3, 2, 1, 0]), (2, [256, 4], [1, 0]), (3, [32], [0]),
+                            (4, [2, 4, 8], [0, 0, 0]), (5, [4, 8], [1, 0])):
+        feat[node, 21:21 + len(dims)] = dims
+        feat[node, 134:134 + len(own)] = own
+    feat[1:6, COL_SHAPE_PRODUCT] = [7, 15, 3, 1, 31]
+    opcode = np.array([PARAMETER, CONVOLUTION, DOT, DOT, DOT, RESHAPE, opcode_id("tuple")])
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    configs = np.array([
+        [_cfg(), _cfg(), _cfg(), _cfg(), _cfg()],  # all left to the compiler: the own layouts
+        [_cfg([3, 0]), _cfg([0, 1]), _cfg([0]), _cfg([0, 1]), _cfg([0, 1])],
+        [_cfg([2, 3]), _cfg([1, 0]), _cfg([3]), _cfg(), _cfg()],  # C's 3 is not a dim: its own layout
+        [_cfg([0]), _cfg([0]), _cfg(), _cfg([2, 1]), _cfg()],  # second-minor unset: the own layout's next dim
+        [_cfg([3, 3]), _cfg([0.5]), _cfg(), _cfg([1, 2]), _cfg()],  # s = m; 0.5 is no dim: the own layout
+    ], dtype=np.float32)
+    return _write_layout(path, feat, opcode, edges, np.array([1, 2, 3, 4, 5]), configs)
+
+
+def test_layout_padding_columns_exact(tmp_path: Path):
+    """Hand-computed: conv = 3 log2 occ(A); dot = 4 log2 occ(B) + 2 log2 occ(C) + 1 log2 occ(D); excess: nodes
+    above their cheapest layout's occupancy."""
+    names = layout_feature_names()
+    first = names.index("link_disagree_both_set_count") + 1  # after the link columns, before the aggregates
+    assert len(names) == 175 and names[first:first + 5] == [*PADDING_NAMES, "graph_nodes"]
+    graph = _padding_graph(tmp_path)
+    x = layout_features(graph)
+    col = _columns(x, names)
+    # A: own (3, 2) 8; (3, 0) 2; (2, 3) 2 -> 128 = 64; (0, own 3) 16 -> 128 = 8; (3, 3) -> (3, 2) 8.
+    assert col["conv_out_pad_log2_size"] == [9, 3, 18, 9, 9]
+    assert col["conv_out_pad_excess_count"] == [1, 0, 1, 1, 1]
+    # B: own (1, 0) 32, (0, 1) 2, (1, 0) 32, (0, own 1) 2, 0.5 -> own 32. C: 4 always.
+    # D: own row-major (2, 1) 32, (0, 1) 2 -> 128 and 4 -> 8 = 128, own 32, (2, 1) 32, (1, 2) 4 -> 128 = 32.
+    assert col["dot_out_pad_log2_size"] == [4 * 5 + 2 * 2 + 5, 4 * 1 + 4 + 7, 29, 4 * 1 + 4 + 5, 29]
+    assert col["dot_out_pad_excess_count"] == [1, 1, 1, 0, 1]
+    _assert_matches_reference(graph, x)
+    np.testing.assert_array_equal(layout_features(graph, [4, 0, 2], block_rows=1), x[[4, 0, 2]])
+
+
+def test_layout_padding_columns_zero_without_conv_or_dot(layout_graph: LayoutGraph, tmp_path: Path):
+    feat, ops = layout_graph.node_feat, layout_graph.node_opcode.copy()
+    ops[ops == CONVOLUTION] = RESHAPE
+    ops[ops == DOT] = RESHAPE
+    edges = [(int(p), int(c)) for c, p in layout_graph.edge_index]
+    graph = _write_layout(tmp_path, feat, ops, edges, layout_graph.node_config_ids, layout_graph.config_features())
+    col = _columns(layout_features(graph), layout_feature_names())
+    assert all(col[name] == [0] * 4 for name in PADDING_NAMES)
+
+
+def test_padding_table_of_the_real_alexnet_convolution():
+    """The real f32[11,11,3,64] convolution output: dim 2 (3) most-minor pads 3 -> 128 (42.7x); dim 3 (64) minor
+    and dim 2 second-minor: 64 -> 128 and 3 -> 8 (5.3x); the cheapest, (3, 0): 64 -> 128, 11 -> 16 (2.9x)."""
+    feat = np.zeros((1, 140), dtype=np.float32)
+    feat[0, 21:25] = [11, 11, 3, 64]
+    feat[0, 134:138] = [3, 2, 1, 0]
+    log2, excess = padding_table(feat)
+    occ = 2.0 ** log2[0]
+    np.testing.assert_allclose([occ[3, 4], occ[4, 3], occ[0, 0], occ.min()], [128 / 3, 16 / 3, 16 / 3, 32 / 11])
+    assert excess[0, 3, 4] and excess[0, 0, 0] and not excess[0, 4, 1]
 
 
 def test_layout_rows_read_the_file_once(layout_graph: LayoutGraph, monkeypatch: pytest.MonkeyPatch):
