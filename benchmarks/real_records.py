@@ -208,6 +208,20 @@ def random_tau_spread(runtime: npt.ArrayLike, orders: int = RANDOM_ORDERS, seed:
     return float(np.std([kendall_tau(rng.permutation(r.size), r) for _ in range(orders)]))
 
 
+def fit_folder(name: str, params: dict[str, Any], data: CollectionData, cache: Path) -> tuple[Path, dict[str, Any]]:
+    """Where :func:`fit_cached` saves ``name`` fitted on ``data`` with ``params``, and the settings it fits with
+    (a GNN's run and cache folders under ``cache``)."""
+    from competition.saved_runs import fit_key
+    from models.base import run_folder
+    from models.registry import MODELS, hyper_parameters, make_model
+
+    key = fit_key(name, make_model(name, **params), data)
+    base = cache / hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+    if "run.runs_dir" in hyper_parameters(MODELS[name]):
+        params = {**params, "run.runs_dir": str(base), "run.cache_dir": str(cache / "processed")}
+    return run_folder(base, name, data.collection), params
+
+
 def fit_cached(name: str, params: dict[str, Any], data: CollectionData, cache: Path,
                say: Callable[[str], object] = print) -> tuple[Any, float | None]:
     """``name`` fitted on ``data``, or the finished fit saved for the same model, settings and data.
@@ -219,16 +233,11 @@ def fit_cached(name: str, params: dict[str, Any], data: CollectionData, cache: P
     Returns:
         ``(model, seconds)``; ``seconds`` is ``None`` when the saved fit was reused.
     """
-    from competition.saved_runs import fit_key, reusable_run, save_run
-    from models.base import run_folder
-    from models.registry import MODELS, hyper_parameters, make_model
+    from competition.saved_runs import reusable_run, save_run
+    from models.registry import make_model
 
-    key = fit_key(name, make_model(name, **params), data)
-    base = cache / hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()[:12]
-    if "run.runs_dir" in hyper_parameters(MODELS[name]):
-        params = {**params, "run.runs_dir": str(base), "run.cache_dir": str(cache / "processed")}
+    folder, params = fit_folder(name, params, data, cache)
     model = make_model(name, **params)
-    folder = run_folder(base, name, data.collection)
     saved = reusable_run(folder, name, model, data)
     if saved is not None:
         say(f"  reused {folder}")

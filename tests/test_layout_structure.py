@@ -1,4 +1,4 @@
-"""``benchmarks/layout_structure.py``: the figures of a hand-made graph whose answers are known, and of the real
+"""``competition/layout_structure.py``: the figures of a hand-made graph whose answers are known, and of the real
 graph, whose figures docs/synthetic.md quotes."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.layout_structure import structure
+from competition.layout_structure import structure
 from competition.real_layout import restore_arrays
 
 

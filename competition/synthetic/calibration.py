@@ -32,6 +32,11 @@ measured; every row counts, repeated configs included, as the real figures count
 * ``layout.xla.select_compare`` / ``layout.xla.constant``: over the xla training graphs (those holding an
   ``all-reduce``, as the real module does: training steps across devices; default and random share programs, so
   each stem counts once), the share of all their nodes that are ``select`` or ``compare`` / ``constant``.
+
+Structure figures (:mod:`competition.layout_structure`, over the first :data:`STRUCTURE_GRAPHS` graphs of
+``layout:xla:random`` per split; medians over graphs; the real value is the alexnet graph's): tied groups per
+configurable node, the variance share of an additive fit over groups and over output layouts alone, the share of
+configs within 0.2% of the best, and the tau of the additive fit.
 """
 
 from __future__ import annotations
@@ -294,8 +299,51 @@ def _layout(root: DataRoot, splits: Sequence[Split], limit: int | None) -> dict[
 
 _LAYOUT_KEYS = frozenset(f.key for f in LAYOUT_FIGURES)
 
+STRUCTURE_GRAPHS: int = 6
+"""Structure figures are taken over at most this many ``layout:xla:random`` graphs per split."""
+STRUCTURE_CONFIGS: int = 3000
+"""... and at most this many distinct configs of each (a seeded sample)."""
+_REAL_GRAPH = "alexnet, competition/data/real_records/alexnet"
+STRUCTURE_FIGURES: tuple[Figure, ...] = (
+    # What decides the real graph's runtimes (competition.layout_structure on its 23,924 distinct configs): 26
+    # configurable nodes in 9 tied groups; additive; only output layouts matter; 43% of its configs tie within 0.2%
+    # of the best, so the additive fit itself ranks at tau 0.85. One real graph: ranges wide enough for other
+    # programs, narrow enough that a world where input and kernel layouts matter, where nodes are not tied, or where
+    # no config ties, falls outside. (Its 5 of 9 groups that move the runtime by more than 1% are not a figure here:
+    # the world's groups, of up to 8 convolutions or dots, all do: docs/synthetic.md.)
+    Figure("layout.xla.random.groups_share", "xla random: tied groups / configurable nodes (median over graphs)",
+           f"0.35 ({_REAL_GRAPH}: 9 of 26)", 0.05, 0.6, from_records=False),
+    Figure("layout.xla.random.additive", "xla random: variance share of an additive fit over groups (median)",
+           "1.000", 0.97, 1.0, from_records=False),
+    Figure("layout.xla.random.output", "xla random: the same fit on output layouts alone (median)", "1.000",
+           0.97, 1.0, from_records=False),
+    Figure("layout.xla.random.within_02", "xla random: share of configs within 0.2% of the best (median)",
+           "0.43", 0.25, 0.65, from_records=False),
+    Figure("layout.xla.random.tau_add", "xla random: Kendall tau of the additive fit (median)", "0.846", 0.7,
+           0.95, from_records=False),
+)
 
-SECTIONS: list[tuple[tuple[Figure, ...], FigureFn]] = [(TILE_FIGURES, _tile), (LAYOUT_FIGURES, _layout)]
+
+def _structure(root: DataRoot, splits: Sequence[Split], limit: int | None) -> dict[str, float]:
+    """:data:`STRUCTURE_FIGURES` over the first :data:`STRUCTURE_GRAPHS` ``layout:xla:random`` graphs of each
+    split (fewer with ``limit``), medians over graphs; nothing without such graphs."""
+    from competition.layout_structure import graph_structure
+
+    collection = Collection.LAYOUT_XLA_RANDOM
+    most = STRUCTURE_GRAPHS if limit is None else min(limit, STRUCTURE_GRAPHS)
+    found = [graph_structure(g, STRUCTURE_CONFIGS) for g in _graphs(root, collection, splits, most)
+             if g.config_runtime.size >= MIN_SEARCH_ROWS and g.config_runtime.min() > 0]
+    if not found:
+        return {}
+    per = {"groups_share": [s.groups / s.nodes for s in found], "additive": [s.additive for s in found],
+           "output": [s.output for s in found],
+           "within_02": [s.within_02 for s in found],
+           "tau_add": [s.tau_add for s in found]}
+    return {f"layout.xla.random.{k}": float(np.median(v)) for k, v in per.items()}
+
+
+SECTIONS: list[tuple[tuple[Figure, ...], FigureFn]] = [(TILE_FIGURES, _tile), (LAYOUT_FIGURES, _layout),
+                                                       (STRUCTURE_FIGURES, _structure)]
 """Each group of figures with the function computing them from a data root."""
 
 

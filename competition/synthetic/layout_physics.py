@@ -3,32 +3,34 @@
 The model (the machine's constants in :mod:`competition.synthetic.physics`, the model's below):
 
 * A layout is a minor-to-major permutation per tensor. Configurable nodes are convolution, dot and reshape. A
-  convolution or dot config names the two most-minor dims of its output, input (operand 0) and kernel (operand 1);
-  the rest of each tensor follows in descending order. A reshape config names full permutations of output and input.
-  Choice 0 of every node is the compiler's default heuristic (feature row all -1): the node's locally cheapest
-  layouts, costing its own op, the elementwise chains working in its output layout and its copies to and from fixed
-  (row-major) neighbours, but not the copies between two layout decisions, which a local heuristic does not see (ties
-  go to a structural guess: conv feature dims minor, kernel output-feature minor; dot and reshape row-major).
-* A node's explicit choices are its search space as a tuner's first sweep leaves it (:func:`_sweep`): the layouts
-  whose change alone, every other node at the default, slows the program by at most :data:`SWEEP_SLACK` (at least
-  :data:`MIN_KEPT` of them; most single changes then cost a copy or two: real random searches have half their rows
-  within 0.2% of the best), plus ``floor(WILD_SHARE * kept)`` of the worst others, which searches keep trying (the
-  catastrophes behind the real records' tail to 5x). The default's own layouts are always among them.
-* A convolution or dot runs at the roofline ``max(flops / peak * inefficiency, physical bytes / bandwidth) + launch``,
-  the inefficiency a product over its three tensors of :data:`MINOR_PENALTY` indexed by where the tensor's key dim
-  sits (most-minor, second-minor, elsewhere): conv input feature / kernel input feature / output feature; dot
-  contracting dims and the output's last dim. A key dim outside the two tiled dims cannot feed the matrix unit from
-  (8, 128) tiles: it is gathered element by element, so "elsewhere" costs an order of magnitude. Physical bytes pad
-  the minor dim to 128 and the second-minor to 8.
+  convolution or dot config names the two most-minor dims of its output, input (operand 0) and kernel (operand 1),
+  the rest of each tensor following in descending order; as in the real graph's search
+  (``competition/data/real_records/alexnet/``), each tensor takes one of two layouts, its two non-spatial dims in
+  either order (:func:`_key_pairs`), so a node has 8 explicit choices. A reshape config names full permutations of
+  output and input; its search keeps those that leave it a bitcast. Choice 0 of every node is the compiler's default
+  heuristic (feature row all -1): the node's locally cheapest layouts, costing its own op, the elementwise chains
+  working in its output layout and its copies to and from fixed (row-major) neighbours, but not the copies between
+  two layout decisions, which a local heuristic does not see (ties go to the first option of each tensor).
+* A reshape's choices beyond the default are swept as a tuner's first sweep leaves them (:func:`_sweep`): the
+  layouts whose change alone slows the program by at most :data:`SWEEP_SLACK` (at least :data:`MIN_KEPT`), plus
+  ``floor(WILD_SHARE * kept)`` of the worst others.
+* A convolution or dot runs at ``max(flops / peak, physical bytes / bandwidth) * inefficiency + launch``. Only its
+  output's layout costs: the inefficiency is the output's physical over logical size to the power
+  :data:`PAD_EXPONENT` (the matrix unit writes (8, 128) tiles, and what padding fills of them is wasted work and
+  stores). The operands are read as their producers store them: in the real graph, input and kernel layouts move
+  the runtime by less than the noise. Physical bytes pad the minor dim to 128 and the second-minor to 8.
 * Every other op takes the default (row-major) layout, except elementwise ops (:data:`ELEMENTWISE`, same shape as
   operand 0), which carry operand 0's layout on: chains of them carry a configurable producer's output layout to
   its consumers, and they pay their own physical bytes in that layout.
 * Where a consumer needs a layout other than its producer's, a copy is charged: physical bytes read plus written
-  over the bandwidth, plus a launch. Conv/dot demand their chosen input/kernel layouts on operands 0/1, a reshape its
-  chosen input layout; an elementwise op demands operand 0's layout on its other same-shape operands; every other op
-  (parameters' consumers, reduce, transpose, gather, concatenate, tuple, computation roots...) demands row-major.
+  over the bandwidth, plus a launch. A reshape demands its chosen input layout on its operand; an elementwise op
+  demands operand 0's layout on its other same-shape operands; a convolution or dot demands nothing; every other op
+  (reduce, transpose, gather, concatenate, tuple, computation roots...) demands row-major.
 * A reshape is free (a bitcast) when its input and output layouts line up (both row-major over their non-unit dims
   with equal most-minor size, or the same non-unit dims in the same order), and a copy otherwise.
+* Searches tie nodes (:func:`_ties`): nodes of one kind whose choices write the same rows take the same choice, at
+  most :data:`TIE_MAX` a group, as the real search ties its convolutions and its dots. A ``random`` search rarely
+  leaves a group's compiler output layout (:data:`OUTPUT_FLIP`) and draws the rest uniformly.
 
 So ``runtime = base + sum over nodes own[node, choice] + sum over links table[link, opt_a, opt_b]``: the base holds
 every layout-independent op, ``own`` a node's efficiency and its copies against fixed (row-major) neighbours, and
@@ -71,10 +73,20 @@ FREE_OPS: frozenset[str] = frozenset({
 NO_DEMAND: frozenset[str] = frozenset({"get-tuple-element", "bitcast", "add-dependency", "opt-barrier", "domain"})
 """Ops that place no layout demand on their operands."""
 
-MINOR_PENALTY: tuple[float, float, float] = (1.0, 1.25, 12.0)
-"""Matrix-unit inefficiency of one tensor whose key dim is most-minor, second-minor, or elsewhere (not tiled: gathered
-element by element). "Elsewhere" was 2.0 until the layout calibration; at 12 the worst layouts of a node are the
-catastrophes of a random search (docs/synthetic.md, "Calibration: real versus synthetic")."""
+PAD_EXPONENT: float = 1.5
+"""A convolution's or dot's time (its whole roofline) grows as (its output's physical size / its logical size) to this
+power: the output tile is (8, 128), and what padding fills of it is wasted work and stores. The real graph's
+costliest layout puts a dim of 3 minor (padded to 128): its one convolution then runs several times the whole
+program's best. At 1 the demo world's random searches fall short of the real tail (runtime / best p90 1.3 against
+2.31); at 1.5 they reach it (1.7, max 3.1 against 5.4)."""
+
+OUTPUT_FLIP: float = 1 / 12
+"""``random`` search: the probability that a tied group's output layout leaves the compiler's (the real graph's
+search leaves it for about one group in 12; its input and kernel layouts are uniform)."""
+
+TIE_MAX: int = 8
+"""A search ties nodes whose choices read the same (same opcode and dimension numbers), at most this many a group in
+node order (the real graph's largest groups hold 8)."""
 
 MAX_CHOICES: int = 200
 """At most this many explicit choices per node (plus choice 0, the default)."""
@@ -97,14 +109,11 @@ WILD_SHARE: float = 0.1
 MAX_RESHAPE_OPTIONS: int = 12
 """At most this many layouts per reshape tensor (keeps link tables small)."""
 
-RANDOM_EXPONENT: float = 12.0
-"""``random`` search mutates a fraction ``u ** RANDOM_EXPONENT`` (u uniform) of the nodes, see sample_configs."""
 
 DEFAULT_MAX_MUTATIONS: int = 5
 """``default`` search changes at most this many nodes from the compiler default per config."""
 
 _OUT, _IN, _KERNEL = 0, 1, 2
-_FEW = 8  # configs mutating at most this many nodes are drawn vectorised
 
 
 def _full_layout(written: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -166,38 +175,25 @@ class _Node:
         return int(self.sub[0].size)
 
 
-def _key_dims(ins: Instruction, shapes: list[Shape]) -> tuple[int, int, int]:
-    if ins.opcode == "convolution":
-        cd = ins.conv_dims
-        if cd is None:  # NHWC-like: features last
-            return shapes[0].rank - 1, shapes[1].rank - 1, max(shapes[2].rank - 2, 0)
-        return cd.output_feature, cd.input_feature, cd.kernel_input_feature
-    dd = ins.dot_dims
-    lhs_c = dd.lhs_contracting[0] if dd and dd.lhs_contracting else max(shapes[1].rank - 1, 0)
-    rhs_c = dd.rhs_contracting[0] if dd and dd.rhs_contracting else 0
-    return max(shapes[0].rank - 1, 0), lhs_c, rhs_c
-
-
-def _default_written(ins: Instruction, shapes: list[Shape], keys: tuple[int, int, int]) -> list[tuple[int, ...]]:
-    """The compiler's default heuristic, a concrete pair per tensor that ignores the neighbours."""
-    out: list[tuple[int, ...]] = []
-    for t, shape in enumerate(shapes):
-        r = shape.rank
+def _key_pairs(ins: Instruction, shapes: list[Shape]) -> list[list[tuple[int, ...]]]:
+    """A convolution's or dot's written options per tensor (output, input, kernel): its two non-spatial dims in
+    either order, the structural guess first (convolution: feature minor, then batch; kernel: input feature, then
+    output feature; dot: the last two dims). The real search tries only these."""
+    cd = ins.conv_dims if ins.opcode == "convolution" else None
+    out: list[list[tuple[int, ...]]] = []
+    for t, s in enumerate(shapes):
+        r = s.rank
         if r < 2:
-            out.append(_pair_options(r)[0])
+            out.append([_pair_options(r)[0]])
             continue
-        if ins.opcode == "convolution":
-            cd = ins.conv_dims
-            if t == _KERNEL:
-                kout = cd.kernel_output_feature if cd else r - 1
-                first = kout
-                second = keys[t] if keys[t] != kout else next(d for d in range(r - 1, -1, -1) if d != kout)
-            else:
-                first = keys[t]
-                second = next(d for d in range(r - 1, -1, -1) if d != first)
-            out.append((first, second))
-        else:  # dot: row-major
-            out.append((r - 1, r - 2))
+        if cd is not None:
+            a, b = ((cd.output_feature, cd.output_batch), (cd.input_feature, cd.input_batch),
+                    (cd.kernel_input_feature, cd.kernel_output_feature))[t]
+        elif ins.opcode == "convolution":  # NHWC-like: features last, batch first; kernel HWIO
+            a, b = (r - 1, 0) if t != _KERNEL else (r - 2, r - 1)
+        else:
+            a, b = r - 1, r - 2
+        out.append([(a, b), (b, a)] if a != b else [(a, next(d for d in range(r - 1, -1, -1) if d != a))])
     return out
 
 
@@ -236,11 +232,9 @@ def _build_node(ins: Instruction, comp_ins: list[Instruction]) -> _Node:
         default_combo = (0, 0)  # row-major is the first option of each
     else:
         shapes = [ins.shape, ops[0], ops[1]]
-        keys = _key_dims(ins, shapes)
-        written = [_pair_options(s.rank) for s in shapes]
+        written = _key_pairs(ins, shapes)
         layouts = [[_full_layout(w, s.rank) for w in ws] for ws, s in zip(written, shapes, strict=True)]
-        dflt = _default_written(ins, shapes, keys)
-        default_combo = tuple(ws.index(d) for ws, d in zip(written, dflt, strict=True))
+        default_combo = (0, 0, 0)
     combos = _all_combos([len(w) for w in written], default_combo)
     arr = np.asarray([default_combo] + combos, dtype=np.int64)
     sub = [arr[:, t].copy() for t in range(len(shapes))]
@@ -252,18 +246,20 @@ def _build_node(ins: Instruction, comp_ins: list[Instruction]) -> _Node:
                 if not _is_bitcast(shapes[1], li, shapes[0], lo):
                     cost[a, b] = physics.copy_ns(_phys_bytes(shapes[1], li), _phys_bytes(shapes[0], lo))
         own = cost[sub[0], sub[1]]
+        # The search tries the layouts that keep a reshape a bitcast (the real graph's reshapes take two such
+        # layouts each and move its runtime by less than 0.2%), and the default's.
+        keep = np.union1d([0, 1], np.nonzero(own == 0)[0])
+        sub, own = [x[keep] for x in sub], own[keep]
     else:
-        keys = _key_dims(ins, shapes)
-        ineff = np.ones(arr.shape[0])
-        nbytes = np.zeros(arr.shape[0])
-        for t, s in enumerate(shapes):
-            pos = np.asarray([lay.index(keys[t]) if s.rank else 0 for lay in layouts[t]])
-            pen = np.asarray(MINOR_PENALTY)[np.minimum(pos, 2)]
-            phys = np.asarray([_phys_bytes(s, lay) for lay in layouts[t]])
-            ineff = ineff * pen[sub[t]]
-            nbytes = nbytes + phys[sub[t]]
+        # Only the output's layout costs: the operands are read in their producers' layouts (the real graph's input
+        # and kernel layouts move its runtime by less than the noise).
+        out = shapes[_OUT]
+        phys = np.asarray([_phys_bytes(out, lay) for lay in layouts[_OUT]])
+        logical = max(out.num_elements, 1) * ITEMSIZE[out.element_type]
+        ineff = (phys[sub[_OUT]] / logical) ** PAD_EXPONENT
+        nbytes = phys[sub[_OUT]] + sum(_phys_bytes(s, default_layout(s.rank)) for s in shapes[1:])
         flops = _flops(ins, shapes)
-        own = np.maximum(flops / physics.PEAK_FLOPS_PER_NS * ineff, nbytes / physics.HBM_BYTES_PER_NS)
+        own = np.maximum(flops / physics.PEAK_FLOPS_PER_NS, nbytes / physics.HBM_BYTES_PER_NS) * ineff
         own = own + physics.LAUNCH_NS
     unary = [np.zeros(len(lay)) for lay in layouts]
     return _Node(ins.opcode, shapes, written, layouts, sub, own.astype(np.float64), unary)
@@ -305,7 +301,7 @@ def _settle_default(node: _Node) -> None:
     """Make choice 0 (the compiler default) the node's locally cheapest explicit choice: its own roofline or copy
     plus its terms against fixed neighbours (elementwise chains, copies to and from row-major ops), not the copies
     between two layout decisions, which a local heuristic does not see. Ties keep the structural guess
-    (:func:`_default_written`, choice 1)."""
+    (the first option of each tensor, choice 1)."""
     cost = node.own + sum(u[s] for u, s in zip(node.unary, node.sub, strict=True))
     j = 1 + int(np.argmin(cost[1:]))
     if cost[1] <= cost[j] * (1 + 1e-12):
@@ -336,6 +332,8 @@ def _sweep(nodes: list[_Node], links: dict[tuple[int, int, int, int], npt.NDArra
         delta[b] = delta[b] + tab[da, nb.sub[tb]] - tab[da, db]
     cap = int(MAX_CHOICES / (1 + WILD_SHARE))
     for n, d in zip(nodes, delta, strict=True):
+        if n.kind != "reshape":
+            continue  # a convolution or dot keeps its few options, as the real search tries them all
         explicit = np.arange(1, n.num_choices)
         ok = d[1:] <= SWEEP_SLACK * total
         ok[np.argsort(d[1:], kind="stable")[:MIN_KEPT]] = True  # a small graph's nodes each weigh more than the slack
@@ -349,6 +347,28 @@ def _sweep(nodes: list[_Node], links: dict[tuple[int, int, int, int], npt.NDArra
         sel = np.concatenate([[0], kept, wild]).astype(np.int64)
         n.sub = [s[sel] for s in n.sub]
         n.own = n.own[sel]
+
+
+def _ties(nodes: list[_Node], feats: npt.NDArray[np.float32], offsets: npt.NDArray[np.int64]
+          ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The groups a search ties (:data:`TIE_MAX`): nodes of one kind whose choices write the same feature rows and
+    whose defaults take the same layouts.
+
+    Returns:
+        ``(leaders [G], group [NC])``: each group's first node, ascending, and each node's group.
+    """
+    seen: dict[bytes, list[int]] = {}
+    group = np.empty(len(nodes), dtype=np.int64)
+    leaders: list[int] = []
+    for k, n in enumerate(nodes):
+        default = np.asarray([sub[0] for sub in n.sub], dtype=np.int64)  # the same default layouts, too
+        key = n.kind.encode() + default.tobytes() + feats[offsets[k]: offsets[k] + n.num_choices].tobytes()
+        members = seen.setdefault(key, [])
+        if not members or len(members) % TIE_MAX == 0:
+            leaders.append(k)
+        members.append(k)
+        group[k] = len(leaders) - 1 if len(members) % TIE_MAX == 1 or TIE_MAX == 1 else group[members[-2]]
+    return np.asarray(leaders, dtype=np.int64), group
 
 
 class LayoutProblem:
@@ -383,6 +403,7 @@ class LayoutProblem:
             feats.append(f)
         self._feats = np.concatenate(feats) if feats else np.zeros((0, 18), np.float32)
         self._sorted_choices: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None  # choices_of
+        self._leaders, self._group = _ties(nodes, self._feats, self._choice_off)
         # Links: flat tables, and per link a row map (choice of a -> row offset) and a column map (choice of b).
         keys = sorted(links)
         self._link_a = np.asarray([k[0] for k in keys], dtype=np.int64)
@@ -449,6 +470,8 @@ class LayoutProblem:
                     if shape.is_tuple:
                         continue
                     supplier = src[o]
+                    if me >= 0 and nodes[me].kind != "reshape":
+                        continue  # a convolution or dot reads its operands in any layout
                     if me >= 0:
                         tensor = k + 1 if k < len(nodes[me].shapes) - 1 else None
                         demand = (me, tensor) if tensor is not None else None
@@ -468,7 +491,46 @@ class LayoutProblem:
         for n in nodes:
             _settle_default(n)
         _sweep(nodes, links, base)
-        return cls(nodes, np.asarray(node_ids, dtype=np.int64), base, links)
+        ids = np.asarray(node_ids, dtype=np.int64)
+        problem = cls(nodes, ids, base, links)
+        return cls(nodes, ids, base, links) if problem._settle_outputs() else problem
+
+    def _settle_outputs(self, passes: int = 2) -> bool:
+        """Let the compiler's default see the copies between decisions for output layouts: group by group (in
+        node order, ``passes`` times), the default takes the other output layout (the rest of the node as the
+        default) when the whole program then runs faster, every other group as settled so far. Changes the nodes'
+        choice 0 in place; the problem must be built again when it returns true.
+
+        The real search's common output layouts are its fastest (the real graph's configs that keep them all lie
+        within 0.3% of its best): a default that misses such a copy would leave no config near the best.
+        """
+        current = np.zeros(self.num_choices.size, dtype=np.int64)
+        best = float(self.runtime_ns(current[None])[0])
+        changed = False
+        for _ in range(passes):
+            moved = False
+            for j, lead in enumerate(self._leaders.tolist()):
+                node = self._nodes[lead]
+                now = int(current[lead])
+                others = [sub[now] for sub in node.sub[1:]]
+                alt = [c for c in range(1, node.num_choices) if node.sub[_OUT][c] != node.sub[_OUT][now]
+                       and [sub[c] for sub in node.sub[1:]] == others]
+                if not alt:
+                    continue
+                trial = current.copy()
+                trial[self._group == j] = alt[0]
+                runtime = float(self.runtime_ns(trial[None])[0])
+                if runtime < best * (1 - 1e-9):
+                    current, best, moved = trial, runtime, True
+            changed |= moved
+            if not moved:
+                break
+        for k in np.nonzero(current)[0].tolist():
+            node = self._nodes[k]
+            for sub in node.sub:
+                sub[0] = sub[int(current[k])]
+            node.own[0] = node.own[int(current[k])]
+        return changed
 
     @staticmethod
     def _charge(nodes: list[_Node], links: dict[tuple[int, int, int, int], npt.NDArray[np.float64]],
@@ -595,82 +657,103 @@ class LayoutProblem:
             out[:, k] = order[pos]
         return out
 
-    def _near_default_choices(self) -> list[npt.NDArray[np.int64]]:
-        """Per node, the explicit choices whose layouts differ from the default's in at most one tensor."""
-        near = []
-        for node in self._nodes:
+    def _near_default_pools(self) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """Per group leader, its explicit choices whose layouts differ from the default's in at most one tensor:
+        those that keep the default's output layout, and those that change it (each side falls back to the other
+        when empty, and both to every explicit choice)."""
+        pools = []
+        for node in (self._nodes[k] for k in self._leaders):
             diff = sum((sub != sub[0]).astype(np.int64) for sub in node.sub)
-            idx = np.nonzero(diff <= 1)[0]
-            idx = idx[idx > 0]
-            near.append(idx if idx.size else np.arange(1, node.num_choices))
-        return near
+            near = np.nonzero(diff <= 1)[0]
+            near = near[near > 0]
+            if not near.size:
+                near = np.arange(1, node.num_choices)
+            keeps = node.sub[_OUT][near] == node.sub[_OUT][0]
+            keep, change = near[keeps], near[~keeps]
+            pools.append((keep if keep.size else change, change if change.size else keep))
+        return pools
 
     def _sample_near_default(self, n: int, rng: np.random.Generator, explore: float = 0.0) -> npt.NDArray[np.int32]:
-        nc = self.num_choices.size
-        out = np.zeros((n, nc), dtype=np.int32)
-        near = self._near_default_choices()
-        sizes = np.asarray([a.size for a in near], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)])[:-1]
-        flat = np.concatenate(near).astype(np.int32)
-        k = rng.integers(1, min(DEFAULT_MAX_MUTATIONS, nc) + 1, size=n)
-        picked = rng.integers(0, nc, size=(n, DEFAULT_MAX_MUTATIONS))
+        """``default`` search over the groups' leaders (see :meth:`sample_configs`)."""
+        lead = self._leaders
+        ng = lead.size
+        out = np.zeros((n, ng), dtype=np.int32)
+        k = rng.integers(1, min(DEFAULT_MAX_MUTATIONS, ng) + 1, size=n)
+        picked = rng.integers(0, ng, size=(n, DEFAULT_MAX_MUTATIONS))
         mask = np.arange(DEFAULT_MAX_MUTATIONS)[None, :] < k[:, None]
-        values = flat[offsets[picked] + (rng.random(picked.shape) * sizes[picked]).astype(np.int64)]
+        values = np.empty(picked.shape, dtype=np.int32)
+        # A search that stays near the default changes no output layout; one that wanders does, as rarely as a
+        # random search.
+        flip = rng.random(picked.shape) < (OUTPUT_FLIP if explore > 0 else 0.0)
+        u = rng.random(picked.shape)
+        for j, (keep, change) in enumerate(self._near_default_pools()):
+            at = picked == j
+            pool_flip, pool_keep = change[(u[at] * change.size).astype(np.int64)], keep[(u[at] * keep.size).astype(
+                np.int64)]
+            values[at] = np.where(flip[at], pool_flip, pool_keep)
         if explore > 0:  # some steps go anywhere in the node's search space
             far = rng.random(picked.shape) < explore
-            anywhere = 1 + (rng.random(picked.shape) * (self.num_choices[picked] - 1)).astype(np.int32)
+            anywhere = 1 + (rng.random(picked.shape) * (self.num_choices[lead][picked] - 1)).astype(np.int32)
             values = np.where(far, anywhere, values)
         out[np.broadcast_to(np.arange(n)[:, None], picked.shape)[mask], picked[mask]] = values[mask]
         return out
+
+    def _output_pools(self) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """Per group leader, its explicit choices that keep the default's output layout, and those that change it
+        (all explicit choices on both sides when every one keeps it)."""
+        pools = []
+        for node in (self._nodes[k] for k in self._leaders):
+            explicit = np.arange(1, node.num_choices)
+            keeps = node.sub[_OUT][explicit] == node.sub[_OUT][0]
+            keep, change = explicit[keeps], explicit[~keeps]
+            pools.append((keep if keep.size else explicit, change if change.size else explicit))
+        return pools
 
     def sample_configs(self, search: str, n: int, rng: np.random.Generator,
                        explore: float = 0.0, at_least: int = 1) -> npt.NDArray[np.int32]:
         """Draw configs as a search would.
 
-        ``default``: each config differs from the default (choice 0) in 1 to :data:`DEFAULT_MAX_MUTATIONS` nodes
-        (drawn with replacement, so sometimes fewer), each set to a uniform choice among those that change at most
-        one of its tensors' layouts, as a tuner stepping out from the default would: spreads stay narrow (the real
-        default collections span a few percent); with ``explore``, each step goes to a uniform explicit choice of
-        the node instead with that probability (a search that wanders further, as most ``default`` searches of the
-        world do: :data:`~competition.synthetic.world.DEFAULT_EXPLORE`). ``random``: each config mutates a random
-        subset of the nodes, each to a uniform explicit choice; the subset's share is ``u ** RANDOM_EXPONENT`` (u
-        uniform, at least ``at_least`` nodes). A uniform draw on every node would put every config far from the best
-        (sums of many independent terms concentrate); the real random-search records instead have half their
-        configs within 0.2% of the best and a tail to about 5x, which this heavy-tailed mutated share reproduces.
-        Draws may repeat a config; :meth:`sample_distinct` keeps the distinct ones, as a search records them.
+        A search ties nodes (:func:`_ties`): the nodes of a group take the same choice, as the real search ties
+        its convolutions or dots. ``default``: each config differs from the default (choice 0) in 1 to
+        :data:`DEFAULT_MAX_MUTATIONS` groups (drawn with replacement, so sometimes fewer), each set to a uniform
+        choice among those that change at most one of its tensors' layouts (the output's only in a search that
+        wanders, ``explore > 0``, and then with probability :data:`OUTPUT_FLIP`), as a tuner stepping out from the
+        default would: spreads stay narrow (the real default collections span a few percent); with ``explore``,
+        each step goes to a uniform explicit choice instead with that probability (a search that wanders further,
+        as most ``default`` searches of the world do: :data:`~competition.synthetic.world.DEFAULT_EXPLORE`).
+        ``random``: every group takes an explicit choice, uniform among those that keep the compiler's output
+        layout, or with probability :data:`OUTPUT_FLIP` (times ``at_least``) among those that change it. The real random search leaves a group's output layout about one time in 12
+        and draws its input and kernel layouts uniformly, so most configs hold only cheap output layouts (half
+        within 0.3% of the best) and a few hold a costly one (the tail to 5x). Draws may repeat a config;
+        :meth:`sample_distinct` keeps the distinct ones, as a search records them.
 
         Args:
             search: ``"default"`` or ``"random"``.
             n: number of configs.
             rng: the generator.
             explore: ``default`` only: the probability that a step leaves the near-default choices.
-            at_least: ``random`` only: the fewest nodes a config mutates.
+            at_least: ``random`` only: scales the chance that a group's output layout changes (a redraw of
+                :meth:`sample_distinct` steps further out).
 
         Returns:
             int32 ``[n, NC]``.
         """
         nc = self.num_choices.size
-        out = np.zeros((n, nc), dtype=np.int32)
         if nc == 0 or n == 0:
-            return out
+            return np.zeros((n, nc), dtype=np.int32)
         if search == "default":
-            return self._sample_near_default(n, rng, explore)
-        elif search == "random":
-            share = rng.random(n) ** RANDOM_EXPONENT
-            k = np.clip(np.rint(share * nc), min(at_least, nc), nc).astype(np.int64)
-        else:
+            return self._sample_near_default(n, rng, explore)[:, self._group]
+        if search != "random":
             raise ValueError(f"unknown search {search!r}")
-        explicit = self.num_choices - 1  # >= 1: the default's concrete layout is always an explicit choice
-        # Few mutated nodes (most configs): drawn at once; a node drawn twice in a row counts once.
-        rows = np.nonzero(k <= _FEW)[0]
-        picked = rng.integers(0, nc, size=(rows.size, _FEW))
-        mask = np.arange(_FEW)[None, :] < k[rows, None]
-        values = 1 + (rng.random(picked.shape) * explicit[picked]).astype(np.int32)
-        out[np.broadcast_to(rows[:, None], picked.shape)[mask], picked[mask]] = values[mask]
-        for i in np.nonzero(k > _FEW)[0]:
-            nodes = rng.choice(nc, size=int(k[i]), replace=False)
-            out[i, nodes] = 1 + (rng.random(nodes.size) * explicit[nodes]).astype(np.int32)
-        return out
+        groups = self._leaders.size
+        flip_p = min(1.0, OUTPUT_FLIP * max(at_least, 1))
+        out = np.empty((n, groups), dtype=np.int32)
+        for j, (keep, change) in enumerate(self._output_pools()):
+            u = rng.random(n)
+            flip = rng.random(n) < flip_p
+            out[:, j] = np.where(flip, change[(u * change.size).astype(np.int64)],
+                                 keep[(u * keep.size).astype(np.int64)])
+        return out[:, self._group]
 
     def sample_distinct(self, search: str, n: int, rng: np.random.Generator,
                         rounds: int = 8, explore: float = 0.0) -> npt.NDArray[np.int32]:

@@ -293,11 +293,13 @@ class GraphJob:
     count: int = 1  # tile: kernels taken from this program
 
 
-GENERATOR_VERSION: int = 5
+GENERATOR_VERSION: int = 6
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
 bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
 default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip; 5: a tile
-kernel's last, partial chunk is computed whole), so that a world made by an older generator is never taken for a
+kernel's last, partial chunk is computed whole; 6: layout physics and searches calibrated to a real layout
+graph: only a convolution's or dot's output layout costs, searches tie nodes and rarely leave the compiler's output
+layouts), so that a world made by an older generator is never taken for a
 current one. A manifest without it was made by version 1."""
 
 

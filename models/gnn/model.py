@@ -353,7 +353,7 @@ class GNNModel(RankingModel):
         settings = self.train_config(collection)
         if not settings.train.init_from:
             return None
-        source = load_source(settings.train.init_from, settings, Collection(collection))
+        source = load_source(settings.train.init_from, settings, Collection(collection), GNNModel)
         if self.runs_dir is not None and source.file.parent.resolve() == run_folder(
                 self.runs_dir, self.name, collection).resolve():
             # The fit would move that run aside (its settings differ) and save itself in its place.

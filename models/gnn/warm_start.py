@@ -23,8 +23,8 @@ from models import settings as tree
 from models.base import MODEL_FILE, load_model
 
 if TYPE_CHECKING:
+    from models.base import RankingModel
     from models.gnn.config import GNNConfig
-    from models.gnn.model import GNNModel
 
 KEY = "train.init_from"
 """The setting naming the saved run (what every refusal starts with)."""
@@ -35,7 +35,7 @@ class Source:
     """A saved GNN run a fit starts from: its model file and the model it holds."""
 
     file: Path
-    model: GNNModel
+    model: RankingModel  # a GNN model (load_source checks its class)
 
     def digest(self) -> str:
         """The model file's SHA-256."""
@@ -72,8 +72,10 @@ def source_digest(value: str, collection: Collection) -> str:
     return content_digest(source_file(value, collection))
 
 
-def load_source(value: str, cfg: GNNConfig, collection: Collection) -> Source:
+def load_source(value: str, cfg: GNNConfig, collection: Collection, gnn: type) -> Source:
     """The saved GNN run ``value`` names, checked to start a fit of ``collection`` with the settings ``cfg``.
+
+    ``gnn`` is the GNN model class (the caller's: this module is imported by it).
 
     Raises:
         ValueError: one line naming the path and the problem: no such file or folder, not a saved model this
@@ -81,14 +83,13 @@ def load_source(value: str, cfg: GNNConfig, collection: Collection) -> Source:
             differ from those ``cfg`` builds (its node feature columns taken as the source's, which the fit reuses).
     """
     from models.gnn.config import GNNConfig
-    from models.gnn.model import GNNModel
 
     path = source_file(value, collection)
     try:
         model = load_model(path)
     except ValueError as exc:  # the loader's message names the file
         raise ValueError(f"{KEY}: {exc}") from None
-    if not isinstance(model, GNNModel):
+    if not isinstance(model, gnn):
         raise ValueError(f"{KEY} {path}: a saved {model.name} model, not a GNN's (gnn, gnn-attn): only a GNN's "
                          "networks can start a GNN fit")
     there = tree.from_dict(GNNConfig, model.settings_)

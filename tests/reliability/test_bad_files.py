@@ -362,7 +362,9 @@ class Case:
 
 _DTYPE = r"expected dtype (float32|int64 \(also accepted: int32, int64, uint8\)); found dtype "
 _INT = r"expected an integer dtype \(uint8; wider integers accepted\); found dtype "
-_CORRUPT = (r"\[\w+\]: expected (a \.npy header|array data .*); found (unreadable header|corrupt compressed data) "
+# (The largest member may be node_config_feat, which is streamed: "expected rows ...".)
+_CORRUPT = (r"\[\w+\]: expected (a \.npy header|array data .*|rows .*); found (unreadable header|corrupt compressed "
+            r"data) "
             r"\(.*(decompressing|CRC)")
 _ARCHIVE = r"expected a complete npz \(zip\) archive; found unreadable archive \(.*\); truncated or corrupt\?"
 

@@ -19,6 +19,7 @@ from competition.reader import find_data_root, list_graphs, load_graph
 from competition.synthetic import calibration as cal
 
 LAYOUT = cal.SECTIONS.index((cal.LAYOUT_FIGURES, cal._layout))
+STRUCTURE = cal.SECTIONS.index((cal.STRUCTURE_FIGURES, cal._structure))
 LAYOUT_COLLECTIONS = ["layout:xla:default", "layout:xla:random", "layout:nlp:default", "layout:nlp:random"]
 
 
@@ -46,6 +47,23 @@ def test_the_demo_world_stays_inside_every_layout_range(world: Path) -> None:
     values = cal.figures(find_data_root(world), sections=[LAYOUT])
     assert set(values) == {f.key for f in cal.LAYOUT_FIGURES}
     assert cal.failures(values) == []
+
+
+def test_the_demo_world_has_the_real_layout_graphs_structure(world: Path) -> None:
+    """What decides runtimes (tied groups, additivity, only output layouts, near-ties) as in the real alexnet
+    graph: a world where input or kernel layouts matter, or where no config ties, leaves a range."""
+    values = cal.figures(find_data_root(world), sections=[STRUCTURE])
+    assert set(values) == {f.key for f in cal.STRUCTURE_FIGURES}
+    assert cal.failures(values) == []
+
+
+def test_the_real_layout_graph_lies_inside_its_structure_ranges(tmp_path: Path) -> None:
+    from competition.real_layout import alexnet_root
+
+    values = cal.figures(alexnet_root(tmp_path), sections=[STRUCTURE])
+    assert values["layout.xla.random.groups_share"] == pytest.approx(9 / 26)
+    assert cal.failures(values) == []
+    assert cal.failures({**values, "layout.xla.random.within_02": 0.05}) != []  # a world where no config ties
 
 
 def test_the_records_module_gives_its_stated_figures(records: Path) -> None:

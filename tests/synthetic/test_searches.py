@@ -37,7 +37,7 @@ def _distinct(rows: np.ndarray) -> int:
 
 @pytest.fixture(scope="module")
 def problem() -> LayoutProblem:
-    return LayoutProblem.from_module(random_module(np.random.default_rng(5), 30))
+    return LayoutProblem.from_module(random_module(np.random.default_rng(5), 60))
 
 
 # -- layout searches --------------------------------------------------------------------------------------------
@@ -89,13 +89,14 @@ def test_a_stalled_search_is_dominated_by_duplicates(problem: LayoutProblem) -> 
     uniq, counts = np.unique(row_hashes(rows), return_counts=True)
     by_key = dict(zip(row_hashes(rows).tolist(), runtime.tolist(), strict=True))
     times = np.asarray([by_key[k] for k in uniq.tolist()])
-    assert counts[np.argmin(times)] > np.median(counts)
+    # Configs that differ only in layouts that cost nothing tie: take every one at the best runtime.
+    assert counts[times <= times.min() * (1 + 1e-12)].mean() > np.median(counts)
 
 
 def test_a_saturated_space_is_measured_again() -> None:
     """Two configurable nodes under the default search reach a few dozen configs: a search of more re-measures."""
     p = LayoutProblem.from_module(_hand_module())
-    reachable = p.sample_distinct("default", 10_000, np.random.default_rng(0))
+    reachable = p.sample_distinct("default", 10_000, np.random.default_rng(0), explore=1.0)
     assert 2 <= reachable.shape[0] < 100
     rows = search_rows(p, "default", 1000, np.random.default_rng(1), baseline=False)
     assert rows.shape[0] == 1000 and _distinct(rows) == reachable.shape[0]
