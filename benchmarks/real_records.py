@@ -70,6 +70,7 @@ from competition.metrics import (
     top_k_score,
 )
 from competition.reader import DataRoot, LayoutGraph, TileGraph, find_data_root, list_graphs, load_graph
+from competition.real_layout import distinct_groups
 from competition.real_records import LAYOUT_COLLECTION, featurize_records
 from competition.worlds import world_dir
 
@@ -87,24 +88,6 @@ def default_models() -> list[str]:
 
     learned = [n for n in SUBMIT_MODELS if not MODELS[n].reference]
     return learned if "gnn-attn" in learned else [*learned, "gnn-attn"]
-
-
-def distinct_configs(features: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Configs with the same features grouped.
-
-    Args:
-        features: ``[C, ...]`` the configs' features (tile ``config_feat``, layout ``node_config_feat``).
-
-    Returns:
-        ``(first [D], group [C])``: the first config of each distinct one, ascending, and each config's group (an
-        index into ``first``).
-    """
-    flat = np.asarray(features).reshape(len(features), -1)
-    _, first, group = np.unique(flat, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return first[order].astype(np.int64), rank[group.reshape(-1)].astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -146,7 +129,7 @@ def read_kernels(root: DataRoot) -> list[Kernel]:
         graph = load_graph(path, TILE)
         assert isinstance(graph, TileGraph)
         out.append(Kernel(path, path.stem.rsplit("_", 1)[0], graph.normalized_runtime(),
-                          len(distinct_configs(graph.config_feat)[0]), tile_default_index(graph)))
+                          len(distinct_groups(graph.config_feat)[0]), tile_default_index(graph)))
     return out
 
 
@@ -196,7 +179,7 @@ def read_module(root: DataRoot) -> ModuleConfigs:
     (path,) = list_graphs(root, LAYOUT_COLLECTION, Split.TRAIN)
     graph = load_graph(path, LAYOUT_COLLECTION)
     assert isinstance(graph, LayoutGraph)
-    first, group = distinct_configs(graph.config_features())
+    first, group = distinct_groups(graph.config_features())
     runtime = np.bincount(group, weights=graph.config_runtime) / np.bincount(group)
     return ModuleConfigs(graph.select_configs(first), runtime, graph.num_configs)
 

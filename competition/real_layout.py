@@ -100,7 +100,8 @@ def restore_arrays(path: str | os.PathLike[str] = ALEXNET_FILE) -> dict[str, npt
 
 
 def distinct_groups(config_feat: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Runs with the same features grouped, in order of first appearance.
+    """Runs (configs) with the same features grouped, in order of first appearance (tile ``config_feat`` or layout
+    ``node_config_feat`` rows alike).
 
     Returns:
         ``(first [D], group [C])``: each distinct config's first run, ascending, and each run's distinct config.

@@ -104,11 +104,6 @@ def test_the_layout_module_has_91_distinct_configs_repeats_averaged(work: Path):
     assert by_model["random"]["tau"] == 0.0 and 0.05 < by_model["random"]["tau_spread"] < 0.09
 
 
-def test_distinct_configs_groups_equal_rows_in_first_seen_order():
-    first, group = bench.distinct_configs(np.array([[3, 1], [0, 0], [3, 1], [2, 2], [0, 0]]))
-    assert first.tolist() == [0, 1, 3] and group.tolist() == [0, 1, 0, 2, 1]
-
-
 def test_leave_one_out_trains_on_the_other_kernels_that_have_an_order(work: Path):
     root = find_data_root(featurize_records(work))
     kernels = bench.read_kernels(root)
