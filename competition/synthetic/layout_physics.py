@@ -77,8 +77,8 @@ PAD_EXPONENT: float = 1.5
 """A convolution's or dot's time (its whole roofline) grows as (its output's physical size / its logical size) to this
 power: the output tile is (8, 128), and what padding fills of it is wasted work and stores. The real graph's
 costliest layout puts a dim of 3 minor (padded to 128): its one convolution then runs several times the whole
-program's best. At 1 the demo world's random searches fall short of the real tail (runtime / best p90 1.3 against
-2.31); at 1.5 they reach it (1.7, max 3.1 against 5.4)."""
+program's best. Above 1 (plain wasted work) so that the world's random searches reach the real graph's tail
+(docs/synthetic.md, "Layout structure")."""
 
 OUTPUT_FLIP: float = 1 / 12
 """``random`` search: the probability that a tied group's output layout leaves the compiler's (the real graph's
