@@ -107,8 +107,12 @@ def structure(config_feat: npt.ArrayLike, runtime: npt.ArrayLike, max_configs: i
                      within_5=float((y <= 1.05).mean()), p90=float(np.quantile(y, 0.9)))
 
 
-def graph_structure(graph: LayoutGraph, max_configs: int = 6000) -> Structure:
-    """:func:`structure` of a graph file's configs."""
-    return structure(graph.config_features(), graph.config_runtime, max_configs)
+def graph_structure(graph: LayoutGraph, max_configs: int = 6000, seed: int = 0) -> Structure:
+    """:func:`structure` of a graph file's configs: at most ``max_configs`` rows (a seeded sample) are read, so a
+    real-sized graph never holds all its configs x nodes in memory."""
+    n = graph.num_configs
+    rows = (np.arange(n) if n <= max_configs
+            else np.sort(np.random.default_rng(seed).choice(n, max_configs, replace=False)))
+    return structure(graph.config_features(rows), graph.config_runtime[rows], max_configs, seed)
 
 
