@@ -91,10 +91,6 @@ node order (the real graph's largest groups hold 8)."""
 MAX_CHOICES: int = 200
 """At most this many explicit choices per node (plus choice 0, the default)."""
 
-COMBO_CAP: int = 1024
-"""At most this many layout combos per node are costed before the sweep keeps its search space (a deterministic
-subset spread over the product when it is larger: rank-5 convolutions)."""
-
 SWEEP_SLACK: float = 0.005
 """The sweep keeps a one-node change from the default when it slows the program by at most this share of the
 default config's runtime."""
@@ -197,23 +193,10 @@ def _key_pairs(ins: Instruction, shapes: list[Shape]) -> list[list[tuple[int, ..
     return out
 
 
-def _subset(counts: Sequence[int], default_combo: tuple[int, ...], cap: int) -> list[tuple[int, ...]]:
-    """A deterministic subset of at most ``cap`` option combos, spread over the product, with the default's."""
-    total = int(np.prod(counts))
-    if total <= cap:
-        combos = list(product(*[range(c) for c in counts]))
-    else:
-        flat = np.unique(np.linspace(0, total - 1, cap - 1).round().astype(np.int64))
-        combos = list(zip(*(ix.tolist() for ix in np.unravel_index(flat, tuple(counts))), strict=True))
-    if default_combo not in combos:
-        combos.insert(0, default_combo)
-    return combos[:cap] if default_combo in combos[:cap] else [default_combo] + combos[: cap - 1]
-
-
 def _all_combos(counts: Sequence[int], default_combo: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every option combo of a node (at most :data:`COMBO_CAP`, spread over the product), the default's first."""
-    combos = _subset(counts, default_combo, COMBO_CAP)
-    return [default_combo] + [c for c in combos if c != default_combo]
+    """Every option combo of a node, the default's first (a convolution or dot has 8, a reshape at most
+    :data:`MAX_RESHAPE_OPTIONS` squared)."""
+    return [default_combo] + [c for c in product(*[range(c) for c in counts]) if c != default_combo]
 
 
 def _build_node(ins: Instruction, comp_ins: list[Instruction]) -> _Node:
