@@ -61,6 +61,7 @@ import numpy.typing as npt
 
 from competition.collections import Collection, Split
 from competition.dataset import CollectionData, open_collection, open_split
+from competition.labels import distinct_groups
 from competition.metrics import (
     TILE_TOP_K,
     graph_score,
@@ -70,7 +71,6 @@ from competition.metrics import (
     top_k_score,
 )
 from competition.reader import DataRoot, LayoutGraph, TileGraph, find_data_root, list_graphs, load_graph
-from competition.real_layout import distinct_groups
 from competition.real_records import LAYOUT_COLLECTION, featurize_records
 from competition.worlds import world_dir
 

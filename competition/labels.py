@@ -28,11 +28,12 @@ import numpy.typing as npt
 from competition.collections import Collection, Split, submission_id
 from competition.npzio import NpzReader
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, list_graphs, load_runtimes, load_secret_runtime
+from competition.reader import DataRoot, LayoutGraph, list_graphs, load_runtimes, load_secret_runtime
+from competition.schema import row_hashes
 from competition.targets import ranking_target
 
 if TYPE_CHECKING:
-    from competition.reader import LayoutGraph, TileGraph
+    from competition.reader import TileGraph
 
 
 class HiddenLabelsError(ValueError):
@@ -43,6 +44,45 @@ def graph_target(graph: TileGraph | LayoutGraph) -> npt.NDArray[np.float64]:
     """:func:`ranking_target` of a graph record read with :func:`competition.reader.load_graph` (of its selected
     configs when restricted with ``select_configs``)."""
     return ranking_target(graph.config_runtime, getattr(graph, "config_runtime_normalizers", None))
+
+
+def _first_appearance(keys: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    _, first, group = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order].astype(np.int64), rank[group.reshape(-1)].astype(np.int64)
+
+
+def distinct_groups(config_feat: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Runs (configs) with the same features grouped, in order of first appearance (tile ``config_feat`` or layout
+    ``node_config_feat`` rows alike).
+
+    Returns:
+        ``(first [D], group [C])``: each distinct config's first run, ascending, and each run's distinct config.
+    """
+    rows = np.asarray(config_feat)
+    return _first_appearance(row_hashes(rows.reshape(len(rows), -1)))
+
+
+def graph_distinct_groups(graph: TileGraph | LayoutGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`distinct_groups` of a graph's configs; a layout file's configs are read block by block (memory: a
+    block and 8 bytes a config)."""
+    if not isinstance(graph, LayoutGraph):
+        return distinct_groups(graph.config_feat)
+    keys = [row_hashes(block.reshape(len(block), -1)) for _, block in graph.iter_config_blocks()]
+    return _first_appearance(np.concatenate([np.zeros(0, dtype=np.int64), *keys]))
+
+
+def distinct_target(graph: TileGraph | LayoutGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """A graph's distinct configs and what each is ranked by, its repeats' mean :func:`graph_target`.
+
+    Returns:
+        ``(first [D], target [D])``: each distinct config's first run (ascending) and its mean target.
+    """
+    first, group = graph_distinct_groups(graph)
+    target = np.bincount(group, weights=graph_target(graph), minlength=first.size)
+    return first, target / np.bincount(group, minlength=first.size)
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.labels import distinct_groups
 from competition.reader import DataRoot, LayoutGraph, find_data_root, load_graph
 from competition.real_records import RECORDS_DIR
 
@@ -97,21 +98,6 @@ def restore_arrays(path: str | os.PathLike[str] = ALEXNET_FILE) -> dict[str, npt
     slots[:, :, list(CONFIG_COLUMNS)] = conf
     arrays["node_feat"], arrays["node_config_feat"] = full, slots
     return arrays
-
-
-def distinct_groups(config_feat: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Runs (configs) with the same features grouped, in order of first appearance (tile ``config_feat`` or layout
-    ``node_config_feat`` rows alike).
-
-    Returns:
-        ``(first [D], group [C])``: each distinct config's first run, ascending, and each run's distinct config.
-    """
-    flat = np.asarray(config_feat).reshape(len(config_feat), -1)
-    _, first, group = np.unique(flat, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return first[order].astype(np.int64), rank[group.reshape(-1)].astype(np.int64)
 
 
 @dataclass(frozen=True)

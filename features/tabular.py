@@ -535,6 +535,8 @@ class LayoutContext:
         pad_excess: float64 ``[P * 49]``, the same index: 1 where that occupancy exceeds the node's smallest.
         pad_weights: float64 ``[P, 2 K]`` (K padding types): columns ``2k, 2k + 1`` hold ``(size, 1)`` for a
             node of type k, ``(0, 0)`` otherwise.
+        pad_waste: float64 ``[P * 49]``, indexed as ``pad_log2``: the node's padded output elements beyond its
+            cheapest layout's, over the cheapest padded elements of all P nodes (``out_pad_waste_share``).
     """
 
     type_positions: tuple[npt.NDArray[np.int64], ...]
@@ -554,6 +556,7 @@ class LayoutContext:
     pad_log2: npt.NDArray[np.float64]
     pad_excess: npt.NDArray[np.float64]
     pad_weights: npt.NDArray[np.float64]
+    pad_waste: npt.NDArray[np.float64]
 
 
 def layout_links(graph: LayoutGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -716,7 +719,11 @@ def layout_context(graph: LayoutGraph) -> LayoutContext:
     type_names = [t for t, _ in CONFIG_NODE_TYPES]
     pad_typed = [positions[type_names.index(t)] for t in PADDING_NODE_TYPES]
     pad_positions = np.concatenate([np.zeros(0, dtype=np.int64), *pad_typed]).astype(np.int64)
-    pad_log2, pad_excess = padding_table(graph.node_feat[graph.node_config_ids[pad_positions]])
+    pad_feat = graph.node_feat[graph.node_config_ids[pad_positions]]
+    pad_log2, pad_excess = padding_table(pad_feat)
+    elements = np.maximum(np.asarray(pad_feat[:, COL_SHAPE_PRODUCT], dtype=np.float64), 1.0)[:, None, None]
+    least = elements * 2.0 ** pad_log2.min(axis=(1, 2), keepdims=True, initial=np.inf)
+    pad_waste = (elements * 2.0 ** pad_log2 - least) / max(float(least.sum()), 1.0)
     pad_weights = np.zeros((pad_positions.size, 2 * len(pad_typed)))
     first = 0
     for k, pos in enumerate(pad_typed):
@@ -741,13 +748,15 @@ def layout_context(graph: LayoutGraph) -> LayoutContext:
         pad_log2=pad_log2.reshape(-1),
         pad_excess=pad_excess.reshape(-1).astype(np.float64),
         pad_weights=pad_weights,
+        pad_waste=pad_waste.reshape(-1),
     )
 
 
 def layout_feature_names() -> list[str]:
     """Column names of :func:`layout_features`, in order (its docstring defines each group): the per-type
     histograms, the distance from the default, the link columns, the output padding columns
-    (``{t}_out_pad_log2_size``, ``{t}_out_pad_excess_count`` for t in conv, dot), then the graph aggregates."""
+    (``{t}_out_pad_log2_size``, ``{t}_out_pad_excess_count`` for t in conv, dot, then ``out_pad_waste_share``),
+    then the graph aggregates."""
     names: list[str] = []
     for t, _ in CONFIG_NODE_TYPES:
         names += [f"{t}_default_count", f"{t}_default_size"]
@@ -764,8 +773,10 @@ def layout_feature_names() -> list[str]:
 
 def _padding_names() -> list[str]:
     """Names of the output padding columns (:func:`layout_features`): per type of :data:`PADDING_NODE_TYPES`, the
-    size-weighted ``log2`` occupancy and the count of nodes padded more than their cheapest layout."""
-    return [name for t in PADDING_NODE_TYPES for name in (f"{t}_out_pad_log2_size", f"{t}_out_pad_excess_count")]
+    size-weighted ``log2`` occupancy and the count of nodes padded more than their cheapest layout; then the share
+    of padded output elements wasted over all of them."""
+    return [*(name for t in PADDING_NODE_TYPES for name in (f"{t}_out_pad_log2_size", f"{t}_out_pad_excess_count")),
+            "out_pad_waste_share"]
 
 
 def _padding_block(raw: npt.NDArray[np.float32], ctx: LayoutContext) -> npt.NDArray[np.float64]:
@@ -774,7 +785,7 @@ def _padding_block(raw: npt.NDArray[np.float32], ctx: LayoutContext) -> npt.NDAr
     that is not a whole number in 0..5 counts as -1 (the node's own layout)."""
     q, p = raw.shape[0], ctx.pad_positions.size
     if p == 0:
-        return np.zeros((q, ctx.pad_weights.shape[1]))
+        return np.zeros((q, len(_padding_names())))
     columns = (ctx.pad_positions[:, None] * raw.shape[2] + np.arange(2)).reshape(-1)
     values = np.take(raw.reshape(q, -1), columns, axis=1).reshape(q, p, 2)  # one gather, no [q, NC, 2] copy
     # Casting NaN or huge values to int8 is undefined (and warns): such values fail the check below.
@@ -785,9 +796,11 @@ def _padding_block(raw: npt.NDArray[np.float32], ctx: LayoutContext) -> npt.NDAr
             cast = np.where(whole, cast, -1).astype(np.int8)
     flat = cast[:, :, 0].astype(np.intp) * len(MINOR_VALUES) + cast[:, :, 1]
     flat += np.arange(p) * len(MINOR_VALUES) ** 2 + len(MINOR_VALUES) + 1  # codes value + 1, per node 49 entries
-    cols = np.empty((q, ctx.pad_weights.shape[1]))
-    cols[:, 0::2] = ctx.pad_log2[flat] @ ctx.pad_weights[:, 0::2]
-    cols[:, 1::2] = ctx.pad_excess[flat] @ ctx.pad_weights[:, 1::2]
+    k = ctx.pad_weights.shape[1]
+    cols = np.empty((q, k + 1))
+    cols[:, 0:k:2] = ctx.pad_log2[flat] @ ctx.pad_weights[:, 0::2]
+    cols[:, 1:k:2] = ctx.pad_excess[flat] @ ctx.pad_weights[:, 1::2]
+    cols[:, k] = ctx.pad_waste[flat].sum(axis=1)
     return cols
 
 
@@ -990,7 +1003,10 @@ def layout_features(graph: LayoutGraph, rows: RowSelection = None, *, context: L
       (occupancy: padded over logical elements of the output on (8, 128) tiles; a node left to the compiler
       takes its own layout, node_feat 134, 135, or row-major): ``{t}_out_pad_log2_size``, the sum over nodes of
       ``size * log2(occupancy)``; ``{t}_out_pad_excess_count``, the nodes whose occupancy exceeds that of their
-      cheapest layout (the smallest over every pair of distinct dims);
+      cheapest layout (the smallest over every pair of distinct dims); ``out_pad_waste_share``, over the
+      convolution and dot nodes together, the padded elements beyond each node's cheapest layout
+      (``elements * (occupancy - cheapest occupancy)``, elements the shape product) over the sum of their cheapest
+      padded elements: the share of the graph's matrix-unit output work a config wastes, comparable across graphs;
     * graph aggregates (same for every config): node and edge counts, ``sum log2(1 + shape product)``, the
       opcode counts of :data:`FREQUENT_OPCODES`, configurable nodes in all and per type, and the number of links.
 

@@ -1,8 +1,12 @@
 """LightGBM lambdarank on the tabular features of :mod:`features.tabular`, one model per collection.
 
-Each training graph is one query. Its configs (at most ``max_configs_per_graph``, sampled per graph with a
+Each training graph is one query. Its distinct configs (a config's repeated runs count once, with their mean
+target: :func:`competition.labels.distinct_target`; at most ``max_configs_per_graph``, sampled per graph with a
 seeded generator) get relevance grades from their runtime ranks within the sample (see :func:`relevance_grades`):
-the fastest config gets 30, the slowest 0, and configs with equal runtimes share a grade.
+the fastest config gets 30, the slowest 0, and configs with equal runtimes share a grade. Layout feature columns
+are z-scored over the configs of their graph (``query_norm``, :func:`query_normalised`): trees then split on where
+a config stands within its graph, which carries from one graph to another, where raw columns mostly say which graph
+it is (a world holds a few dozen).
 
 * Tile (scored by the top-5 slowdown): LightGBM's default exponential ``label_gain`` (grades 0..30), early stopping
   on NDCG@5.
@@ -37,7 +41,7 @@ from tqdm.auto import tqdm
 
 from competition.collections import Collection
 from competition.dataset import CollectionData, SplitGraphs
-from competition.labels import graph_target
+from competition.labels import distinct_target, graph_target
 from competition.protocol import ValidProtocol
 from competition.reader import LayoutGraph, TileGraph
 from competition.workers import usable_cores
@@ -63,6 +67,11 @@ each other, and each reserves its own stack and buffers)."""
 MAX_FEATURE_COLUMNS = 100_000
 """The most feature columns a saved GBDT may name: far above what :mod:`features.tabular` computes."""
 
+LAYOUT_FEATURE_FRACTION = 0.5
+"""Layout trees draw half of the columns each (``booster.feature_fraction``'s default for layout): fitted on a
+world's few dozen graphs, a tree that may not lean on the same columns each time carries further to other graphs
+(lab/journal.md). Tile trees see every column: drawing half lowers their top-5 score."""
+
 MAX_GRADE = 30
 """Highest relevance grade: LightGBM's default ``label_gain`` has 31 entries (grades 0..30)."""
 
@@ -86,11 +95,26 @@ def relevance_grades(runtime: npt.ArrayLike) -> npt.NDArray[np.int32]:
     return np.floor(MAX_GRADE * (1.0 - rank / (r.size - 1)) + 1e-9).astype(np.int32)
 
 
-def _features(graph: Graph, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.float32]:
+def query_normalised(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``x`` ``[R, F]`` with each column z-scored over the distinct rows (the configs of one graph; repeated runs
+    of a config count once, so that a file's repeats do not move the scale): mean 0, standard deviation 1; a
+    column constant over the rows becomes 0."""
+    x64 = np.asarray(x, dtype=np.float64)
+    if not x64.shape[0]:
+        return x64.astype(np.float32)
+    distinct = np.unique(x64, axis=0)
+    mean, sd = distinct.mean(axis=0, keepdims=True), distinct.std(axis=0, keepdims=True)
+    scale = np.where(sd > 1e-12 * np.maximum(np.abs(mean), 1.0), sd, np.inf)
+    return ((x64 - mean) / scale).astype(np.float32)
+
+
+def _features(graph: Graph, rows: npt.NDArray[np.int64] | None = None, *,
+              query_norm: bool = False) -> npt.NDArray[np.float32]:
     if isinstance(graph, TileGraph):
         x = tile_features(graph)
         return x if rows is None else x[rows]
-    return layout_features(graph, rows)
+    x = layout_features(graph, rows)
+    return query_normalised(x) if query_norm else x
 
 
 MemoKey = tuple[str, int, int, str]
@@ -121,11 +145,15 @@ def _stop_at(deadline: float) -> Callable[[CallbackEnv], None]:
 
 @dataclass(frozen=True)
 class GBDTSampling(Section):
-    """Which configs make the training queries."""
+    """Which configs make the queries, and how their features are put to the trees."""
 
     max_configs_per_graph: int = setting(
         1000, "configs of each graph sampled into the training queries (LightGBM refuses queries above 10,000 rows)",
         low=2, high=10_000)
+    query_norm: bool = setting(
+        True, "layout: each feature column is z-scored over the graph's configs being ranked (a graph's mean 0 and "
+        "standard deviation 1, a column constant over them 0), so that trees split on where a config stands "
+        "within its graph, not on which graph it is")
 
 
 @dataclass(frozen=True)
@@ -136,6 +164,9 @@ class BoosterSettings(Section):
                                 high=100_000)
     learning_rate: float = setting(0.05, "shrinkage of each tree", low=0, high=1, low_open=True)
     num_leaves: int = setting(31, "leaves per tree", low=2, high=MAX_NUM_LEAVES)
+    feature_fraction: float | None = setting(
+        None, "share of the feature columns each tree may split on (LightGBM's feature_fraction; None: "
+        f"{LAYOUT_FEATURE_FRACTION} for layout, 1 for tile)", low=0, high=1, low_open=True)
     early_stopping_rounds: int = setting(
         30, "rounds without a better valid score before stopping (0: no early stopping)", low=0, high=100_000)
     seed: int = setting(0, "seeds the config sampling and LightGBM", low=0)
@@ -227,23 +258,33 @@ class GBDTModel(Configured, RankingModel):
             graph = graphs[index]
             if graph.is_test or graph.num_configs == 0:
                 continue
-            rows = np.arange(graph.num_configs)
-            if protocol is not None:
+            if protocol is None:  # each distinct config once, its repeats' mean target
+                rows, target = distinct_target(graph)
+            else:
+                rows, target = np.arange(graph.num_configs), graph_target(graph)
                 chosen = protocol.configs(collection, graph.stem, graph.num_configs, split)
-                rows = rows if chosen is None else chosen
+                if chosen is not None:
+                    rows, target = chosen, target[chosen]
             if rows.size > self.config.sampling.max_configs_per_graph:
-                rows = np.sort(rng.choice(rows, self.config.sampling.max_configs_per_graph, replace=False))
-            features = _features(graph, rows)
+                keep = np.sort(rng.choice(rows.size, self.config.sampling.max_configs_per_graph, replace=False))
+                rows, target = rows[keep], target[keep]
+            features = _features(graph, rows, query_norm=self.config.sampling.query_norm)
             if memo is not None:
                 features.flags.writeable = False
                 memo[_memo_key(graph, rows)] = features
             xs.append(features)
-            ys.append(relevance_grades(graph_target(graph)[rows]))
+            ys.append(relevance_grades(target))
             groups.append(rows.size)
         width = len(tile_feature_names() if collection.is_tile else layout_feature_names())
         x = np.concatenate(xs) if xs else np.zeros((0, width), dtype=np.float32)
         y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int32)
         return x, y, groups
+
+    def _feature_fraction(self, collection: Collection) -> float:
+        chosen = self.config.booster.feature_fraction
+        if chosen is not None:
+            return chosen
+        return LAYOUT_FEATURE_FRACTION if collection.is_layout else 1.0
 
     def fit(self, data: CollectionData, *, progress: bool = True, deadline: float | None = None,
             predict_by: float | None = None) -> Self:
@@ -275,7 +316,7 @@ class GBDTModel(Configured, RankingModel):
             eval_at = [self.config.sampling.max_configs_per_graph]
         ranker = lightgbm.LGBMRanker(
             objective="lambdarank", n_estimators=booster.n_estimators, learning_rate=booster.learning_rate,
-            num_leaves=booster.num_leaves, random_state=booster.seed, n_jobs=min(self.config.run.n_jobs, usable_cores()), verbose=-1,
+            num_leaves=booster.num_leaves, colsample_bytree=self._feature_fraction(collection), random_state=booster.seed, n_jobs=min(self.config.run.n_jobs, usable_cores()), verbose=-1,
             **extra,
         )
         fit_kwargs: dict[str, object] = {}
@@ -338,5 +379,5 @@ class GBDTModel(Configured, RankingModel):
         memo = getattr(self, "_feature_memo", {})
         x = memo.get(_memo_key(graph)) if memo else None
         if x is None:
-            x = _features(graph)
+            x = _features(graph, query_norm=self.config.sampling.query_norm)
         return -np.asarray(booster.predict(x), dtype=np.float64)

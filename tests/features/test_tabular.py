@@ -372,7 +372,7 @@ def test_layout_padding_columns_exact(tmp_path: Path):
     above their cheapest layout's occupancy."""
     names = layout_feature_names()
     first = names.index("link_disagree_both_set_count") + 1  # after the link columns, before the aggregates
-    assert len(names) == 175 and names[first:first + 5] == [*PADDING_NAMES, "graph_nodes"]
+    assert len(names) == 176 and names[first:first + 6] == [*PADDING_NAMES, "out_pad_waste_share", "graph_nodes"]
     graph = _padding_graph(tmp_path)
     x = layout_features(graph)
     col = _columns(x, names)
@@ -383,6 +383,10 @@ def test_layout_padding_columns_exact(tmp_path: Path):
     # D: own row-major (2, 1) 32, (0, 1) 2 -> 128 and 4 -> 8 = 128, own 32, (2, 1) 32, (1, 2) 4 -> 128 = 32.
     assert col["dot_out_pad_log2_size"] == [4 * 5 + 2 * 2 + 5, 4 * 1 + 4 + 7, 29, 4 * 1 + 4 + 5, 29]
     assert col["dot_out_pad_excess_count"] == [1, 1, 1, 0, 1]
+    # Waste: elements (column 28) 7, 15, 3, 1 x (occupancy - cheapest), over their cheapest padded elements
+    # 7 * 2 + 15 * 2 + 3 * 4 + 1 * 32 = 88. Config 0: A 7 * (8 - 2) + B 15 * (32 - 2); 1: D 1 * (128 - 32);
+    # 2: A 7 * (64 - 2) + B 450; 3: A 42; 4: A 42 + B 450.
+    np.testing.assert_allclose(col["out_pad_waste_share"], np.array([492, 96, 884, 42, 492]) / 88, rtol=1e-6)
     _assert_matches_reference(graph, x)
     np.testing.assert_array_equal(layout_features(graph, [4, 0, 2], block_rows=1), x[[4, 0, 2]])
 

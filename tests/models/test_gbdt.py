@@ -15,7 +15,7 @@ from competition.metrics import kendall_tau
 from competition.protocol import ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph
 from models import GBDTModel, NotFittedError, RandomModel, available_models, load_model
-from models.gbdt import relevance_grades
+from models.gbdt import query_normalised, relevance_grades
 
 LAYOUT = Collection.LAYOUT_XLA_RANDOM
 SMALL = dict(n_estimators=40, num_leaves=7, max_configs_per_graph=200, n_jobs=1)
@@ -76,9 +76,9 @@ def test_valid_features_computed_once_across_fit_and_predict(tiny_world: Path, t
     calls: Counter[str] = Counter()
     features = models.gbdt._features
 
-    def counting(graph, rows=None):
+    def counting(graph, rows=None, **kw):
         calls[graph.path.name] += 1
-        return features(graph, rows)
+        return features(graph, rows, **kw)
 
     monkeypatch.setattr(models.gbdt, "_features", counting)
     root = find_data_root(tiny_world)
@@ -129,3 +129,42 @@ def test_a_model_saved_with_other_feature_columns_asks_for_a_fit(tiny_world: Pat
                                          rf"model's {len(names) - 1} feature columns, less one\); found "
                                          rf"'{len(names) - 1}'"):
         load_model(path)
+
+
+def test_query_normalised_by_hand():
+    """Columns z-scored over the distinct rows: a repeated row counts once; a constant column is 0."""
+    x = np.array([[0, 5, 1], [2, 5, 1], [2, 5, 1], [4, 5, 1]], dtype=np.float32)
+    z = query_normalised(x)
+    # distinct rows (0, 2, 4): mean 2, standard deviation sqrt(8 / 3)
+    np.testing.assert_allclose(z[:, 0], np.array([-2, 0, 0, 2]) / np.sqrt(8 / 3), rtol=1e-6)
+    assert (z[:, 1:] == 0).all() and z.dtype == np.float32
+    assert query_normalised(np.zeros((0, 3), dtype=np.float32)).shape == (0, 3)
+
+
+def test_training_queries_hold_each_distinct_config_once(tmp_path: Path):
+    """A layout file whose runs repeat configs: the training query holds each distinct config once, graded by its
+    repeats' mean runtime; the same file without the repeats gives the same query."""
+    from competition.npzio import write_npz
+
+    rng = np.random.default_rng(0)
+    configs = rng.integers(-1, 3, size=(6, 2, 18)).astype(np.float32)
+    runtime = np.array([10, 20, 30, 40, 50, 60], dtype=np.int64)
+    arrays = dict(node_feat=np.zeros((3, 140), dtype=np.float32), node_opcode=np.array([26, 26, 25], np.uint8),
+                  edge_index=np.array([[1, 0], [2, 1]], np.int64), node_config_ids=np.array([0, 1], np.int64),
+                  node_splits=np.array([[0, 3]], np.int64))
+    arrays["node_feat"][:2, 21:23] = [[8, 128], [16, 256]]
+    folder = tmp_path / "npz" / "layout" / "xla" / "random"
+    # runs: config 0 twice (10, 30), config 1 once (20), config 2 three times (40, 50, 60) -> means 20, 20, 50
+    order = [0, 1, 0, 2, 2, 2]
+    write_npz(folder / "train" / "g.npz", dict(arrays, node_config_feat=configs[order], config_runtime=runtime))
+    write_npz(folder / "valid" / "g.npz", dict(arrays, node_config_feat=configs[[0, 1, 2]],
+                                               config_runtime=np.array([20, 20, 50], np.int64)))
+    root = find_data_root(tmp_path)
+    model = GBDTModel(**SMALL)
+    data = open_collection(root, "layout:xla:random")
+    x, y, groups = model._queries(data.train, np.random.default_rng(0), progress=False)
+    vx, vy, vgroups = model._queries(data.valid, np.random.default_rng(0), progress=False)
+    assert groups == vgroups == [3]
+    np.testing.assert_array_equal(y, vy)
+    np.testing.assert_array_equal(x, vx)
+    assert y.tolist() == [30, 30, 0]
