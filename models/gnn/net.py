@@ -41,7 +41,7 @@ TILE_CONFIG_COLUMNS = 24
 CONFIG_VALUES = LAYOUT_CONFIG_VALUES  # layout config values -1..5, embedded at value + 1
 CONFIG_VALUE_DIM = 4
 INPUT_CLIP = 10.0  # normalised node features are clipped to this, so an unseen extreme value cannot blow up
-DIM_FEATURES = 6  # features of one dimension size (dimension_features)
+DIM_FEATURES = 8  # features of one dimension size (dimension_features)
 SLOT_TENSOR = torch.arange(LAYOUT_CONFIG_SLOTS) // LAYOUT_SLOT_WIDTH  # each config slot's tensor (output, 2 operands)
 _POWERS = torch.tensor([CONFIG_VALUES ** i for i in range(LAYOUT_CONFIG_SLOTS)], dtype=torch.long)
 
@@ -64,17 +64,23 @@ def dimension_features(sizes: torch.Tensor) -> torch.Tensor:
 
     ``log2(size) / 10``; whether the size is a multiple of 128 (the lanes) and of 8 (the sublanes); the fraction
     of its padded size the dimension fills were it minor-most (``size / roundup(size, 128)``) or second minor-most
-    (``size / roundup(size, 8)``); whether it is 1.
+    (``size / roundup(size, 8)``); whether it is 1; and the ``log2`` of both fractions over 7 (-1 for a size of 1
+    minor-most): an output's ``log2`` occupancy on (8, 128) tiles is minus the sum of its minor-most dimension's
+    first and its second minor-most dimension's second, a linear function of the slots' features.
     """
     present = (sizes > 0).float()
     s = sizes.float().clamp(min=1)
+    lane_fill = s / (torch.ceil(s / TPU_LANES) * TPU_LANES)
+    sublane_fill = s / (torch.ceil(s / TPU_SUBLANES) * TPU_SUBLANES)
     feats = torch.stack([
         torch.log2(s) / 10,
         (s.remainder(TPU_LANES) == 0).float(),
         (s.remainder(TPU_SUBLANES) == 0).float(),
-        s / (torch.ceil(s / TPU_LANES) * TPU_LANES),
-        s / (torch.ceil(s / TPU_SUBLANES) * TPU_SUBLANES),
+        lane_fill,
+        sublane_fill,
         (s == 1).float(),
+        torch.log2(lane_fill) / 7,
+        torch.log2(sublane_fill) / 7,
     ], -1)
     return feats * present.unsqueeze(-1)
 

@@ -269,12 +269,20 @@ def test_config_dimension_sizes():
 
 def test_dimension_features_by_hand():
     f = dimension_features(torch.tensor([0.0, 1.0, 256.0, 200.0, 12.0]))
-    assert f[0].tolist() == [0] * 6
-    assert f[1].tolist() == [0, 0, 0, 1 / 128, 1 / 8, 1]
-    torch.testing.assert_close(f[2], torch.tensor([0.8, 1, 1, 1, 1, 0]))
-    torch.testing.assert_close(f[3], torch.tensor([np.log2(200) / 10, 0, 1, 200 / 256, 1, 0], dtype=torch.float32))
-    torch.testing.assert_close(f[4], torch.tensor([np.log2(12) / 10, 0, 0, 12 / 128, 12 / 16, 0],
-                                                  dtype=torch.float32))
+    assert f[0].tolist() == [0] * 8
+    torch.testing.assert_close(f[1], torch.tensor([0, 0, 0, 1 / 128, 1 / 8, 1, -1, -3 / 7]))
+    torch.testing.assert_close(f[2], torch.tensor([0.8, 1, 1, 1, 1, 0, 0, 0]))
+    torch.testing.assert_close(f[3], torch.tensor([np.log2(200) / 10, 0, 1, 200 / 256, 1, 0, np.log2(200 / 256) / 7,
+                                                   0], dtype=torch.float32))
+    torch.testing.assert_close(f[4], torch.tensor([np.log2(12) / 10, 0, 0, 12 / 128, 12 / 16, 0,
+                                                   np.log2(12 / 128) / 7, np.log2(12 / 16) / 7], dtype=torch.float32))
+
+
+def test_log_fills_sum_to_minus_the_log_occupancy():
+    """A [11, 11, 3, 64] output with 3 minor-most and 64 second: occupancy 128 / 3 * 64 / 64; the minor-most dim's
+    lane column plus the second one's sublane column is -log2(occupancy) / 7."""
+    f = dimension_features(torch.tensor([3.0, 64.0]))
+    torch.testing.assert_close(-(f[0, 6] + f[1, 7]) * 7, torch.tensor(np.log2(128 / 3), dtype=torch.float32))
 
 
 def test_infer_dot_batch_and_failure():
