@@ -43,6 +43,22 @@ def _test_runs_dir(_session_runs_dir: None, tmp_path_factory: pytest.TempPathFac
     monkeypatch.setattr(pipeline, "DEFAULT_RUNS_DIR", tmp_path_factory.mktemp("runs"))
 
 
+HERMETIC_VARS = ("FASTSLOW_DATA", "KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE",
+                 "KAGGLE_CONFIG_DIR")
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test starts in an empty working directory of its own, with no ``$FASTSLOW_DATA`` and no Kaggle
+    variables: nothing a user's checkout holds (the ``data/synthetic-demo`` that ``make submit`` leaves, ``runs/``,
+    a data root in the environment) reaches a test. A test that needs one of them sets it itself."""
+    for var in HERMETIC_VARS:
+        monkeypatch.delenv(var, raising=False)
+    cwd = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(cwd)
+    return cwd
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny world (two graphs per collection and split at most), read-only for the tests that use it."""
