@@ -95,17 +95,22 @@ def relevance_grades(runtime: npt.ArrayLike) -> npt.NDArray[np.int32]:
     return np.floor(MAX_GRADE * (1.0 - rank / (r.size - 1)) + 1e-9).astype(np.int32)
 
 
-def query_normalised(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+def query_normalised(x: npt.NDArray[np.float32], block: int = 65536) -> npt.NDArray[np.float32]:
     """``x`` ``[R, F]`` with each column z-scored over the distinct rows (the configs of one graph; repeated runs
     of a config count once, so that a file's repeats do not move the scale): mean 0, standard deviation 1; a
-    column constant over the rows becomes 0."""
-    x64 = np.asarray(x, dtype=np.float64)
-    if not x64.shape[0]:
-        return x64.astype(np.float32)
-    distinct = np.unique(x64, axis=0)
-    mean, sd = distinct.mean(axis=0, keepdims=True), distinct.std(axis=0, keepdims=True)
+    column constant over the rows becomes 0. Rows are told apart by their bytes (no float64 copy of ``x``); the
+    result is written ``block`` rows at a time."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.zeros_like(x)
+    if not x.shape[0] or not x.shape[1]:
+        return out
+    _, first = np.unique(x.view(np.dtype((np.void, x.shape[1] * x.itemsize))).reshape(-1), return_index=True)
+    distinct = x[np.sort(first)].astype(np.float64)
+    mean, sd = distinct.mean(axis=0), distinct.std(axis=0)
     scale = np.where(sd > 1e-12 * np.maximum(np.abs(mean), 1.0), sd, np.inf)
-    return ((x64 - mean) / scale).astype(np.float32)
+    for s in range(0, x.shape[0], block):
+        out[s:s + block] = (x[s:s + block] - mean) / scale
+    return out
 
 
 def _features(graph: Graph, rows: npt.NDArray[np.int64] | None = None, *,
