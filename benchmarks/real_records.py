@@ -61,7 +61,7 @@ import numpy.typing as npt
 
 from competition.collections import Collection, Split
 from competition.dataset import CollectionData, open_collection, open_split
-from competition.labels import distinct_groups
+from competition.labels import distinct_groups, distinct_target
 from competition.metrics import (
     TILE_TOP_K,
     graph_score,
@@ -179,8 +179,7 @@ def read_module(root: DataRoot) -> ModuleConfigs:
     (path,) = list_graphs(root, LAYOUT_COLLECTION, Split.TRAIN)
     graph = load_graph(path, LAYOUT_COLLECTION)
     assert isinstance(graph, LayoutGraph)
-    first, group = distinct_groups(graph.config_features())
-    runtime = np.bincount(group, weights=graph.config_runtime) / np.bincount(group)
+    first, runtime = distinct_target(graph)  # layout: the target is the runtime in ns
     return ModuleConfigs(graph.select_configs(first), runtime, graph.num_configs)
 
 
