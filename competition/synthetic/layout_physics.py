@@ -30,7 +30,7 @@ The model (the machine's constants in :mod:`competition.synthetic.physics`, the 
   with equal most-minor size, or the same non-unit dims in the same order), and a copy otherwise.
 * Searches tie nodes (:func:`_ties`): nodes of one kind whose choices write the same rows take the same choice, at
   most :data:`TIE_MAX` a group, as the real search ties its convolutions and its dots. A ``random`` search rarely
-  leaves a group's compiler output layout (:data:`OUTPUT_FLIP`) and draws the rest uniformly.
+  leaves a group's compiler output layout (:data:`OUTPUT_FLIP` on xla programs) and draws the rest uniformly.
 
 So ``runtime = base + sum over nodes own[node, choice] + sum over links table[link, opt_a, opt_b]``: the base holds
 every layout-independent op, ``own`` a node's efficiency and its copies against fixed (row-major) neighbours, and
@@ -108,6 +108,10 @@ MAX_RESHAPE_OPTIONS: int = 12
 
 DEFAULT_MAX_MUTATIONS: int = 5
 """``default`` search changes at most this many nodes from the compiler default per config."""
+DEFAULT_OUTPUT_FLIP: float = 1 / 6
+"""A ``default`` search that wanders changes the output layout in this share of its steps (half as often as a
+step that changes one of a convolution's three tensors uniformly would): its configs then hold enough signal
+above the noise for a model to reach the real default collections' taus, and no more."""
 
 _OUT, _IN, _KERNEL = 0, 1, 2
 
@@ -667,7 +671,7 @@ class LayoutProblem:
         values = np.empty(picked.shape, dtype=np.int32)
         # A search that stays near the default changes no output layout; one that wanders does, as rarely as a
         # random search.
-        flip = rng.random(picked.shape) < (OUTPUT_FLIP if explore > 0 else 0.0)
+        flip = rng.random(picked.shape) < (DEFAULT_OUTPUT_FLIP if explore > 0 else 0.0)
         u = rng.random(picked.shape)
         for j, (keep, change) in enumerate(self._near_default_pools()):
             at = picked == j
@@ -693,20 +697,20 @@ class LayoutProblem:
         return pools
 
     def sample_configs(self, search: str, n: int, rng: np.random.Generator,
-                       explore: float = 0.0, at_least: int = 1) -> npt.NDArray[np.int32]:
+                       explore: float = 0.0, at_least: int = 1, flip: float = OUTPUT_FLIP) -> npt.NDArray[np.int32]:
         """Draw configs as a search would.
 
         A search ties nodes (:func:`_ties`): the nodes of a group take the same choice, as the real search ties
         its convolutions or dots. ``default``: each config differs from the default (choice 0) in 1 to
         :data:`DEFAULT_MAX_MUTATIONS` groups (drawn with replacement, so sometimes fewer), each set to a uniform
         choice among those that change at most one of its tensors' layouts (the output's only in a search that
-        wanders, ``explore > 0``, and then with probability :data:`OUTPUT_FLIP`), as a tuner stepping out from the
-        default would: spreads stay narrow (the real default collections span a few percent); with ``explore``,
+        wanders, ``explore > 0``, and then with probability :data:`DEFAULT_OUTPUT_FLIP`), as a tuner stepping out
+        from the default would; with ``explore``,
         each step goes to a uniform explicit choice instead with that probability (a search that wanders further,
         as most ``default`` searches of the world do: :data:`~competition.synthetic.world.DEFAULT_EXPLORE`).
         ``random``: every group takes an explicit choice, uniform among those that keep the compiler's output
-        layout, or with probability :data:`OUTPUT_FLIP` (times ``at_least``) among those that change it. The real random search leaves a group's output layout about one time in 12
-        and draws its input and kernel layouts uniformly, so most configs hold only cheap output layouts (half
+        layout, or with probability ``flip`` (times ``at_least``) among those that change it. The real alexnet
+        graph's random search leaves a group's output layout about one time in 12 (:data:`OUTPUT_FLIP`) and draws its input and kernel layouts uniformly, so most configs hold only cheap output layouts (half
         within 0.3% of the best) and a few hold a costly one (the tail to 5x). Draws may repeat a config;
         :meth:`sample_distinct` keeps the distinct ones, as a search records them.
 
@@ -717,6 +721,7 @@ class LayoutProblem:
             explore: ``default`` only: the probability that a step leaves the near-default choices.
             at_least: ``random`` only: scales the chance that a group's output layout changes (a redraw of
                 :meth:`sample_distinct` steps further out).
+            flip: ``random`` only: the chance that a group leaves its compiler output layout.
 
         Returns:
             int32 ``[n, NC]``.
@@ -729,7 +734,7 @@ class LayoutProblem:
         if search != "random":
             raise ValueError(f"unknown search {search!r}")
         groups = self._leaders.size
-        flip_p = min(1.0, OUTPUT_FLIP * max(at_least, 1))
+        flip_p = min(1.0, flip * max(at_least, 1))
         out = np.empty((n, groups), dtype=np.int32)
         for j, (keep, change) in enumerate(self._output_pools()):
             u = rng.random(n)
@@ -739,7 +744,7 @@ class LayoutProblem:
         return out[:, self._group]
 
     def sample_distinct(self, search: str, n: int, rng: np.random.Generator,
-                        rounds: int = 8, explore: float = 0.0) -> npt.NDArray[np.int32]:
+                        rounds: int = 8, explore: float = 0.0, flip: float = OUTPUT_FLIP) -> npt.NDArray[np.int32]:
         """Up to ``n`` distinct configs, in the order ``search`` draws them (:meth:`sample_configs`): a search
         does not measure a config it has measured. Fewer come back when the configs the search reaches are fewer
         (a graph with few configurable nodes under the ``default`` search), after ``rounds`` redraws. A ``random``
@@ -749,7 +754,7 @@ class LayoutProblem:
         Returns:
             int32 ``[m, NC]``, ``m <= n``, no two rows equal.
         """
-        rows = self.sample_configs(search, n, rng, explore)
+        rows = self.sample_configs(search, n, rng, explore, flip=flip)
         keys = row_hashes(rows)
         _, first = np.unique(keys, return_index=True)
         if first.size < n:  # (all distinct: keep the rows, no copy of a possibly large array)
@@ -758,7 +763,8 @@ class LayoutProblem:
         for r in range(rounds):
             if rows.shape[0] >= n:
                 break
-            more = self.sample_configs(search, max(2 * (n - rows.shape[0]), 64), rng, explore, at_least=r + 2)
+            more = self.sample_configs(search, max(2 * (n - rows.shape[0]), 64), rng, explore, at_least=r + 2,
+                                       flip=flip)
             mkeys = row_hashes(more)
             _, idx = np.unique(mkeys, return_index=True)
             idx = np.sort(idx)

@@ -33,7 +33,7 @@ from competition.hlo.features import featurize, layout_arrays, tile_arrays
 from competition.hlo.ir import Module
 from competition.nesting import json_loads
 from competition.npzio import StreamedArray, atomic_write_text, remove_stale_temps, write_npz
-from competition.synthetic.layout_physics import LayoutProblem
+from competition.synthetic.layout_physics import OUTPUT_FLIP, LayoutProblem
 from competition.synthetic.physics import TILE_BUSY_SHARE, measure, measure_tile
 from competition.synthetic.programs import build_program, tile_kernels
 from competition.synthetic.tile_physics import TileProblem
@@ -59,9 +59,16 @@ STALL_SHARE: float = 0.06
 already measured, which they measure again (tiny graphs of a few dozen configs always have)."""
 STALL_DISTINCT: tuple[float, float] = (4e-4, 0.4)
 """A stalled search's distinct configs, as a share of its rows: log-uniform in this range (60-99.96% duplicates)."""
-DEFAULT_LOCAL_SHARE: float = 0.3
+DEFAULT_NARROW_SHARE: float = 0.1
 """Share of ``default`` searches that stay near the default: every step picks a layout that changes at most one of
-a node's tensors (such searches span a few percent: a real one spans 1.6%)..."""
+a node's tensors and no output layout, so their configs differ by near-ties that only noise orders (a real search
+spans 1.6%). One graph in ``1 / share`` of each default collection's split, at an offset drawn per world
+(:func:`narrow_search`), so that every split of 10 graphs or more holds one..."""
+RANDOM_OUTPUT_FLIP: dict[str, float] = {"xla": OUTPUT_FLIP, "nlp": 1 / 5}
+"""Per program source, the share of groups whose compiler output layout a ``random`` search leaves. xla's is the
+real alexnet graph's (about 1 in 12, so that half of its configs tie within noise); the strongest teams rank the
+real nlp:random graphs at a valid tau of 0.96, which leaves no room for such a plateau of near-ties, so the nlp
+search leaves output layouts more often (the least share whose oracle reaches 0.96 on the demo world)."""
 DEFAULT_EXPLORE: tuple[float, float] = (0.02, 0.2)
 """...the others let a step go anywhere in the node's search space with a probability drawn uniformly from this
 range (:meth:`LayoutProblem.sample_configs`, ``explore``)."""
@@ -293,13 +300,14 @@ class GraphJob:
     count: int = 1  # tile: kernels taken from this program
 
 
-GENERATOR_VERSION: int = 6
+GENERATOR_VERSION: int = 7
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
 bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
 default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip; 5: a tile
 kernel's last, partial chunk is computed whole; 6: layout physics and searches calibrated to a real layout
 graph: only a convolution's or dot's output layout costs, searches tie nodes and rarely leave the compiler's output
-layouts), so that a world made by an older generator is never taken for a
+layouts; 7: one default search in ten stays narrow, every split holding its share, instead of three in ten
+drawn at random), so that a world made by an older generator is never taken for a
 current one. A manifest without it was made by version 1."""
 
 
@@ -377,13 +385,23 @@ def _paths(out: Path, collection: Collection, split: str, stem: str) -> tuple[Pa
     return out / KAGGLE_SUBDIR / rel, out / SECRET_SUBDIR / rel
 
 
+def narrow_search(seed: int, collection: str, split: str, index: int) -> bool:
+    """Whether layout graph ``index`` of a world's ``default`` collection and split stays near the default
+    (:data:`DEFAULT_NARROW_SHARE`): every ``1 / share``-th graph of the split, from an offset drawn per world."""
+    period = max(1, round(1 / DEFAULT_NARROW_SHARE))
+    offset = int(_rng(seed, "narrow-search", collection, split).integers(period))
+    return (index - offset) % period == 0
+
+
 def search_rows(problem: LayoutProblem, search: str, n: int, rng: np.random.Generator, *,
-                stalled: bool = False, baseline: bool = True) -> npt.NDArray[np.int32]:
+                stalled: bool = False, baseline: bool = True, narrow: bool | None = None,
+                flip: float = OUTPUT_FLIP) -> npt.NDArray[np.int32]:
     """The ``n`` config rows a layout search records, duplicates included, in random order.
 
     Distinct configs as the search draws them (:meth:`LayoutProblem.sample_distinct`; a ``default`` search stays
-    near the default with probability :data:`DEFAULT_LOCAL_SHARE`, else explores with a probability drawn from
-    :data:`DEFAULT_EXPLORE`), plus what it measures more than once: with ``baseline``, a group of
+    near the default when ``narrow``, drawn with probability :data:`DEFAULT_NARROW_SHARE` when ``None``, else
+    explores with a probability drawn from :data:`DEFAULT_EXPLORE`; a ``random`` search leaves a group's output
+    layout with probability ``flip``), plus what it measures more than once: with ``baseline``, a group of
     :data:`BASELINE_REPEATS` rows of the compiler default (all choices 0) in at most :data:`BASELINE_MAX_SHARE` of
     the rows; when ``stalled``, only a :data:`STALL_DISTINCT` share (at
     least 2) of distinct configs. Rows beyond the distinct ones (a stalled search, or one whose reachable configs
@@ -397,10 +415,12 @@ def search_rows(problem: LayoutProblem, search: str, n: int, rng: np.random.Gene
     if stalled:
         lo, hi = STALL_DISTINCT
         want = min(want, max(2, int(round(n * float(np.exp(rng.uniform(np.log(lo), np.log(hi))))))))
+    if narrow is None:
+        narrow = search == "default" and bool(rng.random() < DEFAULT_NARROW_SHARE)
     explore = 0.0
-    if search == "default" and rng.random() >= DEFAULT_LOCAL_SHARE:
+    if search == "default" and not narrow:
         explore = float(rng.uniform(*DEFAULT_EXPLORE))
-    rows = problem.sample_distinct(search, want, rng, explore=explore)
+    rows = problem.sample_distinct(search, want, rng, explore=explore, flip=flip)
     if rows.shape[0] == n:
         return rows  # in the search's own (random) order
     if rows.shape[0] + group < n and rows.shape[0]:
@@ -423,13 +443,15 @@ def write_layout_graph(
     hidden: bool = False,
     duplicates: bool = True,
     stalled: bool = False,
+    narrow: bool | None = None,
+    flip: float = OUTPUT_FLIP,
     max_config_cells: int | None = None,
 ) -> None:
     """Write one layout graph of ``module`` with ``n_configs`` configs drawn by ``search``, and its secret file.
 
     The rows come from :func:`search_rows`: with ``duplicates`` (and not ``hidden``) they include the baseline's
     repeated measurements and, when ``stalled``, the re-measurements of a stalled search; otherwise they are all
-    distinct. ``node_config_feat`` is computed and compressed block by block, so memory stays at a few blocks
+    distinct; ``narrow`` is :func:`search_rows`'s. ``node_config_feat`` is computed and compressed block by block, so memory stays at a few blocks
     however many configs there are. ``max_config_cells`` caps configs x configurable nodes (at least 2 configs are
     kept). With ``hidden`` (test files) the visible runtimes are zeros and the measured ones go to ``secret``; the
     secret file always holds the noiseless runtimes (for the oracle score).
@@ -440,7 +462,8 @@ def write_layout_graph(
     if max_config_cells is not None:
         n_configs = max(2, min(n_configs, max_config_cells // max(nc, 1)))
     records = duplicates and not hidden
-    choices = search_rows(problem, search, n_configs, rng, stalled=stalled and records, baseline=records)
+    choices = search_rows(problem, search, n_configs, rng, stalled=stalled and records, baseline=records,
+                          narrow=narrow, flip=flip)
     true_ns = np.concatenate(
         [problem.runtime_ns(choices[i : i + CONFIG_BLOCK]) for i in range(0, n_configs, CONFIG_BLOCK)]
     )
@@ -471,9 +494,11 @@ def _write_layout(out: Path, cfg: WorldConfig, sc: Scale, job: GraphJob) -> list
         dist = sc.layout_configs[(collection.source, job.split)]
         n_configs = dist.draw(rng)
         stalled = dist.is_tiny(n_configs) or rng.random() < STALL_SHARE
-    write_layout_graph(path, secret, module, collection.search or "random", n_configs, rng,
-                       max_config_cells=sc.max_config_cells, stalled=stalled,
-                       hidden=job.split == Split.TEST)
+    search = collection.search or "random"
+    write_layout_graph(path, secret, module, search, n_configs, rng,
+                       max_config_cells=sc.max_config_cells, stalled=stalled, hidden=job.split == Split.TEST,
+                       narrow=search == "default" and narrow_search(cfg.seed, job.collection, job.split, job.index),
+                       flip=RANDOM_OUTPUT_FLIP[collection.source])
     return [path]
 
 

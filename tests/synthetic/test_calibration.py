@@ -13,13 +13,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from competition.collections import Split
+from competition.collections import Collection, Split
 from competition.opcodes import OPCODE_IDS
 from competition.reader import find_data_root, list_graphs, load_graph
 from competition.synthetic import calibration as cal
 
 LAYOUT = cal.SECTIONS.index((cal.LAYOUT_FIGURES, cal._layout))
 STRUCTURE = cal.SECTIONS.index((cal.STRUCTURE_FIGURES, cal._structure))
+HARDNESS = cal.SECTIONS.index((cal.HARDNESS_FIGURES, cal._hardness))
 LAYOUT_COLLECTIONS = ["layout:xla:default", "layout:xla:random", "layout:nlp:default", "layout:nlp:random"]
 
 
@@ -55,6 +56,38 @@ def test_the_demo_world_has_the_real_layout_graphs_structure(world: Path) -> Non
     values = cal.figures(find_data_root(world), sections=[STRUCTURE])
     assert set(values) == {f.key for f in cal.STRUCTURE_FIGURES}
     assert cal.failures(values) == []
+
+
+def test_the_demo_world_leaves_room_for_what_the_strongest_teams_reached(world: Path) -> None:
+    """Per layout collection, the oracle (noiseless runtimes ranked against the measured ones) reaches the real
+    valid tau of the strongest teams: a world whose near-ties the noise alone orders is harder than the real data."""
+    values = cal.figures(find_data_root(world), sections=[HARDNESS])
+    assert set(values) == {f.key for f in cal.HARDNESS_FIGURES}
+    assert cal.failures(values) == []
+    # The searches set it: the default collections' oracle below the random ones', nlp:random's near 1.
+    assert values["hardness.layout:xla:default.oracle"] < values["hardness.layout:xla:random.oracle"]
+    assert values["hardness.layout:nlp:random.oracle"] > 0.96
+
+
+def test_a_world_whose_configs_tie_within_noise_is_too_hard(tmp_path: Path) -> None:
+    """The hardness figure of a root whose noiseless runtimes all tie (only noise orders them) is near 0, outside
+    its range; without noiseless runtimes (real data) there is no figure."""
+    from competition.npzio import write_npz
+    from tests.test_reader import layout_arrays, write
+
+    root = tmp_path / "w"
+    rng = np.random.default_rng(0)
+    collection = Collection.LAYOUT_XLA_DEFAULT
+    for i in range(3):
+        runtime = (1_000_000 * (1 + 3e-4 * rng.standard_normal(200))).astype(np.int64)
+        write(root, collection, {**layout_arrays(c=200), "config_runtime": runtime}, stem=f"g{i}")
+    assert cal.figures(find_data_root(root), sections=[HARDNESS]) == {}
+    for i in range(3):
+        write_npz(root / "secret" / collection.relpath / "train" / f"g{i}.npz",
+                  {"config_runtime_noiseless": np.full(200, 1e6)})
+    values = cal.figures(find_data_root(root), sections=[HARDNESS])
+    assert abs(values["hardness.layout:xla:default.oracle"]) < 0.1
+    assert [line.split(" =")[0] for line in cal.failures(values)] == ["hardness.layout:xla:default.oracle"]
 
 
 def test_the_real_layout_graph_lies_inside_its_structure_ranges(tmp_path: Path) -> None:

@@ -311,6 +311,41 @@ def test_default_search_differs_in_few_nodes() -> None:
     assert (r != 0).sum(axis=1).max() > 5
 
 
+def _two_sided(p: LayoutProblem) -> list[int]:
+    """The group leaders with explicit choices that keep the compiler default's output layout and ones that
+    change it."""
+    out = []
+    for k in p._leaders:
+        sub = p._nodes[k].sub[0]
+        if 0 < (sub[1:] == sub[0]).sum() < sub.size - 1:
+            out.append(int(k))
+    return out
+
+
+def _output_changes(p: LayoutProblem, rows: np.ndarray, leaders: list[int]) -> np.ndarray:
+    """Per row, how many of these groups take an output layout other than the compiler default's."""
+    out = np.zeros(rows.shape[0], dtype=np.int64)
+    for k in leaders:
+        sub = p._nodes[k].sub[0]
+        out += sub[rows[:, k]] != sub[0]
+    return out
+
+
+def test_a_search_leaves_output_layouts_as_often_as_it_is_set_to() -> None:
+    """A random search leaves a group's output layout with probability ``flip`` (alexnet's 1 in 12 by default); a
+    narrow default search never does, a wandering one does."""
+    p = LayoutProblem.from_module(random_module(np.random.default_rng(5), 60))
+    both = _two_sided(p)
+    assert len(both) >= 5
+    for flip in (lp_mod.OUTPUT_FLIP, 0.2):
+        rows = p.sample_configs("random", 4000, np.random.default_rng(3), flip=flip)
+        assert _output_changes(p, rows, both).mean() / len(both) == pytest.approx(flip, rel=0.1)
+    narrow = p.sample_configs("default", 2000, np.random.default_rng(4))
+    assert _output_changes(p, narrow, both).max() == 0
+    wandering = p.sample_configs("default", 2000, np.random.default_rng(4), explore=0.05)
+    assert 0.05 < (_output_changes(p, wandering, both) > 0).mean() < 0.8
+
+
 def test_choice_lists() -> None:
     p = LayoutProblem.from_module(random_module(np.random.default_rng(6), 30))
     assert np.all(p.num_choices >= 2) and np.all(p.num_choices <= lp_mod.MAX_CHOICES + 1)

@@ -17,6 +17,7 @@ from competition.synthetic.tile_physics import TileProblem
 from competition.synthetic.world import (
     BASELINE_MAX_SHARE,
     BASELINE_REPEATS,
+    DEFAULT_NARROW_SHARE,
     SCALES,
     STALL_DISTINCT,
     GraphJob,
@@ -24,6 +25,7 @@ from competition.synthetic.world import (
     _rng,
     _write_tile_program,
     generate_world,
+    narrow_search,
     search_rows,
     write_tile_graph,
 )
@@ -70,6 +72,29 @@ def test_a_typical_search_repeats_only_its_baseline(problem: LayoutProblem, sear
     # No baseline group in a small graph (it would exceed 0.9% of the rows), nor without duplicates.
     assert _distinct(search_rows(problem, search, 100, np.random.default_rng(2))) == 100
     assert _distinct(search_rows(problem, search, 500, np.random.default_rng(2), baseline=False)) == 500
+
+
+def test_every_split_holds_its_share_of_narrow_default_searches() -> None:
+    """One default search in ten stays narrow (its configs tie within noise, as a real 1.6% search's), at an offset
+    drawn per world, collection and split: any ten graphs in a row hold exactly one."""
+    period = round(1 / DEFAULT_NARROW_SHARE)
+    offsets = set()
+    for seed in range(6):
+        for collection in ("layout:xla:default", "layout:nlp:default"):
+            for split in ("train", "valid", "test"):
+                narrow = [narrow_search(seed, collection, split, i) for i in range(3 * period)]
+                assert all(sum(narrow[i:i + period]) == 1 for i in range(2 * period))
+                offsets.add(narrow.index(True))
+    assert len(offsets) > 3
+
+
+def test_a_narrow_default_search_differs_by_near_ties_only(problem: LayoutProblem) -> None:
+    """A narrow search's configs differ in layouts that cost nothing, so its runtimes span less than the noise's
+    reach; a wandering one's span more than a percent."""
+    narrow = search_rows(problem, "default", 500, np.random.default_rng(1), narrow=True, baseline=False)
+    wide = search_rows(problem, "default", 500, np.random.default_rng(1), narrow=False, baseline=False)
+    spread = [float(np.ptp(problem.runtime_ns(r)) / problem.runtime_ns(r).min()) for r in (narrow, wide)]
+    assert spread[0] < 1e-9 < 0.01 < spread[1]
 
 
 def test_a_stalled_search_is_dominated_by_duplicates(problem: LayoutProblem) -> None:
