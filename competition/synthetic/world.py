@@ -307,7 +307,8 @@ default heuristic and searches calibrated to real records; 4: a tile kernel in o
 kernel's last, partial chunk is computed whole; 6: layout physics and searches calibrated to a real layout
 graph: only a convolution's or dot's output layout costs, searches tie nodes and rarely leave the compiler's output
 layouts; 7: one default search in ten stays narrow, every split holding its share, instead of three in ten
-drawn at random), so that a world made by an older generator is never taken for a
+drawn at random, a wandering one changes an output layout in a sixth of its steps, and nlp random searches leave
+an output layout one time in 5), so that a world made by an older generator is never taken for a
 current one. A manifest without it was made by version 1."""
 
 
