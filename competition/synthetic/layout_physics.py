@@ -669,8 +669,8 @@ class LayoutProblem:
         picked = rng.integers(0, ng, size=(n, DEFAULT_MAX_MUTATIONS))
         mask = np.arange(DEFAULT_MAX_MUTATIONS)[None, :] < k[:, None]
         values = np.empty(picked.shape, dtype=np.int32)
-        # A search that stays near the default changes no output layout; one that wanders does, as rarely as a
-        # random search.
+        # A search that stays near the default changes no output layout; one that wanders does, in
+        # DEFAULT_OUTPUT_FLIP of its steps.
         flip = rng.random(picked.shape) < (DEFAULT_OUTPUT_FLIP if explore > 0 else 0.0)
         u = rng.random(picked.shape)
         for j, (keep, change) in enumerate(self._near_default_pools()):
