@@ -142,7 +142,7 @@ LAYOUT_FIGURES: tuple[Figure, ...] = (
     # leaves no room for a plateau of configs that tie within the noise, as xla's half within 0.2% of its best: the
     # median config lies off the best (p50 from 1.01). The tail is wider than xla's: an nlp program repeats layers
     # of one shape, so a few tied groups of up to 8 dots each decide, and one costly output weighs several times the
-    # program (demo worlds 1 and 2 passed xla's p90 of 5 before this search: 5.9).
+    # program (docs/synthetic.md has the figures of several worlds).
     Figure("layout.nlp.random.p50", "nlp random: runtime / best, p50 (median over graphs)",
            "none (xla: 1.0016; nlp ranked at 0.96)", 1.01, 1.6),
     Figure("layout.nlp.random.p75", "nlp random: runtime / best, p75 (median over graphs)", "none (xla: 1.050)",
