@@ -705,13 +705,14 @@ class LayoutProblem:
         :data:`DEFAULT_MAX_MUTATIONS` groups (drawn with replacement, so sometimes fewer), each set to a uniform
         choice among those that change at most one of its tensors' layouts (the output's only in a search that
         wanders, ``explore > 0``, and then with probability :data:`DEFAULT_OUTPUT_FLIP`), as a tuner stepping out
-        from the default would; with ``explore``,
-        each step goes to a uniform explicit choice instead with that probability (a search that wanders further,
-        as most ``default`` searches of the world do: :data:`~competition.synthetic.world.DEFAULT_EXPLORE`).
+        from the default would; with ``explore``, each step goes to a uniform explicit choice instead with that
+        probability (a search that wanders further, as most ``default`` searches of the world do:
+        :data:`~competition.synthetic.world.DEFAULT_EXPLORE`).
         ``random``: every group takes an explicit choice, uniform among those that keep the compiler's output
         layout, or with probability ``flip`` (times ``at_least``) among those that change it. The real alexnet
-        graph's random search leaves a group's output layout about one time in 12 (:data:`OUTPUT_FLIP`) and draws its input and kernel layouts uniformly, so most configs hold only cheap output layouts (half
-        within 0.3% of the best) and a few hold a costly one (the tail to 5x). Draws may repeat a config;
+        graph's random search leaves a group's output layout about one time in 12 (:data:`OUTPUT_FLIP`) and draws
+        its input and kernel layouts uniformly, so most configs hold only cheap output layouts (half within 0.3% of
+        the best) and a few hold a costly one (the tail to 5x). Draws may repeat a config;
         :meth:`sample_distinct` keeps the distinct ones, as a search records them.
 
         Args:
