@@ -358,6 +358,7 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
     records = [dict(base, model=RANDOM, fitted_on=None, tau=0.0, top1=float(runtime.mean() / runtime.min()),
                     tau_spread=random_tau_spread(runtime, orders=200)),
                row(REFERENCE_FIT, None, make_model(REFERENCE_FIT).predict(graph))]
+    predicted: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
     for name in models:
         for world in worlds:
             print(f"{name} on world {world.label} ({collection.value}), ranking {graph.stem}'s test configs",
@@ -365,14 +366,31 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
             # The module's rows fitted it already: the saved fit is reused, not counted again.
             model, _ = fit_cached(name, world_params(name, params.get(name, {}), world, collection),
                                   open_collection(world.root, collection), cache, say=lambda _: None)
-            records.append(row(name, f"{WORLD}:{world.label}", model.predict(graph)))
+            predicted.setdefault(f"{WORLD}:{world.label}", {})[name] = model.predict(graph)
+            records.append(row(name, f"{WORLD}:{world.label}", predicted[f"{WORLD}:{world.label}"][name]))
         print(f"{name} on {graph.stem}'s own {base['train']:,} train runs (early stopping on its "
               f"{base['valid']:,} valid runs)", flush=True)
         model, seconds = fit_cached(name, dict(params.get(name, {})), own, cache)
         records.append(dict(part="fit", model=name, collection=ALEXNET_COLLECTION.value, fitted_on=OWN,
                             seconds=seconds))
-        records.append(row(name, OWN, model.predict(graph)))
+        predicted.setdefault(OWN, {})[name] = model.predict(graph)
+        records.append(row(name, OWN, predicted[OWN][name]))
+    if len(predicted.get(OWN, {})) > 1:  # the models' rank mean, as the pipeline's ensemble with equal weights
+        for fitted_on, scores in predicted.items():
+            records.append(row(ensemble_name(list(scores)), fitted_on, rank_mean(list(scores.values()))))
     return records
+
+
+def ensemble_name(models: Sequence[str]) -> str:
+    """The row name of the models' rank mean."""
+    return "+".join(models)
+
+
+def rank_mean(scores: Sequence[npt.ArrayLike]) -> npt.NDArray[np.float64]:
+    """The equal-weight mean of the models' rank-normalised scores of one graph (:mod:`models.ensemble`)."""
+    from models.ensemble import combine, normalize_scores
+
+    return combine(np.full(len(scores), 1.0 / len(scores)), [normalize_scores(s) for s in scores])
 
 
 def format_alexnet(records: Sequence[dict[str, Any]]) -> str:
@@ -397,9 +415,11 @@ def format_alexnet(records: Sequence[dict[str, Any]]) -> str:
 
     for model in dict.fromkeys(r["model"] for r in rows):
         if model == RANDOM:
-            r = next(r for r in rows if r["model"] == RANDOM)
+            r = next(r for r in rows if r["model"] == RANDOM and r["fitted_on"] is None)
             lines.append(f"{RANDOM:16s}{'':>26s}{'':>26s}  expected: tau 0 (sd {r['tau_spread']:.4f}), top-1 "
                          f"{r['top1']:.3f}")
+            if any(r["model"] == RANDOM and r["fitted_on"] for r in rows):  # the registered model, fitted
+                lines.append(f"{model:16s}{cell(model, WORLD)}{cell(model, OWN)}")
         elif model == REFERENCE_FIT:
             lines.append(f"{model:16s}{cell(model, None)}   (no fit)")
         else:
@@ -470,7 +490,7 @@ def format_layout(records: Sequence[dict[str, Any]]) -> str:
              f"= {100 * r0['spread']:.2f}%",
              f"{'model':16s}{'fitted on':28s}{'tau':>8s}", "-" * 52]
     for r in rows:
-        if r["model"] == RANDOM:
+        if r["model"] == RANDOM and r["fitted_on"] is None:
             lines.append(f"{RANDOM:16s}{'-':28s}{0.0:8.4f}  expected; sd over {RANDOM_ORDERS:,} random orders "
                          f"{r['tau_spread']:.4f}")
         elif r["fitted_on"] is None:

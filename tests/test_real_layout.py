@@ -153,3 +153,20 @@ def test_the_benchmark_ranks_the_real_graph_fitted_on_a_world_and_on_its_own_run
     assert "the real graph alexnet_train_batch_32" in report and "4,785 test configs" in report
     fits = [r for r in records if r["part"] == "fit"]
     assert [(r["model"], r["fitted_on"]) for r in fits] == [("gbdt", f"world:{tiny_world.name}"), ("gbdt", "own")]
+
+
+def test_the_rank_mean_averages_the_models_normalised_ranks():
+    np.testing.assert_allclose(bench.rank_mean([[1.0, 2.0, 3.0], [30.0, 10.0, 20.0]]), [0.5, 0.25, 0.75])
+    np.testing.assert_allclose(bench.rank_mean([[5.0, 5.0, 1.0]]), [0.75, 0.75, 0.0])
+
+
+def test_two_models_give_their_rank_mean_a_row_per_source(tmp_path: Path, tiny_world: Path):
+    argv = ["--data", str(tiny_world), "--models", "gbdt", "random", "--parts", "layout", "--own-configs", "300",
+            "--param", "gbdt.booster.n_estimators=30", "--param", "gbdt.run.n_jobs=1", "--work-dir", str(tmp_path)]
+    records, report = bench.run(argv)
+    rows = {(r["model"], r["fitted_on"]): r for r in records if r["part"] == "alexnet"}
+    for source in (f"world:{tiny_world.name}", "own"):
+        assert ("gbdt+random", source) in rows
+    # Half the weight on a random order dilutes the GBDT's own-runs ranking but keeps its sign.
+    assert 0.0 < rows[("gbdt+random", "own")]["tau"] < rows[("gbdt", "own")]["tau"]
+    assert "gbdt+random" in report
