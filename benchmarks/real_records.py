@@ -32,7 +32,8 @@ configs) is split by distinct config, once and for all, into train / valid / tes
 (repeats averaged) are ranked by ``random`` (the exact expected top-1; tau 0), ``default-first`` and every model
 fitted two ways: on each world's ``--layout-collection`` (the fit the module's rows use) and on the graph's own train
 runs, early-stopping on its valid runs (the ceiling; ``--own-configs N`` keeps the first N distinct train configs).
-Scored by Kendall tau and the top-1 slowdown (the first-ranked config's runtime over the best).
+Scored by Kendall tau and the top-1 slowdown (the first-ranked config's runtime over the best). With two models or
+more, their rank mean (the pipeline's ensemble with equal weights) gets a row of its own.
 
 Worlds are generated once under ``--work-dir`` (``fastslow data synth``) and reused; each fit is saved under
 ``--work-dir/runs/<digest of its key>/`` (:mod:`competition.saved_runs`: model, settings and data) and a finished one
