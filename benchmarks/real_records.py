@@ -367,24 +367,21 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
             # The module's rows fitted it already: the saved fit is reused, not counted again.
             model, _ = fit_cached(name, world_params(name, params.get(name, {}), world, collection),
                                   open_collection(world.root, collection), cache, say=lambda _: None)
-            predicted.setdefault(f"{WORLD}:{world.label}", {})[name] = model.predict(graph)
-            records.append(row(name, f"{WORLD}:{world.label}", predicted[f"{WORLD}:{world.label}"][name]))
+            source, scores = f"{WORLD}:{world.label}", model.predict(graph)
+            predicted.setdefault(source, {})[name] = scores
+            records.append(row(name, source, scores))
         print(f"{name} on {graph.stem}'s own {base['train']:,} train runs (early stopping on its "
               f"{base['valid']:,} valid runs)", flush=True)
         model, seconds = fit_cached(name, dict(params.get(name, {})), own, cache)
         records.append(dict(part="fit", model=name, collection=ALEXNET_COLLECTION.value, fitted_on=OWN,
                             seconds=seconds))
-        predicted.setdefault(OWN, {})[name] = model.predict(graph)
-        records.append(row(name, OWN, predicted[OWN][name]))
-    if len(predicted.get(OWN, {})) > 1:  # the models' rank mean, as the pipeline's ensemble with equal weights
-        for fitted_on, scores in predicted.items():
-            records.append(row(ensemble_name(list(scores)), fitted_on, rank_mean(list(scores.values()))))
+        scores = model.predict(graph)
+        predicted.setdefault(OWN, {})[name] = scores
+        records.append(row(name, OWN, scores))
+    if len(set(models)) > 1:  # the models' rank mean, as the pipeline's ensemble with equal weights
+        for source, by_model in predicted.items():
+            records.append(row("+".join(by_model), source, rank_mean(list(by_model.values()))))
     return records
-
-
-def ensemble_name(models: Sequence[str]) -> str:
-    """The row name of the models' rank mean."""
-    return "+".join(models)
 
 
 def rank_mean(scores: Sequence[npt.ArrayLike]) -> npt.NDArray[np.float64]:
