@@ -33,7 +33,8 @@ configs) is split by distinct config, once and for all, into train / valid / tes
 fitted two ways: on each world's ``--layout-collection`` (the fit the module's rows use) and on the graph's own train
 runs, early-stopping on its valid runs (the ceiling; ``--own-configs N`` keeps the first N distinct train configs).
 Scored by Kendall tau and the top-1 slowdown (the first-ranked config's runtime over the best). With two models or
-more, their rank mean (the pipeline's ensemble with equal weights) gets a row of its own.
+more, their rank mean (equal weights) gets a row of its own, and so does the pipeline's ensemble, fitted on each
+world's valid split as ``fastslow submit`` fits it.
 
 Worlds are generated once under ``--work-dir`` (``fastslow data synth``) and reused; each fit is saved under
 ``--work-dir/runs/<digest of its key>/`` (:mod:`competition.saved_runs`: model, settings and data) and a finished one
@@ -360,6 +361,7 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
                     tau_spread=random_tau_spread(runtime, orders=200)),
                row(REFERENCE_FIT, None, make_model(REFERENCE_FIT).predict(graph))]
     predicted: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
+    fitted: dict[str, dict[str, Any]] = {}
     for name in models:
         for world in worlds:
             print(f"{name} on world {world.label} ({collection.value}), ranking {graph.stem}'s test configs",
@@ -369,6 +371,7 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
                                   open_collection(world.root, collection), cache, say=lambda _: None)
             source, scores = f"{WORLD}:{world.label}", model.predict(graph)
             predicted.setdefault(source, {})[name] = scores
+            fitted.setdefault(source, {})[name] = model
             records.append(row(name, source, scores))
         print(f"{name} on {graph.stem}'s own {base['train']:,} train runs (early stopping on its "
               f"{base['valid']:,} valid runs)", flush=True)
@@ -381,7 +384,31 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
     if len(set(models)) > 1:  # the models' rank mean, as the pipeline's ensemble with equal weights
         for source, by_model in predicted.items():
             records.append(row("+".join(by_model), source, rank_mean(list(by_model.values()))))
+        from models.ensemble import Ensemble
+
+        for world in worlds:  # the pipeline's ensemble: its weights chosen on the world's valid split
+            source = f"{WORLD}:{world.label}"
+            records.append(row(Ensemble.name, source, world_ensemble(world, collection, fitted[source], graph.stem,
+                                                                 predicted[source])))
     return records
+
+
+def world_ensemble(world: World, collection: Collection, fitted: dict[str, Any], stem: str,
+                   scores: dict[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+    """A graph's scores by the pipeline's ensemble of ``fitted`` (``{model: fitted model}``): fitted as ``fastslow
+    submit`` fits it, on the models' predictions of the world's valid graphs of ``collection``, then applied to
+    the models' ``scores`` of the graph (``{model: [C]}``) as to a graph of that collection named ``stem``."""
+    from competition.collections import submission_id
+    from competition.labels import load_labels
+    from competition.pipeline import predict_graphs
+    from models.ensemble import PIPELINE_PARAMS, Ensemble
+
+    data = open_collection(world.root, collection)
+    valid = {name: predict_graphs(name, model, data, Split.VALID) for name, model in fitted.items()}
+    labels = load_labels(world.root, [collection], Split.VALID, data.protocol)
+    ensemble = Ensemble(**PIPELINE_PARAMS).fit(valid, labels.targets(), picks=labels.picks())
+    sid = submission_id(collection, stem)
+    return ensemble.predict({name: {sid: s} for name, s in scores.items()})[sid]
 
 
 def rank_mean(scores: Sequence[npt.ArrayLike]) -> npt.NDArray[np.float64]:

@@ -167,6 +167,8 @@ def test_two_models_give_their_rank_mean_a_row_per_source(tmp_path: Path, tiny_w
     rows = {(r["model"], r["fitted_on"]): r for r in records if r["part"] == "alexnet"}
     for source in (f"world:{tiny_world.name}", "own"):
         assert ("gbdt+random", source) in rows
+    # The pipeline's ensemble, fitted on the world's valid split: on the world only.
+    assert ("ensemble", f"world:{tiny_world.name}") in rows and ("ensemble", "own") not in rows
     # Half the weight on a random order dilutes the GBDT's own-runs ranking but keeps its sign.
     assert 0.0 < rows[("gbdt+random", "own")]["tau"] < rows[("gbdt", "own")]["tau"]
     assert "gbdt+random" in report
