@@ -362,14 +362,17 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
                row(REFERENCE_FIT, None, make_model(REFERENCE_FIT).predict(graph))]
     predicted: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
     fitted: dict[str, dict[str, Any]] = {}
+    opened: dict[str, CollectionData] = {}  # each world's collection, listed once
     for name in models:
         for world in worlds:
             print(f"{name} on world {world.label} ({collection.value}), ranking {graph.stem}'s test configs",
                   flush=True)
             # The module's rows fitted it already: the saved fit is reused, not counted again.
-            model, _ = fit_cached(name, world_params(name, params.get(name, {}), world, collection),
-                                  open_collection(world.root, collection), cache, say=lambda _: None)
-            source, scores = f"{WORLD}:{world.label}", model.predict(graph)
+            source = f"{WORLD}:{world.label}"
+            data = opened.setdefault(source, open_collection(world.root, collection))
+            model, _ = fit_cached(name, world_params(name, params.get(name, {}), world, collection), data, cache,
+                                  say=lambda _: None)
+            scores = model.predict(graph)
             predicted.setdefault(source, {})[name] = scores
             fitted.setdefault(source, {})[name] = model
             records.append(row(name, source, scores))
@@ -388,22 +391,23 @@ def alexnet_records(work: Path, worlds: Sequence[World], models: Sequence[str], 
 
         for world in worlds:  # the pipeline's ensemble: its weights chosen on the world's valid split
             source = f"{WORLD}:{world.label}"
-            records.append(row(Ensemble.name, source, world_ensemble(world, collection, fitted[source], graph.stem,
-                                                                 predicted[source])))
+            records.append(row(Ensemble.name, source, world_ensemble(world, opened[source], fitted[source],
+                                                                 graph.stem, predicted[source])))
     return records
 
 
-def world_ensemble(world: World, collection: Collection, fitted: dict[str, Any], stem: str,
+def world_ensemble(world: World, data: CollectionData, fitted: dict[str, Any], stem: str,
                    scores: dict[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
     """A graph's scores by the pipeline's ensemble of ``fitted`` (``{model: fitted model}``): fitted as ``fastslow
-    submit`` fits it, on the models' predictions of the world's valid graphs of ``collection``, then applied to
-    the models' ``scores`` of the graph (``{model: [C]}``) as to a graph of that collection named ``stem``."""
+    submit`` fits it, on the models' predictions of the world's valid graphs of ``data`` (one collection), then
+    applied to the models' ``scores`` of the graph (``{model: [C]}``) as to a graph of that collection named
+    ``stem``."""
     from competition.collections import submission_id
     from competition.labels import load_labels
     from competition.pipeline import predict_graphs
     from models.ensemble import PIPELINE_PARAMS, Ensemble
 
-    data = open_collection(world.root, collection)
+    collection = data.collection
     valid = {name: predict_graphs(name, model, data, Split.VALID) for name, model in fitted.items()}
     labels = load_labels(world.root, [collection], Split.VALID, data.protocol)
     ensemble = Ensemble(**PIPELINE_PARAMS).fit(valid, labels.targets(), picks=labels.picks())
