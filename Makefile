@@ -33,8 +33,9 @@ submit: $(VENV)/.installed-run ## Run the whole pipeline (real data if found, el
 test: install ## Run the test suite.
 	$(PY) -m pytest -q -n 2 tests
 
-lint: install ## Lint with ruff.
-	$(VENV)/bin/ruff check competition features models tests benchmarks
+lint: install ## Lint with ruff, and check the import layers (import-linter's contracts in pyproject.toml).
+	$(VENV)/bin/ruff check fastslow competition features models tests benchmarks examples
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: install ## Speed and memory benchmarks (prints ratios measured side by side).
 	$(PY) -m benchmarks.data_layer
@@ -68,8 +69,8 @@ clean: ## Remove caches and generated data (keeps .venv).
 FILE ?= submissions/submission.csv
 MSG ?= fastslow $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 KAGGLE := $(VENV)/bin/kaggle
-# The account: $KAGGLE_USERNAME, else the username in kaggle.json (read by competition.kaggle.kaggle_username).
-KAGGLE_USER = $(or $(KAGGLE_USERNAME),$(shell $(PY) -c 'from competition.kaggle import kaggle_username; print(kaggle_username() or "")' 2>/dev/null))
+# The account: $KAGGLE_USERNAME, else the username in kaggle.json (read by fastslow.kaggle.kaggle_username).
+KAGGLE_USER = $(or $(KAGGLE_USERNAME),$(shell $(PY) -c 'from fastslow.kaggle import kaggle_username; print(kaggle_username() or "")' 2>/dev/null))
 FILL_USER = sed 's/YOUR_KAGGLE_USERNAME/$(KAGGLE_USER)/g'
 NEED_USER = @test -n "$(KAGGLE_USER)" || { echo "error: no Kaggle username: set KAGGLE_USERNAME or create ~/.kaggle/kaggle.json" >&2; exit 2; }
 

@@ -10,7 +10,7 @@ fair comparison since every variant sees the same worlds)::
     python -m benchmarks.ablations --scale bench --world-seeds 0 1 --variants default configs-64 listmle
 
 A variant keeps what helps when its gain is larger than its spread. Worlds are generated (or reused) under
-``data/synthetic-<scale>[-seed<k>]`` (:func:`competition.worlds.world_dir`); nothing is written to ``runs/``.
+``data/synthetic-<scale>[-seed<k>]`` (:func:`fastslow.worlds.world_dir`); nothing is written to ``runs/``.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import numpy as np
 from competition.collections import Collection, Split
 from competition.dataset import Dataset
 from competition.labels import SplitLabels, load_labels
-from competition.pipeline import predict_split
 from competition.protocol import DEFAULT_PROTOCOL
 from competition.reader import find_data_root
 from competition.stats import oracle_scores
 from competition.submission import score_predictions
-from competition.worlds import world_dir
+from fastslow.fitting import predict_split
+from fastslow.worlds import world_dir
 
 LAYOUT = [c for c in Collection if not c.is_tile]
 

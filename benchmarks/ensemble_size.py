@@ -21,7 +21,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from competition.cli import _literal
 from competition.collections import Collection, Split
 from competition.labels import load_labels
 from competition.npzio import atomic_write_text
@@ -29,7 +28,8 @@ from competition.protocol import DEFAULT_PROTOCOL
 from competition.reader import find_data_root
 from competition.stats import oracle_scores
 from competition.submission import score_predictions
-from competition.worlds import world_dir
+from fastslow.commands.params import literal as _literal
+from fastslow.worlds import world_dir
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from competition.dataset import Dataset
-    from competition.pipeline import fit_collection, predict_graphs
     from competition.synthetic.world import generate_world
+    from fastslow.fitting import fit_collection, predict_graphs
     from models.registry import ModelParams, make_model
 
     if args.seeds < 1:

@@ -870,7 +870,7 @@ def main() -> None:
     else:
         data = Path(args.data)
         if not (data / "world.json").exists():
-            from competition.pipeline import resolve_data
+            from fastslow.pipeline import resolve_data
 
             resolve_data(None, data, progress=False)
         work = Path(tempfile.mkdtemp(prefix="fastslow-bench-gnn-"))

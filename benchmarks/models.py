@@ -23,9 +23,9 @@ from competition.collections import Collection, Split
 from competition.dataset import open_collection
 from competition.labels import graph_target
 from competition.metrics import graph_score
-from competition.pipeline import DEFAULT_SYNTH_DIR, resolve_data
 from competition.reader import list_graphs, load_graph
 from competition.workers import child_environment
+from fastslow.pipeline import DEFAULT_SYNTH_DIR, resolve_data
 from models.registry import make_model
 
 LAYOUT_COLLECTION = Collection.LAYOUT_NLP_RANDOM

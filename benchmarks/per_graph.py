@@ -35,7 +35,7 @@ from competition.opcodes import CONVOLUTION, DOT, RESHAPE
 from competition.protocol import DEFAULT_PROTOCOL
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
 from competition.stats import graph_noiseless_score, graph_oracle
-from competition.worlds import world_dir
+from fastslow.worlds import world_dir
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from competition.collections import Collection, Split
 from competition.metrics import graph_score
 from competition.npzio import NpzReader
 from competition.reader import DataRoot, find_data_root, list_graphs, load_graph, load_secret_runtime
-from competition.worlds import world_dir
+from fastslow.worlds import world_dir
 
 PARTS: tuple[str, ...] = ("own", "unary", "links", "own+unary")
 """The orderings scored beside the oracle: one term alone, and a decision's cost without its decision neighbours."""

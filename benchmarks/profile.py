@@ -79,10 +79,10 @@ def main() -> None:
     import torch
 
     from benchmarks.measure import head
-    from competition.cli import _literal
     from competition.collections import Collection
     from competition.dataset import open_collection
     from competition.reader import find_data_root
+    from fastslow.commands.params import literal as _literal
     from models.registry import make_model
 
     torch.set_num_threads(args.threads)

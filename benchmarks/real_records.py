@@ -37,7 +37,7 @@ more, their rank mean (equal weights) gets a row of its own, and so does the pip
 world's valid split as ``fastslow submit`` fits it.
 
 Worlds are generated once under ``--work-dir`` (``fastslow data synth``) and reused; each fit is saved under
-``--work-dir/runs/<digest of its key>/`` (:mod:`competition.saved_runs`: model, settings and data) and a finished one
+``--work-dir/runs/<digest of its key>/`` (:mod:`fastslow.saved_runs`: model, settings and data) and a finished one
 reused, so a second run only predicts. Nothing is written to ``runs/``.
 """
 
@@ -74,7 +74,7 @@ from competition.metrics import (
 )
 from competition.reader import DataRoot, LayoutGraph, TileGraph, find_data_root, list_graphs, load_graph
 from competition.real_records import LAYOUT_COLLECTION, featurize_records
-from competition.worlds import world_dir
+from fastslow.worlds import world_dir
 
 TILE = Collection.TILE_XLA
 RANDOM, COMPILER = "random", "compiler-default"
@@ -195,7 +195,7 @@ def random_tau_spread(runtime: npt.ArrayLike, orders: int = RANDOM_ORDERS, seed:
 def fit_folder(name: str, params: dict[str, Any], data: CollectionData, cache: Path) -> tuple[Path, dict[str, Any]]:
     """Where :func:`fit_cached` saves ``name`` fitted on ``data`` with ``params``, and the settings it fits with
     (a GNN's run and cache folders under ``cache``)."""
-    from competition.saved_runs import fit_key
+    from fastslow.saved_runs import fit_key
     from models.base import run_folder
     from models.registry import MODELS, hyper_parameters, make_model
 
@@ -211,13 +211,13 @@ def fit_cached(name: str, params: dict[str, Any], data: CollectionData, cache: P
     """``name`` fitted on ``data``, or the finished fit saved for the same model, settings and data.
 
     Each fit is saved in ``cache/<12 hex digits of its key>/<model>/<collection>/``
-    (:func:`competition.saved_runs.fit_key`, :func:`~competition.saved_runs.save_run`), a GNN's checkpoints beside
+    (:func:`fastslow.saved_runs.fit_key`, :func:`~fastslow.saved_runs.save_run`), a GNN's checkpoints beside
     it and its processed graphs in ``cache/processed``.
 
     Returns:
         ``(model, seconds)``; ``seconds`` is ``None`` when the saved fit was reused.
     """
-    from competition.saved_runs import reusable_run, save_run
+    from fastslow.saved_runs import reusable_run, save_run
     from models.registry import make_model
 
     folder, params = fit_folder(name, params, data, cache)
@@ -248,7 +248,7 @@ def make_worlds(scale: str, seeds: Sequence[int], base: Path) -> list[World]:
     worlds = []
     for seed in seeds:
         path = world_dir(scale, seed, base)
-        cmd = [sys.executable, "-m", "competition", "data", "synth", "--scale", scale, "--seed", str(seed),
+        cmd = [sys.executable, "-m", "fastslow", "data", "synth", "--scale", scale, "--seed", str(seed),
                "--out", str(path), "--force"]
         print(f"world {scale} seed {seed}: {shlex.join(['fastslow', *cmd[3:]])} (a complete current world is "
               "reused)", flush=True)
@@ -259,7 +259,7 @@ def make_worlds(scale: str, seeds: Sequence[int], base: Path) -> list[World]:
 
 def world_params(name: str, params: dict[str, Any], world: World, collection: Collection) -> dict[str, Any]:
     """``params`` with the model's quick settings under them on a quick-scale world, as the pipeline fits it."""
-    from competition.pipeline import QUICK_SCALES, with_quick_params
+    from fastslow.pipeline import QUICK_SCALES, with_quick_params
     from models.registry import ModelParams
 
     if world.root.world_scale not in QUICK_SCALES:
@@ -404,7 +404,7 @@ def world_ensemble(world: World, data: CollectionData, fitted: dict[str, Any], s
     ``stem``."""
     from competition.collections import submission_id
     from competition.labels import load_labels
-    from competition.pipeline import predict_graphs
+    from fastslow.fitting import predict_graphs
     from models.ensemble import PIPELINE_PARAMS, Ensemble
 
     collection = data.collection

@@ -362,9 +362,9 @@ def main() -> None:
     import torch
 
     from competition.collections import Collection
-    from competition.pipeline import default_jobs
     from competition.synthetic.world import generate_world
     from competition.workers import usable_cores
+    from fastslow.fitting import default_jobs
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device here (use --device cpu or auto)")

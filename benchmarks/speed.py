@@ -39,8 +39,8 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
 
     from competition.collections import Collection, Split
     from competition.dataset import open_collection
-    from competition.pipeline import predict_graphs
     from competition.reader import find_data_root
+    from fastslow.fitting import predict_graphs
     from models.registry import make_model
 
     torch.set_num_threads(1)

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from competition.collections import Collection, Split
+from competition.labels import GraphLabels, SplitLabels, graph_labels
 from competition.npzio import NpzReader
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
+from competition.reader import DataRoot, LayoutGraph, Listing, TileGraph, listed_graphs, load_graph
 
 Graph = TileGraph | LayoutGraph
 
@@ -74,6 +75,11 @@ class SplitGraphs(Sequence[Graph]):
         reading files: every file of the split is in :attr:`paths`."""
         return str(self._root.root)
 
+    def labels(self, protocol: ValidProtocol = DEFAULT_PROTOCOL) -> list[GraphLabels]:
+        """Each graph's labels, in order (:func:`competition.labels.graph_labels`: test labels from a synthetic
+        world's ``secret/`` tree), the valid split's on the configs ``protocol`` keeps."""
+        return [graph_labels(self._root, self.collection, self.split, p, protocol) for p in self.paths]
+
     def relpath(self, path: str | os.PathLike[str]) -> str:
         """``path`` relative to the data root, POSIX form: what names a file in the cache keys."""
         return Path(os.path.relpath(path, self._root.root)).as_posix()
@@ -92,14 +98,16 @@ class SplitGraphs(Sequence[Graph]):
         return out
 
 
-def open_split(root: DataRoot, collection: Collection | str, split: Split | str) -> SplitGraphs:
-    """The graphs of one collection and split of ``root``, the folder listed now (empty when it is missing).
+def open_split(root: DataRoot, collection: Collection | str, split: Split | str, *,
+               listing: Listing | None = None) -> SplitGraphs:
+    """The graphs of one collection and split of ``root``, the folder listed now (empty when it is missing), or
+    taken from ``listing`` (:class:`~competition.reader.Listing`) when given.
 
     Raises:
         OSError: the folder exists but cannot be listed.
     """
     collection, split = Collection(collection), Split(split)
-    return SplitGraphs(collection, split, tuple(list_graphs(root, collection, split)), root)
+    return SplitGraphs(collection, split, tuple(listed_graphs(root, collection, split, listing)), root)
 
 
 @dataclass(frozen=True)
@@ -137,7 +145,7 @@ class CollectionData:
 
 
 def open_collection(root: DataRoot, collection: Collection | str, *, eval_split: Split | None = Split.VALID,
-                    protocol: ValidProtocol = DEFAULT_PROTOCOL) -> CollectionData:
+                    protocol: ValidProtocol = DEFAULT_PROTOCOL, listing: Listing | None = None) -> CollectionData:
     """One collection of ``root``, each of its splits listed once, fitted on the train split.
 
     Args:
@@ -145,13 +153,14 @@ def open_collection(root: DataRoot, collection: Collection | str, *, eval_split:
         collection: the collection.
         eval_split: the split early stopping scores (``None``, or the train split, for none).
         protocol: the valid protocol.
+        listing: the root's folders as already listed (:class:`~competition.reader.Listing`); default: listed now.
 
     Raises:
         EvalIndicesError: the protocol's index files list a config index out of range for a valid graph (checked
             now, from the npz headers, before any model is fitted).
     """
     collection = Collection(collection)
-    splits = {s: open_split(root, collection, s) for s in Split}
+    splits = {s: open_split(root, collection, s, listing=listing) for s in Split}
     if protocol.indices is not None and collection.is_layout:
         valid = splits[Split.VALID]
         for stem, count in zip(valid.stems, valid.header_rows("config_runtime"), strict=True):
@@ -174,15 +183,16 @@ class Dataset:
 
     @classmethod
     def open(cls, root: DataRoot, collections: Sequence[Collection] | None = None, *,
-             eval_split: Split | None = Split.VALID, protocol: ValidProtocol = DEFAULT_PROTOCOL) -> Dataset:
+             eval_split: Split | None = Split.VALID, protocol: ValidProtocol = DEFAULT_PROTOCOL,
+             listing: Listing | None = None) -> Dataset:
         """The ``collections`` of ``root`` (default: all five) that hold train graphs, each listed once
-        (:func:`open_collection`).
+        (:func:`open_collection`), or taken from ``listing`` (:class:`~competition.reader.Listing`) when given.
 
         Raises:
             OSError: a folder exists but cannot be listed.
         """
         asked = list(Collection) if collections is None else [Collection(c) for c in collections]
-        opened = (open_collection(root, c, eval_split=eval_split, protocol=protocol) for c in asked)
+        opened = (open_collection(root, c, eval_split=eval_split, protocol=protocol, listing=listing) for c in asked)
         return cls(tuple(d for d in opened if len(d.train)))
 
     @property
@@ -206,3 +216,11 @@ class Dataset:
     def subset(self, collections: Sequence[Collection]) -> Dataset:
         """The same data, only ``collections`` (each must be held), in the order given."""
         return Dataset(tuple(self[c] for c in collections))
+
+    def labels(self, split: Split) -> SplitLabels:
+        """The labels of every graph of ``split`` in the collections held, from the files listed when the dataset
+        was opened (:meth:`SplitGraphs.labels`); the valid split's on each collection's protocol."""
+        split = Split(split)
+        protocol = self.parts[0].protocol if self.parts else DEFAULT_PROTOCOL
+        graphs = {Split.TRAIN: lambda d: d.train, Split.VALID: lambda d: d.valid, Split.TEST: lambda d: d.test}[split]
+        return SplitLabels(split, protocol, (g for d in self.parts for g in graphs(d).labels(d.protocol)))

@@ -10,7 +10,7 @@ EXIT_ERROR = 2
 
 
 class UsageError(SystemExit):
-    """A bad argument found after parsing: :func:`competition.cli.main` prints it as one line and exits with
+    """A bad argument found after parsing: :func:`fastslow.cli.main` prints it as one line and exits with
     :data:`EXIT_ERROR`, as argparse does for the errors it finds."""
 
     def __init__(self, message: str) -> None:

@@ -2,7 +2,7 @@
 changed since.
 
 A data file is named by its content wherever state is kept for it: the saved-run key
-(:func:`competition.saved_runs.data_key`), the processed-graph cache (:class:`features.cache.SourceFile`) and the
+(:func:`fastslow.saved_runs.data_key`), the processed-graph cache (:class:`features.cache.SourceFile`) and the
 GNN run's ``data_key`` all take :func:`content_digest`, so a file whose bytes change is another file to each of them,
 even at the same size and modification time (a file copied over another with its times kept, or rewritten and its
 mtime set back).

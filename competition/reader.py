@@ -284,6 +284,58 @@ def list_graphs(root: DataRoot, collection: Collection, split: Split) -> list[Pa
     return sorted((p for p in d.iterdir() if p.suffix == ".npz" and not _hidden(p.name)), key=lambda p: p.stem)
 
 
+@dataclass(frozen=True)
+class Listing:
+    """Every collection and split folder of a data root, listed once: what a run passes on instead of the root, so
+    that no later step lists a folder again (:func:`validate_root`, :func:`competition.submission.sample_problems`,
+    :meth:`competition.dataset.Dataset.open`).
+
+    Attributes:
+        root: the data root listed.
+        graphs: per (collection, split), :func:`list_graphs`'s files (empty for a missing folder, or one that could
+            not be listed).
+        errors: per (collection, split) whose folder exists but could not be listed, the error.
+    """
+
+    root: DataRoot
+    graphs: dict[tuple[Collection, Split], tuple[Path, ...]]
+    errors: dict[tuple[Collection, Split], OSError]
+
+    @classmethod
+    def of(cls, root: DataRoot) -> Listing:
+        """List every collection and split folder of ``root`` now."""
+        graphs: dict[tuple[Collection, Split], tuple[Path, ...]] = {}
+        errors: dict[tuple[Collection, Split], OSError] = {}
+        for c in Collection:
+            for s in Split:
+                try:
+                    graphs[(c, s)] = tuple(list_graphs(root, c, s))
+                except OSError as exc:
+                    graphs[(c, s)], errors[(c, s)] = (), exc
+        return cls(root, graphs, errors)
+
+    def paths(self, collection: Collection, split: Split) -> list[Path]:
+        """The files of one collection and split, as :func:`list_graphs` listed them.
+
+        Raises:
+            OSError: the folder could not be listed.
+        """
+        key = (Collection(collection), Split(split))
+        if key in self.errors:
+            raise self.errors[key]
+        return list(self.graphs[key])
+
+
+def listed_graphs(root: DataRoot, collection: Collection, split: Split, listing: Listing | None) -> list[Path]:
+    """The files of one collection and split: from ``listing`` when one is given (it must be of ``root``), else
+    listed now (:func:`list_graphs`)."""
+    if listing is None:
+        return list_graphs(root, collection, split)
+    if listing.root != root:
+        raise ValueError(f"a listing of {listing.root.root} given for {root.root}")
+    return listing.paths(collection, split)
+
+
 def collections_with_graphs(root: DataRoot, split: Split,
                             collections: Sequence[Collection] | None = None) -> list[Collection]:
     """The ``collections`` (default: all five), in order, whose ``split`` holds at least one graph.
@@ -336,6 +388,7 @@ def validate_root(
     splits: Sequence[Split] | None = None,
     *,
     synthetic: bool = False,
+    listing: Listing | None = None,
 ) -> list[DataFileError]:
     """Problems of a data root that no single file shows, each naming the folder or file concerned.
 
@@ -349,6 +402,7 @@ def validate_root(
         collections: the collections to check (default: all five).
         splits: the splits to check (default: all three).
         synthetic: the root is a synthetic world (``world.json``): test graphs need their secret files.
+        listing: the root's folders as already listed (:class:`Listing`); default: listed now.
 
     Returns:
         The problems, in collection and split order.
@@ -362,7 +416,7 @@ def validate_root(
         unlisted: list[DataFileError] = []
         for s in Split:
             try:
-                graphs[s] = list_graphs(root, c, s)
+                graphs[s] = listed_graphs(root, c, s, listing)
             except OSError as exc:
                 graphs[s] = []
                 if s in splits:

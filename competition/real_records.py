@@ -4,16 +4,13 @@ Two files of google-research-datasets/tpu_graphs (Apache License 2.0) live in ``
 with a README that gives their source, checksums and contents: :data:`TILE_RECORDS`, a ``TuningData`` of 10 real
 fused kernels with measured tile configs, and :data:`LAYOUT_RECORDS`, a ``ModuleTuningData`` of one real module
 with measured layout runs. :func:`featurize_records` writes them as a data root (one tile npz per kernel, one layout
-npz for the module, all in the train split) with the code of ``fastslow featurize``, once per content: the folder is
+npz for the module, all in the train split) with :func:`competition.hlo.export.featurize_files`, as ``fastslow featurize`` does, once per content: the folder is
 named by a digest of the records and of the featurizer's source, so a changed featurizer writes a new one.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import hashlib
-import io
 import os
 import shutil
 import tempfile
@@ -59,27 +56,18 @@ def featurize_records(base: str | os.PathLike[str]) -> Path:
 
     Raises:
         HloFormatError: the featurizer refused the records (one whose file would fail its checks among them).
-        RuntimeError: the featurizer ended with another exit code, with its output.
     """
-    from competition.hlo.cli import add_parser
+    from competition.hlo.export import featurize_files
 
     base = Path(base)
     root = base / f"real-records-{content_key()[:12]}"
     if root.is_dir():
         return root
     base.mkdir(parents=True, exist_ok=True)
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="command"))
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=base))
     try:
-        args = parser.parse_args(["featurize", "--tile-records", str(TILE_RECORDS), "--layout-records",
-                                  str(LAYOUT_RECORDS), "--collection", LAYOUT_COLLECTION.value, "--out", str(tmp)])
-        said = io.StringIO()
-        with contextlib.redirect_stdout(said):
-            code = args.func(args)
-        if code != 0:
-            raise RuntimeError(f"featurizing {TILE_RECORDS.name} and {LAYOUT_RECORDS.name} gave exit code {code}:\n"
-                               f"{said.getvalue()}")
+        featurize_files(tile_records=[TILE_RECORDS], layout_records=[LAYOUT_RECORDS],
+                        collection=LAYOUT_COLLECTION.value, out=tmp, echo=lambda line: None)
         try:
             tmp.rename(root)
         except OSError:

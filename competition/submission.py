@@ -43,7 +43,7 @@ from competition.metrics import (
 )
 from competition.npzio import NpzReader, atomic_write_text
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, list_graphs
+from competition.reader import DataRoot, Listing, list_graphs, listed_graphs
 
 HEADER = ("ID", "TopConfigs")
 MAX_LISTED = 5  # indices named per problem message
@@ -765,7 +765,8 @@ def _refuse_long_lines(path: Path, lines: _Lines) -> None:
                             f"line {line}: {chars:,} characters")
 
 
-def sample_problems(root: DataRoot, collections: Iterable[Collection] | None = None) -> list[DataFileError]:
+def sample_problems(root: DataRoot, collections: Iterable[Collection] | None = None, *,
+                    listing: Listing | None = None) -> list[DataFileError]:
     """What is wrong between ``sample_submission.csv`` and the test split (empty: nothing, or no sample file).
 
     The sample lists the IDs a submission must have: each needs its test file, and a test file it does not list
@@ -774,6 +775,7 @@ def sample_problems(root: DataRoot, collections: Iterable[Collection] | None = N
     Args:
         root: the data root.
         collections: the collections to compare (default: all five).
+        listing: the root's folders as already listed (:class:`~competition.reader.Listing`); default: listed now.
     """
     if root.sample_submission is None:
         return []
@@ -788,7 +790,7 @@ def sample_problems(root: DataRoot, collections: Iterable[Collection] | None = N
     out: list[DataFileError] = []
     for c in Collection if collections is None else [Collection(x) for x in collections]:
         folder = root.collection_dir(c, Split.TEST)
-        files = {p.stem for p in list_graphs(root, c, Split.TEST)}
+        files = {p.stem for p in listed_graphs(root, c, Split.TEST, listing)}
         missing = sorted(listed.get(c, set()) - files)
         if missing:
             out.append(DataFileError(root.sample_submission, None, f"a test file for every {c.value} ID listed",

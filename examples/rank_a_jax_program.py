@@ -29,7 +29,7 @@ def program():
 
 def fastslow(*args: str) -> None:
     print("$ fastslow", " ".join(args), flush=True)
-    subprocess.run([sys.executable, "-m", "competition.cli", *args], check=True)
+    subprocess.run([sys.executable, "-m", "fastslow.cli", *args], check=True)
 
 
 def main() -> int:

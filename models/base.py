@@ -146,7 +146,7 @@ class RankingModel(abc.ABC):
     def source_digests(self, collection: Collection) -> dict[str, str]:
         """The files besides the data whose content a fit of ``collection`` starts from, each by the setting naming
         it, as its SHA-256 (the GNN's ``train.init_from``): part of a saved fit's key
-        (:func:`competition.saved_runs.fit_key`), so that other content at the same path is another fit. None by
+        (:func:`fastslow.saved_runs.fit_key`), so that other content at the same path is another fit. None by
         default.
 
         Raises:
@@ -156,7 +156,7 @@ class RankingModel(abc.ABC):
 
     def work_factor(self, collection: Collection) -> float:
         """How much more fitting ``collection`` costs with this model's hyper-parameters than with the settings the
-        pipeline's per-collection size measure (:func:`competition.pipeline.collection_weights`) stands for: the
+        pipeline's per-collection size measure (:func:`fastslow.fitting.collection_weights`) stands for: the
         time budget shares a model's time out across collections by that measure times this. 1 by default."""
         return 1.0
 
@@ -174,7 +174,7 @@ class RankingModel(abc.ABC):
         Args:
             path: destination (conventionally ``*.json``).
             extra: more top-level entries (plain JSON data) for what keeps records beside the model (a saved
-                run's ``fit``: :mod:`competition.saved_runs`); the loader reads past them.
+                run's ``fit``: :mod:`fastslow.saved_runs`); the loader reads past them.
 
         Returns:
             The destination path.

@@ -26,7 +26,7 @@ def _session_runs_dir(tmp_path_factory: pytest.TempPathFactory):
     """``fastslow submit`` saves every model's fit in ``runs/`` of the working directory by default, and reuses a
     finished one: in the tests, in a folder of the session's instead (for fixtures of a wider scope than a test), so
     that no test writes into the checkout's ``runs/`` nor reuses a run from it."""
-    from competition import pipeline
+    from fastslow import pipeline
 
     patch = pytest.MonkeyPatch()
     patch.setattr(pipeline, "DEFAULT_RUNS_DIR", tmp_path_factory.mktemp("session-runs"))
@@ -38,7 +38,7 @@ def _session_runs_dir(tmp_path_factory: pytest.TempPathFactory):
 def _test_runs_dir(_session_runs_dir: None, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """Each test's ``fastslow submit`` and ``predict`` use a runs folder of their own (not under ``tmp_path``, which
     some tests list): no test reuses another's fits."""
-    from competition import pipeline
+    from fastslow import pipeline
 
     monkeypatch.setattr(pipeline, "DEFAULT_RUNS_DIR", tmp_path_factory.mktemp("runs"))
 

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 from competition.budget import TimeBudget, concurrent_slots, format_seconds, parse_duration
-from competition.cli import main
 from competition.collections import Collection, Split
 from competition.dataset import Dataset, open_collection
 from competition.labels import load_labels
 from competition.metrics import graph_score
-from competition.pipeline import run_pipeline
-from competition.progress import LineWriter, line_progress
 from competition.protocol import ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph
 from competition.submission import read_submission, submission_id, validate_submission
+from fastslow.cli import main
+from fastslow.pipeline import run_pipeline
+from fastslow.progress import LineWriter, line_progress
 from models.gbdt import GBDTModel
 from models.gnn.model import GNNModel
 
@@ -157,7 +157,7 @@ def _slots(out: str) -> dict[str, float]:
 def test_concurrent_fits_share_the_budget_largest_first(tiny_world: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]):
-    from competition.pipeline import predict_split
+    from fastslow.fitting import predict_split
     from models.registry import ModelParams
 
     monkeypatch.chdir(tmp_path)
@@ -178,7 +178,7 @@ def test_concurrent_fits_share_the_budget_largest_first(tiny_world: Path, tmp_pa
 def test_a_concurrent_fit_that_ends_early_leaves_its_time_to_the_next(tiny_world: Path, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch,
                                                                        capsys: pytest.CaptureFixture[str]):
-    from competition.pipeline import predict_split
+    from fastslow.fitting import predict_split
     from models.registry import ModelParams
 
     monkeypatch.chdir(tmp_path)
@@ -208,7 +208,7 @@ def test_line_progress_wraps_a_terminal_too(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr("sys.stderr", terminal)
     monkeypatch.setenv("TQDM_MININTERVAL", "")  # so that monkeypatch restores what was there before
     monkeypatch.delenv("TQDM_MININTERVAL")
-    from competition.progress import line_progress_when_logged
+    from fastslow.progress import line_progress_when_logged
 
     assert not line_progress_when_logged()  # a terminal redraws bars in place
     assert line_progress() and not line_progress()  # forced once; wrapped already the second time
@@ -245,7 +245,7 @@ def test_work_factors_of_the_gnn_settings():
 
 def test_a_models_time_is_shared_by_collection_size_times_its_work(tiny_world: Path, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]):
-    from competition.pipeline import predict_split
+    from fastslow.fitting import predict_split
     from models.registry import ModelParams
 
     first, second = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM

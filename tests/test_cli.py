@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import build_parser, main
 from competition.collections import Collection
+from fastslow.cli import build_parser, main
 
 
 def _subparsers(parser):
@@ -31,7 +31,7 @@ def test_every_option_has_help():
 
 
 def test_module_entry_point_prints_help():
-    res = subprocess.run([sys.executable, "-m", "competition", "data", "synth", "--help"],
+    res = subprocess.run([sys.executable, "-m", "fastslow", "data", "synth", "--help"],
                          capture_output=True, text=True, check=True)
     for opt in ("--scale", "--out", "--seed", "--collections", "--limit", "--force"):
         assert opt in res.stdout

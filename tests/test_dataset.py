@@ -40,15 +40,15 @@ def root(tmp_path: Path) -> DataRoot:
 
 @pytest.fixture
 def listings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Collection, Split]]:
-    """Every folder the dataset module lists, in order."""
+    """Every folder listed (:func:`competition.reader.list_graphs`), in order."""
     calls: list[tuple[Collection, Split]] = []
-    real = dataset_module.list_graphs
+    real = reader_module.list_graphs
 
     def counting(root: DataRoot, collection: Collection, split: Split) -> list[Path]:
         calls.append((Collection(collection), Split(split)))
         return real(root, collection, split)
 
-    monkeypatch.setattr(dataset_module, "list_graphs", counting)
+    monkeypatch.setattr(reader_module, "list_graphs", counting)
     return calls
 
 
@@ -189,7 +189,6 @@ def test_fitting_lists_no_folder(tiny_world: Path, tmp_path: Path, monkeypatch: 
         raise AssertionError("a folder listed while fitting")
 
     monkeypatch.setattr(reader_module, "list_graphs", refuse)
-    monkeypatch.setattr(dataset_module, "list_graphs", refuse)
     gnn = {"epochs": 1, "hidden": 8, "seeds": 1, "steps_per_graph": 1, "runs_dir": None,
            "cache_dir": str(tmp_path / "cache"), "device": "cpu"}
     for part in data:
@@ -203,8 +202,8 @@ def test_fitting_lists_no_folder(tiny_world: Path, tmp_path: Path, monkeypatch: 
 
 
 def test_fit_collections_holds_saves_then_predicts(tiny_world: Path) -> None:
-    from competition.pipeline import fit_collections
     from competition.submission import submission_id
+    from fastslow.fitting import fit_collections
 
     data = Dataset.open(find_data_root(tiny_world), [TILE, NLP])
     events: list[str] = []
@@ -250,8 +249,8 @@ def test_fit_collections_holds_saves_then_predicts(tiny_world: Path) -> None:
 def test_predict_graphs_scores_the_chosen_graphs_on_the_protocols_configs(tiny_world: Path) -> None:
     import numpy as np
 
-    from competition.pipeline import predict_graphs
     from competition.submission import submission_id
+    from fastslow.fitting import predict_graphs
     from models.registry import make_model
 
     part = Dataset.open(find_data_root(tiny_world), [NLP])[NLP]
@@ -279,20 +278,30 @@ def test_predict_graphs_scores_the_chosen_graphs_on_the_protocols_configs(tiny_w
 
 def test_train_and_submit_fit_through_the_same_function(tiny_world: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import competition.pipeline as pipeline
-    from competition.cli import main
+    import fastslow.fitting as fitting
+    import fastslow.pipeline as pipeline
+    from fastslow.cli import main
 
     monkeypatch.chdir(tmp_path)
     called: list[tuple[str, list[Collection]]] = []
-    real = pipeline.fit_collections
+    real = fitting.fit_collections
 
-    def spy(model_name: str, data: Dataset, **kw: typing.Any) -> typing.Iterator[pipeline.CollectionFit]:
+    def spy(model_name: str, data: Dataset, **kw: typing.Any) -> typing.Iterator[fitting.CollectionFit]:
         called.append((model_name, data.collections))
         return real(model_name, data, **kw)
 
-    monkeypatch.setattr(pipeline, "fit_collections", spy)
+    monkeypatch.setattr(fitting, "fit_collections", spy)
     assert main(["train", "--data", str(tiny_world), "--model", "random", "--collections", "tile:xla",
                  "--runs-dir", str(tmp_path / "runs"), "--no-progress"]) == 0
     assert called == [("random", [TILE])]
     pipeline.run_pipeline(tiny_world, models=["random"], out_dir=tmp_path / "out", progress=False, jobs=1)
     assert called[1:] == [("random", list(Collection))]
+
+
+def test_a_pipeline_run_lists_each_folder_once(tiny_world: Path, tmp_path: Path, listings: list) -> None:
+    """``run_pipeline`` opens the data once (:func:`fastslow.pipeline.open_data`): the checks, the dataset, the
+    valid and test labels and the submission's validation all take its listing; no folder is listed twice."""
+    from fastslow.pipeline import run_pipeline
+
+    run_pipeline(tiny_world, models=["random", "default-first"], out_dir=tmp_path / "out", progress=False, jobs=1)
+    assert sorted(listings) == sorted((c, s) for c in Collection for s in Split)

@@ -15,10 +15,10 @@ def test_the_first_network_of_the_ensemble_scores_as_a_one_network_fit(tiny_worl
     from competition.collections import Collection, Split
     from competition.dataset import Dataset
     from competition.labels import load_labels
-    from competition.pipeline import fit_collection, predict_graphs
     from competition.protocol import DEFAULT_PROTOCOL
     from competition.reader import find_data_root
     from competition.submission import score_predictions
+    from fastslow.fitting import fit_collection, predict_graphs
     from models.registry import ModelParams, make_model
 
     out = tmp_path / "sizes.json"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import main
+from fastslow.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rank_a_jax_program.py"
 

@@ -1,6 +1,6 @@
 """``fastslow kaggle download|submit``: credentials, HTTP errors, validation before sending, atomic unpacking.
 
-No test touches the network: the Kaggle API is replaced at its one seam, ``competition.kaggle._api``.
+No test touches the network: the Kaggle API is replaced at its one seam, ``fastslow.kaggle._api``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-import competition.kaggle as kg
+import fastslow.kaggle as kg
 from competition.collections import Collection, Split
 from competition.reader import find_data_root
 from competition.submission import validate_submission
@@ -98,8 +98,8 @@ def no_api(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture(scope="module")
 def valid_submission(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from competition.dataset import Dataset
-    from competition.pipeline import predict_split
     from competition.submission import write_submission
+    from fastslow.fitting import predict_split
 
     root = find_data_root(tiny_world)
     preds = predict_split("random", Dataset.open(root), progress=False)

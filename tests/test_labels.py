@@ -20,7 +20,6 @@ from competition.errors import DataFileError
 from competition.labels import HiddenLabelsError, graph_target, load_labels, ranking_target
 from competition.metrics import graph_score
 from competition.npzio import NpzReader, write_npz
-from competition.pipeline import run_pipeline
 from competition.protocol import ValidProtocol
 from competition.reader import find_data_root, list_graphs, load_graph, load_secret_runtime
 from competition.stats import graph_oracle, oracle_scores
@@ -34,6 +33,7 @@ from competition.submission import (
     submission_orders,
     write_submission,
 )
+from fastslow.pipeline import run_pipeline
 
 TILE = Collection.TILE_XLA
 NR = Collection.LAYOUT_NLP_RANDOM

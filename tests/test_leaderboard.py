@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from competition.collections import Collection
-from competition.leaderboard import COLUMNS, append_row, format_leaderboard, read_rows, save_plot
+from fastslow.board import COLUMNS, append_row, format_leaderboard, read_rows, save_plot
 
 
 def _submission(tmp_path: Path, text: str) -> Path:

@@ -84,3 +84,8 @@ def test_notebook_runs_on_the_tiny_world(tiny_world: Path, tmp_path: Path, kerne
     assert {"leaderboard.csv", "submission.csv", "valid-default-first.csv", "valid-random.csv"} <= written
     head = nb.cells[-1].outputs[-1]
     assert head.output_type == "execute_result" and "TopConfigs" in head.data["text/plain"]
+    # Step 3 goes through the notebook API (`fastslow.submit`) and shows its table of valid scores.
+    fit = next(c for c in nb.cells if c.cell_type == "code" and "fastslow.submit(" in c.source)
+    table = fit.outputs[-1]
+    assert table.output_type == "execute_result" and "text/html" in table.data
+    assert all(word in table.data["text/plain"] for word in ("combined", "random", "default-first", "tile:xla"))

@@ -15,11 +15,9 @@ import torch
 from scipy.stats import kendalltau
 
 from competition import protocol as protocol_module
-from competition.cli import main
 from competition.collections import Collection, Split, submission_id
 from competition.dataset import Dataset
 from competition.labels import load_labels
-from competition.leaderboard import format_leaderboard, read_rows
 from competition.metrics import graph_score, order_to_ranks
 from competition.protocol import (
     DEFAULT_PROTOCOL,
@@ -31,6 +29,8 @@ from competition.protocol import (
 )
 from competition.reader import find_data_root
 from competition.submission import read_submission, score_submission, validate_submission, write_submission
+from fastslow.board import format_leaderboard, read_rows
+from fastslow.cli import main
 from features.cache import pipeline_hash
 from tests.test_reader import layout_arrays, write
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_OK
-from competition.pipeline import ENSEMBLE
+from fastslow.cli import EXIT_ERROR, EXIT_OK
+from fastslow.pipeline import ENSEMBLE
 from models import settings as settings_tree
 from models.ensemble import Ensemble
 from models.params import Param

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from competition.cli import main
 from competition.collections import Collection, Split
 from competition.dataset import open_collection
 from competition.reader import find_data_root
+from fastslow.cli import main
 from models import settings as settings_tree
 from models.gbdt import GBDTModel
 from models.gnn.config import DEFAULTS, GNNConfig
@@ -60,7 +60,7 @@ def test_collection_defaults_and_the_quick_settings_that_undo_them(capsys: pytes
     (COLLECTION_DEFAULTS), the others their kind's one network of 8; a value given wins; the quick settings give the
     xla collections the kind's values back, and the pipeline puts them under what the user gives, for every
     collection or for one."""
-    from competition.pipeline import with_quick_params
+    from fastslow.pipeline import with_quick_params
     from models.base import RankingModel
     from models.gnn.config import COLLECTION_PRESETS, default_config, quick_settings
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from competition.cli import main
 from competition.collections import Collection, Split
 from competition.errors import DataFileError
 from competition.labels import load_labels
-from competition.leaderboard import COLUMNS, append_row, read_rows
-from competition.pipeline import run_pipeline
 from competition.reader import find_data_root, list_graphs
 from competition.submission import read_submission, score_submission, validate_submission
+from fastslow.board import COLUMNS, append_row, read_rows
+from fastslow.cli import main
+from fastslow.pipeline import run_pipeline
 from models.baselines import DefaultFirstModel
 from models.ensemble import Ensemble
 from models.registry import default_models, ensemble_members
@@ -68,7 +68,7 @@ def test_explicit_data_that_is_not_data_fails(tmp_path: Path, capsys: pytest.Cap
 
 def test_evaluate_prints_models_side_by_side_with_the_oracle(tiny_world: Path, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]):
-    from competition.pipeline import evaluate_models
+    from fastslow.pipeline import evaluate_models
 
     res = evaluate_models(tiny_world, models=["random", "default-first"], out_dir=tmp_path, progress=False)
     assert set(res.reports) == set(res.oracle) == {Split.VALID, Split.TEST}
@@ -161,7 +161,7 @@ _QUICK_GNN = {"epochs": 1, "seeds": 1, "runs_dir": None}  # no run folder: nothi
 
 def _quick_split(root, collections, jobs: int, **kw):
     from competition.dataset import Dataset
-    from competition.pipeline import predict_split
+    from fastslow.fitting import predict_split
     from models.registry import ModelParams
 
     return predict_split("gnn-attn", Dataset.open(root, collections), params=ModelParams(common=_QUICK_GNN),
@@ -171,10 +171,10 @@ def _quick_split(root, collections, jobs: int, **kw):
 def test_concurrent_fits_predict_what_one_fit_at_a_time_does(tiny_world: Path, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]):
-    import competition.pipeline as pipeline
+    import fastslow.fitting as fitting
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)  # one torch thread per process, as in this test's
+    monkeypatch.setattr(fitting, "usable_cores", lambda: 2)  # one torch thread per process, as in this test's
     root = find_data_root(tiny_world)
     collections = [Collection.TILE_XLA, Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM]
     settings = tmp_path / "settings.json"
@@ -216,11 +216,11 @@ def test_only_cpu_gnn_fits_run_concurrently():
 
 
 def test_default_jobs_is_the_usable_cores_at_most_the_cap(monkeypatch: pytest.MonkeyPatch):
-    import competition.pipeline as pipeline
+    import fastslow.fitting as fitting
 
-    for cores, jobs in [(1, 1), (2, 2), (pipeline.MAX_AUTO_JOBS + 3, pipeline.MAX_AUTO_JOBS)]:
-        monkeypatch.setattr(pipeline, "usable_cores", lambda cores=cores: cores)
-        assert pipeline.default_jobs() == jobs
+    for cores, jobs in [(1, 1), (2, 2), (fitting.MAX_AUTO_JOBS + 3, fitting.MAX_AUTO_JOBS)]:
+        monkeypatch.setattr(fitting, "usable_cores", lambda cores=cores: cores)
+        assert fitting.default_jobs() == jobs
 
 
 def test_jobs_option_refuses_what_is_not_a_positive_count(capsys: pytest.CaptureFixture[str]):

@@ -13,9 +13,9 @@ import pytest
 from competition.collections import Collection, Split
 from competition.dataset import open_collection
 from competition.errors import DataFileError
-from competition.pipeline import fit_collection
-from competition.predict import Combination, predict_targets, split_targets
 from competition.reader import find_data_root, list_graphs, load_graph
+from fastslow.fitting import fit_collection
+from fastslow.inference import Combination, predict_targets, split_targets
 from models.registry import make_model
 from tests.reliability.helpers import one_line, run
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from competition.collections import Collection
-from competition.leaderboard import read_rows
-from competition.report import add_parser, build_report, read_curves
+from fastslow.board import read_rows
+from fastslow.report import add_parser, build_report, read_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CURVES = ("epoch,train_loss,valid_metric,lr,seconds\n"
@@ -78,7 +78,7 @@ def built(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     Returns:
         ``(index.html, leaderboard CSV, work folder)``.
     """
-    from competition.pipeline import run_pipeline
+    from fastslow.pipeline import run_pipeline
 
     work = tmp_path_factory.mktemp("report")
     board = work / "lb.csv"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from competition.collections import Collection, Split
-from competition.pipeline import Evaluation
-from competition.worlds import Cell, evaluate_worlds, summarize, world_dir
+from fastslow.pipeline import Evaluation
+from fastslow.worlds import Cell, evaluate_worlds, summarize, world_dir
 
 XD, NR = Collection.LAYOUT_XLA_DEFAULT, Collection.LAYOUT_NLP_RANDOM
 
@@ -78,7 +78,7 @@ def test_evaluate_worlds_end_to_end_on_two_tiny_worlds(tmp_path: Path, capsys: p
 
 
 def test_cli_refuses_world_seeds_with_data_or_twice(tiny_world: Path, capsys: pytest.CaptureFixture[str]):
-    from competition.cli import main
+    from fastslow.cli import main
 
     for args, expected in ((["--world-seeds", "0", "--data", str(tiny_world)], "give it or --data, not both"),
                            (["--world-seeds", "3", "3"], "a seed is given twice (3 3)")):
@@ -91,7 +91,7 @@ def test_cli_refuses_world_seeds_with_data_or_twice(tiny_world: Path, capsys: py
 
 def test_cli_evaluates_over_world_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch):
-    from competition.cli import main
+    from fastslow.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["evaluate", "--world-seeds", "0", "2", "--scale", "tiny", "--models", "default-first",

@@ -11,7 +11,7 @@ The modules, in the order data flows through them:
 - :mod:`competition.hlo.features`: the feature writer, a module turned into the graph arrays of the format (the
   one both real programs and the synthetic world go through);
 - :mod:`competition.hlo.featurize`: modules and records turned into layout and tile npz files;
-- :mod:`competition.hlo.cli`: the ``fastslow featurize`` command.
+- :mod:`competition.hlo.export`: programs and records written as npz files (what ``fastslow featurize`` runs).
 
 Nothing here imports jax: the tests lower their JAX programs themselves.
 """

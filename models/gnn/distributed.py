@@ -1,7 +1,7 @@
 """Data-parallel GNN training and prediction over several processes with ``torch.distributed``, as ``torchrun``
 launches them: one process (a *rank*) per GPU, or several on the CPU, on one machine or several.
 
-``torchrun --nproc-per-node N -m competition train ...`` (or ``fastslow train --nproc N ...``, which runs torchrun
+``torchrun --nproc-per-node N -m fastslow train ...`` (or ``fastslow train --nproc N ...``, which runs torchrun
 through :func:`launch`) starts N copies of the command. Each finds ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` in its environment and joins the process group with :func:`init`: ``nccl`` when
 it trains on CUDA (one GPU per local rank), ``gloo`` on the CPU. What the ranks then do together:
@@ -331,8 +331,8 @@ def collectives(what: str) -> Iterator[None]:
 # -- launching ----------------------------------------------------------------------------------------------------
 
 
-def launch(nproc: int, argv: Sequence[str], *, verbose: bool = False) -> None:
-    """Run ``python -m competition ARGV`` as ``nproc`` ranks on this machine through torchrun
+def launch(nproc: int, module: str, argv: Sequence[str], *, verbose: bool = False) -> None:
+    """Run ``python -m MODULE ARGV`` (the caller's entry point) as ``nproc`` ranks on this machine through torchrun
     (``torch.distributed.run`` with a standalone rendezvous on a free port) and wait for them.
 
     Each rank gets ``OMP_NUM_THREADS`` = cores / ``nproc`` unless it is set. torchrun's own log lines are shown
@@ -349,7 +349,7 @@ def launch(nproc: int, argv: Sequence[str], *, verbose: bool = False) -> None:
     if nproc < 1:
         raise DistributedSetupError(f"--nproc {nproc}: expected 1 or more processes")
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    config = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", "--module", "competition",
+    config = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", "--module", module,
                                            *argv])
     # torchrun's loggers each have their own level: quiet them one by one (the ranks' own output is untouched).
     quiet = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)

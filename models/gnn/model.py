@@ -98,7 +98,7 @@ log = logging.getLogger(__name__)
 
 MAX_NODE_COLUMNS = 100_000
 """The most node feature columns a saved GNN may declare (``settings_.num_features``, ``columns_.num_columns``): far
-above what its feature pipeline gives; :func:`competition.saved_runs.feature_problem` then checks the exact width
+above what its feature pipeline gives; :func:`fastslow.saved_runs.feature_problem` then checks the exact width
 against the graphs predicted."""
 
 MAX_EPOCHS = 100_000

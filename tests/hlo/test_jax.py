@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from competition import Collection, Split
-from competition.cli import main
 from competition.hlo.features import featurize
 from competition.hlo.proto import read_module_proto
 from competition.hlo.text import parse_hlo_text
 from competition.reader import find_data_root, list_graphs, load_graph, validate_file, validate_root
+from fastslow.cli import main
 
 pytest.importorskip("jax")
 

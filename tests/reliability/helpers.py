@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import main
+from fastslow.cli import main
 
 
 def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_OK, EXIT_PROBLEMS, main
 from competition.collections import Collection, Split
 from competition.npzio import NpzReader
 from competition.reader import find_data_root, list_graphs
+from fastslow.cli import EXIT_ERROR, EXIT_OK, EXIT_PROBLEMS, main
 
 TILE = Collection.TILE_XLA
 XD = Collection.LAYOUT_XLA_DEFAULT

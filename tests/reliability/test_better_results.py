@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import competition.pipeline as pipeline
-from competition.cli import EXIT_ERROR, EXIT_OK
-from competition.promotion import SubmissionRecord, promote, read_record
+import fastslow.pipeline as pipeline
+from fastslow.cli import EXIT_ERROR, EXIT_OK
+from fastslow.promotion import SubmissionRecord, promote, read_record
 from tests.reliability.helpers import run
 
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from competition.cli import main
 from competition.collections import Collection, Split
 from competition.dataset import open_collection, open_split
 from competition.reader import find_data_root
+from fastslow.cli import main
 from features.cache import FORMAT_VERSION, ProcessedGraphs, pipeline_description
 from features.transforms import PruneToConfigurable
 from models.base import load_model

@@ -15,8 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import competition.cli as cli
-from competition.cli import (
+import fastslow.commands.data as data_commands
+from competition.collections import Collection, Split
+from competition.errors import DataFileError
+from competition.reader import find_data_root, list_graphs
+from competition.submission import submission_id
+from fastslow.board import COLUMNS, read_rows
+from fastslow.cli import (
     EXIT_BUG,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -25,11 +30,6 @@ from competition.cli import (
     INTERRUPTED,
     main,
 )
-from competition.collections import Collection, Split
-from competition.errors import DataFileError
-from competition.leaderboard import COLUMNS, read_rows
-from competition.reader import find_data_root, list_graphs
-from competition.submission import submission_id
 from tests.reliability.helpers import default_signals, one_line, run
 
 
@@ -308,7 +308,7 @@ def test_an_error_of_a_component_is_one_line_and_verbose_adds_the_traceback(kind
     def fails(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("competition.pipeline.run_pipeline", fails)
+    monkeypatch.setattr("fastslow.pipeline.run_pipeline", fails)
     code, _, err = run(["submit", "--out-dir", tmp_path / "s", "--no-progress"], capsys)
     assert code == EXIT_ERROR and one_line(err) == f"error: {message}"
     code, _, err = run(["submit", "--out-dir", tmp_path / "s", "--no-progress", "--verbose"], capsys)
@@ -319,7 +319,7 @@ def test_a_bug_prints_its_traceback_and_says_so(tiny_world, capsys, monkeypatch)
     def broken(args):
         return 1 // 0
 
-    monkeypatch.setattr(cli, "_cmd_where", broken)
+    monkeypatch.setattr(data_commands, "_cmd_where", broken)
     code, _, err = run(["data", "where", "--data", tiny_world], capsys)
     assert code == EXIT_BUG
     assert err.startswith("Traceback") and "ZeroDivisionError" in err
@@ -340,7 +340,7 @@ def test_help_documents_the_exit_codes(capsys):
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path):
     out = tmp_path / "w"
-    proc = subprocess.Popen([sys.executable, "-m", "competition", "data", "synth", "--scale", "demo", "--out",
+    proc = subprocess.Popen([sys.executable, "-m", "fastslow", "data", "synth", "--scale", "demo", "--out",
                              str(out), "--workers", "2", "--no-progress"], cwd=tmp_path, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 120
@@ -355,7 +355,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path):
 
 def test_output_piped_into_head_ends_quietly(tmp_path: Path):
     board = _board(tmp_path / "lb.csv", rows=3000)  # far more than a pipe holds
-    proc = subprocess.Popen([sys.executable, "-m", "competition", "leaderboard", "--leaderboard", str(board),
+    proc = subprocess.Popen([sys.executable, "-m", "fastslow", "leaderboard", "--leaderboard", str(board),
                              "--top", "3000", "--plot", str(tmp_path / "p.png")], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.readline().split()[:2] == [b"#", b"combined"]

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from competition.cli import EXIT_ERROR
 from competition.npzio import atomic_write_stream
+from fastslow.cli import EXIT_ERROR
 
 FULL = "no space left on the device: free some space and re-run the same command"
 SIZE = 8 * 1024 * 1024
@@ -100,7 +100,7 @@ def small_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SmallFs
 
 def fastslow(cwd: Path, *argv: object) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "competition", *map(str, argv)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -64,7 +64,7 @@ def test_featurize_refuses_an_unclosed_brace_at_once(tmp_path: Path) -> None:
     src.write_text(program(8000, edit=UNCLOSED_BRACE))
     out = tmp_path / "out"
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "competition", "featurize", str(src), "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "fastslow", "featurize", str(src), "--out", str(out)],
                           capture_output=True, text=True, timeout=60)
     elapsed = time.monotonic() - start
     assert done.returncode == 2, done.stderr

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from competition import limits
-from competition.cli import EXIT_ERROR
 from competition.hlo.featurize import sample_tiles, seeded_rng
 from competition.hlo.proto import COMPUTATION, INSTRUCTION, SHAPE, write_module_proto
 from competition.hlo.records import (
@@ -27,6 +26,7 @@ from competition.hlo.records import (
 )
 from competition.hlo.text import parse_hlo_text
 from competition.hlo.wire import encode
+from fastslow.cli import EXIT_ERROR
 from models.gbdt import MAX_NUM_LEAVES, MAX_TREE_LEAVES
 from tests.hlo.conftest import HAND_HLO
 from tests.reliability.helpers import one_line, run, snapshot
@@ -41,7 +41,7 @@ def limited(argv: list[object], *, memory: float, timeout: float, cwd: Path) -> 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (int(memory * GB), int(memory * GB)))
 
-    return subprocess.run([sys.executable, "-m", "competition", *map(str, argv)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], capture_output=True, text=True,
                           timeout=timeout, preexec_fn=cap, cwd=cwd)
 
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection
-from competition.leaderboard import COLUMNS, OPTIONAL_COLUMNS, append_row, read_rows
+from fastslow.board import COLUMNS, OPTIONAL_COLUMNS, append_row, read_rows
 
 RUNS = 16
 
 
 def test_sixteen_concurrent_score_runs_keep_sixteen_rows(tiny_world: Path, perfect: Path, tmp_path: Path):
     board = tmp_path / "leaderboard.csv"
-    runs = [subprocess.Popen([sys.executable, "-m", "competition", "score", str(perfect), "--data", str(tiny_world),
+    runs = [subprocess.Popen([sys.executable, "-m", "fastslow", "score", str(perfect), "--data", str(tiny_world),
                               "--leaderboard", str(board), "--producer", f"run{i}"],
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for i in range(RUNS)]

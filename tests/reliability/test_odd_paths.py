@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_PROBLEMS
 from competition.collections import Collection, Split
-from competition.leaderboard import read_rows
 from competition.npzio import (
     _temp_prefix,
     atomic_write_text,
@@ -28,6 +26,8 @@ from competition.npzio import (
     temp_sibling,
 )
 from competition.reader import find_data_root, list_graphs
+from fastslow.board import read_rows
+from fastslow.cli import EXIT_ERROR, EXIT_PROBLEMS
 from tests.reliability.helpers import one_line, run
 
 TOO_LONG = "file name too long: choose a shorter path"
@@ -140,7 +140,7 @@ def test_a_folder_given_as_the_submission_is_one_of_its_problems(tiny_world, tmp
 
 def test_dev_zero_is_refused_not_read(tiny_world, tmp_path):
     """In a process of its own: were it read, it would be read until memory ran out."""
-    done = subprocess.run([sys.executable, "-m", "competition", "validate", "/dev/zero", "--data", str(tiny_world)],
+    done = subprocess.run([sys.executable, "-m", "fastslow", "validate", "/dev/zero", "--data", str(tiny_world)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == EXIT_ERROR and done.stdout == ""
     assert one_line(done.stderr) == "error: /dev/zero: expected a file; found a character device"

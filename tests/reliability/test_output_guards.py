@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-import competition.predict as predict_module
-from competition.cli import EXIT_ERROR, EXIT_OK, main
+import fastslow.inference as predict_module
 from competition.collections import Collection, Split
 from competition.hlo.featurize import fusion_kernels
 from competition.hlo.ir import Module
 from competition.hlo.records import ModuleRecords, Run, TileConfig, write_layout_records, write_tile_records
 from competition.hlo.text import parse_hlo_text
-from competition.promotion import OutputRefused, SubmissionRecord, promote, read_record
 from competition.reader import find_data_root, list_graphs, validate_file
+from fastslow.cli import EXIT_ERROR, EXIT_OK, main
+from fastslow.promotion import OutputRefused, SubmissionRecord, promote, read_record
 from tests.hlo.conftest import HAND_HLO
 from tests.reliability.helpers import one_line, run, snapshot
 
@@ -191,7 +191,7 @@ def test_two_predict_runs_on_one_out_leave_one_whole_file_from_a_read_only_root(
         os.chmod(folder, stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
     before = snapshot(world)
     out = tmp_path / "out" / "submission.csv"
-    argv = [sys.executable, "-m", "competition", *map(str, _predict(world, fitted[0], out))]
+    argv = [sys.executable, "-m", "fastslow", *map(str, _predict(world, fitted[0], out))]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for _ in range(2)]
     done = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
@@ -201,7 +201,7 @@ def test_two_predict_runs_on_one_out_leave_one_whole_file_from_a_read_only_root(
     assert record is not None and record.sha256 == sha(out)
     # The whole file: what one run alone writes.
     alone = tmp_path / "alone" / "submission.csv"
-    assert subprocess.run([sys.executable, "-m", "competition", *map(str, _predict(world, fitted[0], alone))],
+    assert subprocess.run([sys.executable, "-m", "fastslow", *map(str, _predict(world, fitted[0], alone))],
                           capture_output=True, timeout=300, cwd=tmp_path).returncode == EXIT_OK
     assert out.read_bytes() == alone.read_bytes()
     assert snapshot(world) == before
@@ -247,7 +247,7 @@ def test_the_check_before_predicting_waits_for_a_run_between_its_file_and_its_re
     writer, a file without a record is still refused."""
     import threading
 
-    import competition.promotion as promotion
+    import fastslow.promotion as promotion
 
     out = tmp_path / "subs"
     record = SubmissionRecord(run="r1", producer="m", combined=None, scores={}, protocol="", data="/d")
@@ -408,7 +408,7 @@ def test_a_file_written_meanwhile_is_never_replaced(tmp_path: Path, capsys: pyte
 def test_two_featurize_runs_into_one_root_one_wins(tmp_path: Path):
     source, out = tmp_path / "hand.hlo", tmp_path / "root"
     source.write_text(HAND_HLO)
-    argv = [sys.executable, "-m", "competition", "featurize", str(source), "--out", str(out), "--what", "layout"]
+    argv = [sys.executable, "-m", "fastslow", "featurize", str(source), "--out", str(out), "--what", "layout"]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for _ in range(2)]
     done = sorted((p.communicate(timeout=300)[1], p.returncode) for p in procs)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_OK
 from competition.dataset import open_collection
 from competition.runlock import FolderBusy, hold_run_folder, lock_path
+from fastslow.cli import EXIT_ERROR, EXIT_OK
 from models.base import load_model
 from tests.reliability.helpers import run, snapshot
 
@@ -68,7 +68,7 @@ def test_two_concurrent_trains_lose_no_model(tiny_world: Path, tmp_path: Path):
     """Two real runs with different settings started together: each either saves its model or is refused with the
     other named; never two "saved" lines for one model file."""
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "competition.cli", "train", "--data", str(tiny_world), "--model", "random",
+    cmd = [sys.executable, "-m", "fastslow.cli", "train", "--data", str(tiny_world), "--model", "random",
            "--collections", "tile:xla", "--runs-dir", str(runs), "--no-progress"]
     procs = [subprocess.Popen([*cmd, "--param", f"random.seed={s}"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])

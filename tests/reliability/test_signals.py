@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import competition.cli as cli
-from competition.cli import EXIT_INTERRUPTED, INTERRUPTED, main
+import fastslow.cli as cli
+import fastslow.commands.data as data_commands
+from fastslow.cli import EXIT_INTERRUPTED, INTERRUPTED, main
 from tests.reliability.helpers import default_signals
 
 DEADLINE = 180.0
@@ -49,7 +50,7 @@ def _no_command_left_running():
 def start(cwd: Path, *argv: object, preexec_fn: Callable[[], None] = default_signals,
           **kwargs) -> subprocess.Popen[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "competition", *map(str, argv)], cwd=cwd, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "fastslow", *map(str, argv)], cwd=cwd, env=env,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=preexec_fn, **kwargs)
     _started.append(proc)
@@ -154,7 +155,7 @@ def test_main_takes_the_signals_for_the_command_only(tiny_world, capsys, monkeyp
     before = signal.getsignal(signal.SIGTERM)
     if before is not signal.SIG_DFL:
         pytest.skip("SIGTERM is handled by the test runner")
-    monkeypatch.setattr(cli, "_cmd_where", where)
+    monkeypatch.setattr(data_commands, "_cmd_where", where)
     t0 = time.monotonic()
     assert main(["data", "where", "--data", str(tiny_world)]) == 128 + signal.SIGTERM
     assert time.monotonic() - t0 < 30
@@ -164,7 +165,7 @@ def test_main_takes_the_signals_for_the_command_only(tiny_world, capsys, monkeyp
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a caller's choice is kept
     try:
-        monkeypatch.setattr(cli, "_cmd_where", lambda args: seen.update(ignored=signal.getsignal(signal.SIGTERM)) or 0)
+        monkeypatch.setattr(data_commands, "_cmd_where", lambda args: seen.update(ignored=signal.getsignal(signal.SIGTERM)) or 0)
         assert main(["data", "where", "--data", str(tiny_world)]) == 0
         assert seen["ignored"] is signal.SIG_IGN
     finally:
@@ -176,14 +177,14 @@ def test_main_takes_the_signals_for_the_command_only(tiny_world, capsys, monkeyp
 
 def test_a_world_killed_while_writing_is_whole_after_a_rerun(tmp_path):
     synth = ["data", "synth", "--scale", "demo", "--limit", "2", "--seed", "3", "--workers", "2", "--no-progress"]
-    reference = subprocess.run([sys.executable, "-m", "competition", *synth, "--out", "ref"], cwd=tmp_path,
+    reference = subprocess.run([sys.executable, "-m", "fastslow", *synth, "--out", "ref"], cwd=tmp_path,
                                capture_output=True, text=True, timeout=DEADLINE)
     assert reference.returncode == 0, reference.stderr
     out = tmp_path / "w"
     proc = start(tmp_path, *synth, "--out", out)
     wait_for(proc, lambda: any(out.rglob(".*.npz.*.part")), poll=0.001)  # a graph being written
     send(proc, signal.SIGKILL, "group")
-    rerun = subprocess.run([sys.executable, "-m", "competition", *synth, "--out", out], cwd=tmp_path,
+    rerun = subprocess.run([sys.executable, "-m", "fastslow", *synth, "--out", out], cwd=tmp_path,
                            capture_output=True, text=True, timeout=DEADLINE)
     assert rerun.returncode == 0 and "Traceback" not in rerun.stderr
     assert parts(out) == []
@@ -207,7 +208,7 @@ def test_training_killed_while_checkpointing_resumes_whole(tiny_world, tmp_path)
     proc = start(tmp_path, *argv)
     wait_for(proc, lambda: bool(parts(run)) if run.is_dir() else False, poll=0.001)  # a checkpoint being written
     send(proc, signal.SIGKILL, "group")
-    rerun = subprocess.run([sys.executable, "-m", "competition", *map(str, argv)], cwd=tmp_path,
+    rerun = subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], cwd=tmp_path,
                            capture_output=True, text=True, timeout=DEADLINE)
     assert rerun.returncode == 0 and "Traceback" not in rerun.stderr
     assert parts(tmp_path) == []
@@ -265,11 +266,12 @@ def test_ctrl_c_on_submit_with_two_jobs_is_one_line_and_leaves_no_process(moment
 
 def test_an_interrupt_inside_exec_still_exits_130(tiny_world, tmp_path):
     """CPython marks a KeyboardInterrupt raised in ``exec`` of a string (as when Ctrl-C lands in one of the
-    dataclasses torch's import defines) as unhandled, even once caught, and ``python -m competition`` then ended by
+    dataclasses torch's import defines) as unhandled, even once caught, and ``python -m fastslow`` then ended by
     SIGINT (-2) instead of with 130."""
     (tmp_path / "interrupted_in_exec.py").write_text(
-        "import competition.cli as cli\n"
-        "cli._cmd_where = lambda args: exec('raise KeyboardInterrupt')\n"
+        "import fastslow.cli as cli\n"
+        "import fastslow.commands.data as data\n"
+        "data._cmd_where = lambda args: exec('raise KeyboardInterrupt')\n"
         f"raise SystemExit(cli.main(['data', 'where', '--data', {str(tiny_world)!r}]))\n")
     done = subprocess.run([sys.executable, "-m", "interrupted_in_exec"], capture_output=True, text=True,
                           timeout=DEADLINE, cwd=tmp_path, preexec_fn=default_signals)

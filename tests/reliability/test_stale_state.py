@@ -169,7 +169,7 @@ def _train_gnn(world: Path, tmp_path: Path, seeds: int) -> list[object]:
 
 def _report_runs(world: Path, tmp_path: Path) -> list[str]:
     """The runs of the learning-curves table of ``report`` on ``tmp_path / "runs"``."""
-    from competition.report import build_report
+    from fastslow.report import build_report
     from tests.test_report import _parse, _table
 
     index = build_report(tmp_path / "report", root=world, leaderboard=tmp_path / "none.csv",

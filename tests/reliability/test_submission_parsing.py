@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import competition.submission as sub
-from competition.cli import EXIT_PROBLEMS, main
 from competition.reader import find_data_root
+from fastslow.cli import EXIT_PROBLEMS, main
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str], list[str]]:

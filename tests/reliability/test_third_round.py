@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from competition.cli import EXIT_ERROR
 from competition.nesting import MAX_JSON_DEPTH, MAX_TOML_DEPTH, json_loads, too_deep
+from fastslow.cli import EXIT_ERROR
 from tests.reliability.helpers import one_line, run, snapshot
 
 DEEP = 5000
@@ -49,7 +49,7 @@ def test_a_cuda_device_without_cuda_is_refused_before_any_work(command, model, d
     """In a process of its own, as a user runs it, with a tight timeout: the refusal comes before any fit."""
     before = snapshot(tiny_world)
     runs, out = tmp_path / "runs", tmp_path / "out"
-    argv = [sys.executable, "-m", "competition", command, "--data", str(tiny_world), "--runs-dir", str(runs),
+    argv = [sys.executable, "-m", "fastslow", command, "--data", str(tiny_world), "--runs-dir", str(runs),
             "--no-progress", "--param", f"{model}.run.device={device}"]
     argv += ["--model", model] if command == "train" else ["--models", model, "--out-dir", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -3,7 +3,7 @@ member count, unpacked size), the bytes written are counted, and only the unpack
 removed.
 
 Every archive is built by hand in ``tmp_path``; the Kaggle API is replaced at its seam
-(``competition.kaggle._api``) by a fake that copies the archive into the download folder. Nothing touches the
+(``fastslow.kaggle._api``) by a fake that copies the archive into the download folder. Nothing touches the
 network.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-import competition.kaggle as kg
-from competition.cli import EXIT_ERROR, main
+import fastslow.kaggle as kg
 from competition.npzio import temp_sibling
+from fastslow.cli import EXIT_ERROR, main
 
 GRAPH = "npz_all/npz/tile/xla/train/a.npz"
 TREE = {GRAPH: b"tile graph", "npz_all/npz/layout/xla/random/valid/b.npz": b"layout graph",

@@ -24,12 +24,12 @@ import lightgbm
 import numpy as np
 import pytest
 
-from competition.cli import EXIT_ERROR
 from competition.collections import Collection, Split
 from competition.dataset import open_collection
-from competition.pipeline import fit_collection
-from competition.promotion import ENSEMBLE_FILE, RECORD
 from competition.reader import find_data_root, list_graphs, load_graph
+from fastslow.cli import EXIT_ERROR
+from fastslow.fitting import fit_collection
+from fastslow.promotion import ENSEMBLE_FILE, RECORD
 from features.tabular import tile_feature_names
 from models.base import load_model
 from models.booster import checked_model_string
@@ -176,7 +176,7 @@ NATIVE_FAILURES: dict[str, tuple[Callable[[str], str], str]] = {
 
 _DRIVER = """
 import contextlib, io, json, resource, sys
-from competition.cli import main
+from fastslow.cli import main
 import models.registry  # torch, LightGBM and the models: imported before any limit
 plan = json.loads(sys.argv[1])
 if plan["headroom"] is not None:

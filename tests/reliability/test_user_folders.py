@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_ERROR, EXIT_OK
-from competition.leaderboard import INSTALL_ROOT, git_commit, read_rows
-from competition.report import REPORT_MARKER
+from fastslow.board import INSTALL_ROOT, git_commit, read_rows
+from fastslow.cli import EXIT_ERROR, EXIT_OK
+from fastslow.report import REPORT_MARKER
 from tests.reliability.helpers import run, snapshot
 
 

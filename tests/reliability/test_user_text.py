@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from competition.cli import EXIT_OK, main
-from competition.display import csv_cell, plain_text, printable
-from competition.leaderboard import read_rows
+from fastslow.board import read_rows
+from fastslow.cli import EXIT_OK, main
+from fastslow.display import csv_cell, plain_text, printable
 from tests.reliability.helpers import run
 
 PRODUCERS = ["$\\foo$", "a$b$c$", "two\nlines", "bell\x07 and \x1b[2J", "=HYPERLINK(\"http://x\")", "@sum(1)",

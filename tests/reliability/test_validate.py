@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from competition.cli import EXIT_PROBLEMS, main
 from competition.collections import Collection, Split
 from competition.errors import DataFileError
 from competition.npzio import NpzReader, write_npz
 from competition.reader import LayoutGraph, find_data_root, hidden_files, list_graphs, load_graph
+from fastslow.cli import EXIT_PROBLEMS, main
 
 TILE = Collection.TILE_XLA
 NLP = Collection.LAYOUT_NLP_RANDOM

@@ -17,13 +17,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from competition import kaggle as kg
-from competition import pipeline
-from competition.cli import main
 from competition.collections import Collection, Split
 from competition.npzio import remove_stale_temps
 from competition.reader import find_data_root, list_graphs
 from competition.submission import read_submission, submission_id, write_submission
+from fastslow import kaggle as kg
+from fastslow import pipeline
+from fastslow.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 TILE = Collection.TILE_XLA
@@ -93,7 +93,7 @@ def _tile_test_ids(world: Path) -> list[str]:
 
 def _no_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let submit go past its check of the data root, to reach the check of the file it writes."""
-    monkeypatch.setattr(pipeline, "preflight", lambda root, synthetic: None)
+    monkeypatch.setattr(pipeline, "preflight", lambda *args: None)
 
 
 def _damaged_run(damage: Callable[[Path], Path | None], tiny_world: Path, good: bytes, tmp_path: Path,
@@ -292,7 +292,7 @@ def _alive(p: psutil.Process) -> bool:
 
 def test_synth_workers_end_with_their_killed_parent_and_a_rerun_cleans_up(tmp_path: Path):
     out = tmp_path / "world"
-    synth = [sys.executable, "-m", "competition", "data", "synth", "--scale", "demo", "--limit", "1",
+    synth = [sys.executable, "-m", "fastslow", "data", "synth", "--scale", "demo", "--limit", "1",
              "--workers", "2", "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(synth, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(proc.pid)
@@ -371,7 +371,7 @@ def test_an_unreadable_kaggle_json_is_named(kaggle_json: Path, tmp_path: Path,
 def test_concurrent_fits_end_with_their_killed_pipeline(tiny_world: Path, tmp_path: Path):
     """The fits of `--jobs 2` run in processes forked by a fork server: killing the pipeline ends the server (its
     pipe from the pipeline closes), and the fits with it (each watches its parent, the server)."""
-    submit = [sys.executable, "-m", "competition", "submit", "--data", str(tiny_world), "--models", "gnn-attn",
+    submit = [sys.executable, "-m", "fastslow", "submit", "--data", str(tiny_world), "--models", "gnn-attn",
               "--jobs", "2", "--param", "epochs=1000", "--param", "patience=1000", "--out-dir", str(tmp_path / "out"),
               "--no-progress"]
     proc = subprocess.Popen(submit, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -36,7 +36,7 @@ SYNTH = ["--scale", "tiny", "--collections", "layout:xla:random", "layout:nlp:de
 
 
 def _synth(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "competition", "data", "synth", "--out", str(out), *SYNTH, *extra],
+    return subprocess.run([sys.executable, "-m", "fastslow", "data", "synth", "--out", str(out), *SYNTH, *extra],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -129,7 +129,7 @@ def test_unknown_program_source_is_refused(tmp_path):
 def test_missing_jax_is_one_line(tmp_path):
     code = ("import sys, importlib.util; real = importlib.util.find_spec\n"
             "importlib.util.find_spec = lambda n, *a: None if n == 'jax' else real(n, *a)\n"
-            "from competition.cli import main; sys.exit(main(sys.argv[1:]))")
+            "from fastslow.cli import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, "data", "synth", "--out", str(tmp_path / "w"), *SYNTH,
                            "--programs", "jax"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2

@@ -83,7 +83,7 @@ def test_a_world_in_element_units_leaves_the_ranges(tile_world: Path, tmp_path: 
 
 
 def test_calibration_command_prints_the_table_and_exits_by_the_ranges(tile_world: Path, records: Path):
-    done = subprocess.run([sys.executable, "-m", "competition", "data", "calibration", "--data", str(tile_world),
+    done = subprocess.run([sys.executable, "-m", "fastslow", "data", "calibration", "--data", str(tile_world),
                            "--cache-dir", str(records.parent)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| figure | real | world | range | in range |" in done.stdout

@@ -114,8 +114,8 @@ def test_other_settings_refuse_without_force(tmp_path: Path):
 def test_a_world_of_an_older_generator_is_never_taken_for_current(tmp_path: Path):
     """A manifest of the same settings made by an older generator (version 1 wrote no ``generator`` key) is another
     world: refused without --force, naming the versions; remade with it; and the pipeline's own folder is remade."""
-    from competition.pipeline import resolve_data
     from competition.synthetic.world import GENERATOR_VERSION, read_world_config
+    from fastslow.pipeline import resolve_data
 
     kw = dict(scale="tiny", seed=1, limit=1, collections=["tile:xla"], progress=False, workers=1)
     generate_world(tmp_path, **kw)

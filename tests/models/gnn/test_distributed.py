@@ -17,10 +17,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from competition.cli import build_parser, main
 from competition.collections import Collection, Split
 from competition.dataset import open_collection
 from competition.reader import find_data_root, list_graphs, load_graph
+from fastslow.cli import build_parser, main
 from features.cache import ProcessedGraphs
 from models.gnn import distributed
 from models.gnn.model import GNNModel
@@ -243,14 +243,15 @@ def test_an_unavailable_backend_is_refused(tiny_world: Path, tmp_path: Path, mon
 
 def test_nproc_relaunches_the_same_command(tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """``--nproc 2`` hands torchrun the arguments that parse to the same command, less ``--nproc``."""
-    launched: list[tuple[int, list[str]]] = []
-    monkeypatch.setattr(distributed, "launch", lambda n, argv, verbose=False: launched.append((n, list(argv))))
+    launched: list[tuple[int, str, list[str]]] = []
+    monkeypatch.setattr(distributed, "launch",
+                        lambda n, module, argv, verbose=False: launched.append((n, module, list(argv))))
     given = ["train", "--data", str(tiny_world), "--collections", LAYOUT.value, "tile:xla", "--param", "epochs=2",
              "--param", "gnn.hidden=8", "--no-progress", "--runs-dir", str(tmp_path / "r"), "--valid-configs", "all",
              "--dist-timeout", "60"]
     assert main([*given, "--nproc", "2"]) == 0
-    (n, argv), = launched
-    assert n == 2 and "--nproc" not in argv
+    (n, module, argv), = launched
+    assert n == 2 and module == "fastslow" and "--nproc" not in argv
 
     def parsed(words: list[str]) -> dict[str, Any]:
         return {k: v for k, v in vars(build_parser().parse_args(words)).items() if k not in ("nproc", "func")}

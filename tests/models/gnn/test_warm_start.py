@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from competition.cli import EXIT_ERROR
 from competition.collections import Collection, Split
 from competition.dataset import CollectionData, open_collection
 from competition.reader import find_data_root, list_graphs, load_graph
-from competition.saved_runs import fit_key, save_run
+from fastslow.cli import EXIT_ERROR
+from fastslow.saved_runs import fit_key, save_run
 from models import settings as settings_tree
 from models.base import MODEL_FILE, load_model
 from models.gnn.config import GNNConfig
@@ -122,7 +122,7 @@ def test_train_init_from_fine_tunes_a_saved_run(tiny_world: Path, source: Path, 
 @pytest.fixture(scope="module")
 def gbdt_run(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A saved run of ``gbdt``: a model that is no GNN's."""
-    from competition.cli import main
+    from fastslow.cli import main
 
     runs = tmp_path_factory.mktemp("gbdt-runs")
     assert main(["train", "--data", str(tiny_world), "--model", "gbdt", "--collections", LAYOUT.value,

@@ -3,7 +3,7 @@ per collection, the mean and the spread over the worlds, beside the oracle and t
 
 One world holds a handful of valid and test graphs per collection, so a difference between two models on it is often
 within what another world seed would give. :func:`evaluate_worlds` generates (or reuses) one world per seed,
-runs :func:`competition.pipeline.evaluate_models` on each, and :func:`summarize` folds the per-world reports into
+runs :func:`fastslow.pipeline.evaluate_models` on each, and :func:`summarize` folds the per-world reports into
 one table per split::
 
     fastslow evaluate --world-seeds 0 1 --scale bench --models gbdt gnn-attn
@@ -26,7 +26,7 @@ from competition.collections import Collection, Split
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
 
 if TYPE_CHECKING:
-    from competition.pipeline import Evaluation
+    from fastslow.pipeline import Evaluation
     from models.registry import ModelParams
 
 DEFAULT_WORLDS_DIR = Path("data")
@@ -156,8 +156,8 @@ def evaluate_worlds(
     Raises:
         ValueError: no seeds, or the same seed twice.
     """
-    from competition.pipeline import evaluate_models
     from competition.synthetic.world import generate_world
+    from fastslow.pipeline import evaluate_models
 
     check_seeds(seeds)
     evaluations: dict[int, Evaluation] = {}

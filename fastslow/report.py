@@ -33,12 +33,12 @@ import numpy.typing as npt
 
 from competition.collections import Collection, Split
 from competition.dataset import SplitGraphs, open_split
-from competition.display import plot_label, plots_plain_text
 from competition.labels import HiddenLabelsError, SplitLabels, load_labels
-from competition.leaderboard import DEFAULT_PATH, read_rows
 from competition.npzio import atomic_write_text, first_free, temp_sibling
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
 from competition.reader import DATA_ROOT_HELP, DataRoot, collections_with_graphs, find_data_root
+from fastslow.board import DEFAULT_PATH, read_rows
+from fastslow.display import plot_label, plots_plain_text
 
 DEFAULT_OUT_DIR = Path("submissions") / "report"
 DEFAULT_RUNS_DIR = Path("runs")
@@ -189,7 +189,7 @@ def leaderboard_rows(rows: Sequence[dict[str, str]], split: Split, root: DataRoo
     """The rows of one split, restricted to this data root when any row was scored on it.
 
     Args:
-        rows: leaderboard rows (:func:`competition.leaderboard.read_rows`).
+        rows: leaderboard rows (:func:`fastslow.board.read_rows`).
         split: the split.
         root: the data root of the report.
 

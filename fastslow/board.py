@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from competition.collections import Collection
-from competition.display import csv_cell, plot_label, plots_plain_text, printable
 from competition.fingerprint import file_sha256
 from competition.npzio import atomic_path, atomic_write_text, exclusive_lock
+from fastslow.display import csv_cell, plot_label, plots_plain_text, printable
 
 log = logging.getLogger(__name__)
 

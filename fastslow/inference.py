@@ -1,6 +1,6 @@
 """``fastslow predict``: rank configs with saved runs, without fitting.
 
-The runs are those ``fastslow train`` and ``fastslow submit`` save (:mod:`competition.saved_runs`:
+The runs are those ``fastslow train`` and ``fastslow submit`` save (:mod:`fastslow.saved_runs`:
 ``<runs dir>/<model>/<collection slug>/model.json``). What is ranked is either npz files given by name (a data root's,
 or ``fastslow featurize``'s), or one split of a data root. Which models rank them, and how they are combined:
 
@@ -16,7 +16,7 @@ Output: the test split of a data root is written as a Kaggle submission (:func:`
 validated against the test split as ``submit`` validates its own before writing it); anything else as one CSV with a
 row per graph, ``ID,Ranking``: the graph's submission ID (``<collection>:<file stem>``) and every config index,
 fastest predicted first, joined by ``;`` (ties by index, as a submission orders them). Either is written as
-``submit`` writes its submission (:func:`competition.promotion.promote`), with a record beside it (``<stem>.json``)
+``submit`` writes its submission (:func:`fastslow.promotion.promote`), with a record beside it (``<stem>.json``)
 that has no valid score: it never replaces a scored submission (it goes beside it as ``<stem>.new.csv``). ``--out``
 never names one of the command's inputs, a file inside the data root or the runs folder (refused with or without
 ``--force``), nor a file no record says fastslow wrote (refused unless ``--force``, which keeps it as
@@ -160,8 +160,8 @@ def choose_models(models: Sequence[str] | None, collections: Sequence[Collection
         PredictRefused: an unknown model; no model given and none with saved runs; an ensemble file the loader
             refuses.
     """
-    from competition.pipeline import ENSEMBLE
-    from competition.promotion import ENSEMBLE_FILE, RECORD, SUBMISSION, read_record
+    from fastslow.pipeline import ENSEMBLE
+    from fastslow.promotion import ENSEMBLE_FILE, RECORD, SUBMISSION, read_record
     from models.base import MODEL_FILE, run_folder
     from models.registry import MODELS, ensemble_members
 
@@ -264,14 +264,14 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
         ``{ID: scores}``, IDs sorted.
 
     Raises:
-        PredictRefused: a run that cannot be used (see :func:`load_run`, :func:`competition.saved_runs.feature_problem`).
+        PredictRefused: a run that cannot be used (see :func:`load_run`, :func:`fastslow.saved_runs.feature_problem`).
         DataFileError: a file the reader refuses.
     """
     from tqdm.auto import tqdm
 
     from competition.reader import load_graph
-    from competition.saved_runs import feature_problem
     from competition.submission import finite_scores
+    from fastslow.saved_runs import feature_problem
     from models.base import MODEL_FILE, run_folder
 
     collections = list(dict.fromkeys(t.collection for t in targets))
@@ -380,7 +380,7 @@ def output_problem(out: Path, *, reads: Sequence[tuple[Path, str]], folders: Seq
         folders: folders never written into (the data roots, the runs folder), each with what it is.
         force: write over a file no record says fastslow wrote (it is kept aside).
     """
-    from competition.promotion import settled_foreign_problem
+    from fastslow.promotion import settled_foreign_problem
 
     if os.path.lexists(out):
         for path, what in reads:
@@ -411,8 +411,8 @@ def _inputs(targets: Sequence[Target], combination: Combination, runs_dir: Path,
             root: DataRoot | None) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
     """What ``--out`` may never be: the files read (the npz files, the saved runs, the submissions folder's record
     and ensemble) and the folders never written into (the data roots, the runs folder)."""
-    from competition.promotion import ENSEMBLE_FILE, RECORD
     from competition.reader import data_root_of
+    from fastslow.promotion import ENSEMBLE_FILE, RECORD
     from models.base import MODEL_FILE, run_folder
 
     reads = [(t.path, f"the input file of {t.sid}") for t in targets]
@@ -430,10 +430,10 @@ def _inputs(targets: Sequence[Target], combination: Combination, runs_dir: Path,
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``fastslow predict`` (see :func:`add_parser`)."""
-    from competition.pipeline import DEFAULT_OUT_DIR, DEFAULT_RUNS_DIR, ENSEMBLE, _problems
-    from competition.promotion import Names, OutputRefused, SubmissionRecord, new_run_id, promote
     from competition.reader import find_data_root
     from competition.submission import submission_text, validate_submission
+    from fastslow.pipeline import DEFAULT_OUT_DIR, DEFAULT_RUNS_DIR, ENSEMBLE, _problems
+    from fastslow.promotion import Names, OutputRefused, SubmissionRecord, new_run_id, promote
 
     started = time.perf_counter()
     runs_dir = Path(args.runs_dir) if args.runs_dir is not None else DEFAULT_RUNS_DIR

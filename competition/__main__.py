@@ -1,3 +1,0 @@
-from competition.cli import main
-
-raise SystemExit(main())

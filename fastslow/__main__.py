@@ -1,0 +1,3 @@
+from fastslow.cli import main
+
+raise SystemExit(main())

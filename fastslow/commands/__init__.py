@@ -1,0 +1,1 @@
+"""The ``fastslow`` commands, one module per command group; :mod:`fastslow.cli` assembles them."""
