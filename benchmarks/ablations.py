@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root
 from competition.dataset import Dataset
 from competition.labels import SplitLabels, load_labels
 from competition.protocol import DEFAULT_PROTOCOL
-from competition.reader import find_data_root
 from competition.stats import oracle_scores
-from competition.submission import score_predictions
+from competition.submission_scoring import score_predictions
 from fastslow.fitting import predict_split
 from fastslow.worlds import world_dir
 

@@ -53,7 +53,7 @@ def part_demo(out: Path) -> dict:
 
 
 def part_big(out: Path) -> dict:
-    from competition.synthetic.world import write_layout_graph
+    from competition.synthetic.writers import write_layout_graph
 
     module = _big_module(0)
     t0 = time.perf_counter()

@@ -36,8 +36,8 @@ def part_steps(root: str, collection: str, cache: str, per_step: int, steps: int
     import torch
 
     from competition.collections import Collection, Split
+    from competition.dataroot import find_data_root, list_graphs
     from competition.dataset import open_collection
-    from competition.reader import find_data_root, list_graphs
     from models.gnn import distributed
     from models.gnn.model import GNNModel
     from models.gnn.steps import resolve_device
@@ -69,7 +69,7 @@ def run_launch(nproc: int, threads: int, *args: str) -> dict:
 def graphs_root(world: Path, collection: str, graphs: int) -> Path:
     """A data root holding (as links) the first ``graphs`` train graphs of ``collection`` in ``world``."""
     from competition.collections import Collection, Split
-    from competition.reader import find_data_root, list_graphs
+    from competition.dataroot import find_data_root, list_graphs
 
     c = Collection.parse(collection)
     paths = list_graphs(find_data_root(world), c, Split.TRAIN)[:graphs]

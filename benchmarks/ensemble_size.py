@@ -21,13 +21,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from competition.atomic import atomic_write_text
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root
 from competition.labels import load_labels
-from competition.npzio import atomic_write_text
 from competition.protocol import DEFAULT_PROTOCOL
-from competition.reader import find_data_root
 from competition.stats import oracle_scores
-from competition.submission import score_predictions
+from competition.submission_scoring import score_predictions
 from fastslow.commands.params import literal as _literal
 from fastslow.worlds import world_dir
 

@@ -34,8 +34,8 @@ def part_generate(out: Path, limit: int, workers: int | None) -> dict:
 
 
 def part_build(data: Path, cache: Path, hops: int, max_configs: int, workers: int | None) -> dict:
+    from competition.dataroot import find_data_root
     from competition.dataset import open_split
-    from competition.reader import find_data_root
     from features import ProcessedGraphs, PruneToConfigurable
 
     def make() -> ProcessedGraphs:

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.layout_structure import FIGURES, Structure, graph_structure, structure
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 
 HEADERS = ("groups", "additive", "tau-add", "output", "top", "2nd", ">1%", "<0.2%", "<5%", "p90")
 

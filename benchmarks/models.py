@@ -2,7 +2,7 @@
 
 1. Fits the GBDT baseline per collection on the demo world (generated once if missing) and prints the training time
    and the valid score beside the default-first baseline's.
-2. Times the GBDT's layout features (:func:`features.tabular.layout_features`) on one generated layout graph the
+2. Times the GBDT's layout features (:func:`features.tabular_layout.layout_features`) on one generated layout graph the
    size of the largest real ones (:func:`benchmarks.data_layer._big_module`: about 40,000 nodes, 1,800-2,400
    configurable nodes) with 5,000 configs, in a fresh process with one BLAS thread: configs per second over every
    config (the file streamed once), beside reading ``node_config_feat`` alone, and over 1,000 sampled configs (as
@@ -20,10 +20,11 @@ from pathlib import Path
 
 from benchmarks.measure import peak_mib, run_part
 from competition.collections import Collection, Split
+from competition.dataroot import list_graphs
 from competition.dataset import open_collection
 from competition.labels import graph_target
 from competition.metrics import graph_score
-from competition.reader import list_graphs, load_graph
+from competition.reader import load_graph
 from competition.workers import child_environment
 from fastslow.pipeline import DEFAULT_SYNTH_DIR, resolve_data
 from models.registry import make_model
@@ -63,7 +64,7 @@ def part_layout_graph(work: Path, configs: int) -> dict:
     import numpy as np
 
     from benchmarks.data_layer import _big_module
-    from competition.synthetic.world import write_layout_graph
+    from competition.synthetic.writers import write_layout_graph
 
     path = work / "npz" / Path(LAYOUT_COLLECTION.relpath) / "train" / "big.npz"
     secret = work / "secret" / Path(LAYOUT_COLLECTION.relpath) / "train" / "big.npz"
@@ -77,7 +78,7 @@ def part_layout_features(path: Path) -> dict:
     ``node_config_feat`` alone, and :data:`SAMPLED_CONFIGS` sampled configs."""
     import numpy as np
 
-    from features.tabular import layout_context, layout_features
+    from features.tabular_layout import layout_context, layout_features
 
     graph = load_graph(path, LAYOUT_COLLECTION)
     before_mib = peak_mib()  # imports and the graph's arrays

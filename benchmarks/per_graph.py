@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, find_data_root, list_graphs
 from competition.dataset import open_collection
 from competition.labels import load_labels
 from competition.metrics import graph_score
 from competition.opcodes import CONVOLUTION, DOT, RESHAPE
 from competition.protocol import DEFAULT_PROTOCOL
-from competition.reader import DataRoot, find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from competition.stats import graph_noiseless_score, graph_oracle
 from fastslow.worlds import world_dir
 

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, find_data_root, list_graphs, load_secret_runtime
 from competition.metrics import graph_score
 from competition.npzio import NpzReader
-from competition.reader import DataRoot, find_data_root, list_graphs, load_graph, load_secret_runtime
+from competition.reader import load_graph
 from fastslow.worlds import world_dir
 
 PARTS: tuple[str, ...] = ("own", "unary", "links", "own+unary")
@@ -57,7 +58,7 @@ def graph_parts(root: DataRoot, scale: str, seed: int, collection: Collection, s
             world's file, or a generator changed since the world was written).
     """
     from competition.synthetic.layout_physics import LayoutProblem
-    from competition.synthetic.world import layout_module
+    from competition.synthetic.world_programs import layout_module
 
     module, stem = layout_module(scale, seed, collection.source, split.value, index)
     problem = LayoutProblem.from_module(module)

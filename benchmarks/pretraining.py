@@ -29,9 +29,9 @@ import numpy as np
 
 from benchmarks.real_records import World, fit_cached, fit_folder, make_worlds, parse_params, world_params
 from competition.collections import Collection
+from competition.dataroot import find_data_root
 from competition.dataset import open_collection
 from competition.metrics import kendall_tau
-from competition.reader import find_data_root
 
 FIT_PARAMS: dict[str, Any] = {"features.train_configs": "all", "train.valid_configs": 1000}
 """The own-runs fits keep every train config they are given and early-stop on 1,000 valid configs."""

@@ -80,8 +80,8 @@ def main() -> None:
 
     from benchmarks.measure import head
     from competition.collections import Collection
+    from competition.dataroot import find_data_root
     from competition.dataset import open_collection
-    from competition.reader import find_data_root
     from fastslow.commands.params import literal as _literal
     from models.registry import make_model
 

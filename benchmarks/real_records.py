@@ -62,6 +62,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, find_data_root, list_graphs
 from competition.dataset import CollectionData, open_collection, open_split
 from competition.labels import distinct_groups, distinct_target
 from competition.metrics import (
@@ -72,7 +73,7 @@ from competition.metrics import (
     top_k_error,
     top_k_score,
 )
-from competition.reader import DataRoot, LayoutGraph, TileGraph, find_data_root, list_graphs, load_graph
+from competition.reader import LayoutGraph, TileGraph, load_graph
 from competition.real_records import LAYOUT_COLLECTION, featurize_records
 from fastslow.worlds import world_dir
 

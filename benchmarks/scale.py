@@ -44,7 +44,7 @@ MODEL_NAMES = ("default-first", "gbdt", "gnn-attn")
 
 
 def _root(world: str):
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
 
     return find_data_root(world)
 
@@ -60,7 +60,8 @@ def _threads(n: int) -> None:
 
 def part_read(world: str, collection: str) -> dict:
     from competition.collections import Collection, Split
-    from competition.reader import LayoutGraph, list_graphs, load_graph
+    from competition.dataroot import list_graphs
+    from competition.reader import LayoutGraph, load_graph
 
     root, c = _root(world), Collection(collection)
     out: dict = {}
@@ -111,11 +112,13 @@ def part_cache(world: str, collection: str, cache: str) -> dict:
 def part_model(world: str, collection: str, model: str, cache: str, work: str, gnn_epochs: int,
                threads: int, device: str = "cpu") -> dict:
     from competition.collections import Collection, Split, submission_id
+    from competition.dataroot import list_graphs
     from competition.dataset import open_collection
     from competition.labels import load_labels
     from competition.protocol import DEFAULT_PROTOCOL
-    from competition.reader import list_graphs, load_graph
-    from competition.submission import score_predictions, write_submission
+    from competition.reader import load_graph
+    from competition.submission_format import write_submission
+    from competition.submission_scoring import score_predictions
     from models.registry import make_model
 
     _threads(threads)
@@ -186,7 +189,7 @@ def part_ensemble(world: str, collection: str, work: str, models: str) -> dict:
 
 def _real_counts() -> dict[str, tuple[int, int, int]]:
     from competition.collections import Collection
-    from competition.synthetic.world import SCALES
+    from competition.synthetic.scales import SCALES
 
     full = SCALES["full"]
     return {c.value: (full.tile_counts if c.is_tile else full.layout_counts[c.value]) for c in Collection}

@@ -38,8 +38,8 @@ def part_fit(world: str, collection: str, which: str, tile_kernels: int, layout_
     import torch
 
     from competition.collections import Collection, Split
+    from competition.dataroot import find_data_root
     from competition.dataset import open_collection
-    from competition.reader import find_data_root
     from fastslow.fitting import predict_graphs
     from models.registry import make_model
 

@@ -31,8 +31,8 @@ import numpy as np
 
 from benchmarks.per_graph import graph_rows
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root
 from competition.dataset import open_collection
-from competition.reader import find_data_root
 
 SOURCES: tuple[str, ...] = ("generator", "jax")
 

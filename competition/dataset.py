@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, Listing, listed_graphs
 from competition.labels import GraphLabels, SplitLabels, graph_labels
 from competition.npzio import NpzReader
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, Listing, TileGraph, listed_graphs, load_graph
+from competition.reader import LayoutGraph, TileGraph, load_graph
 
 Graph = TileGraph | LayoutGraph
 
@@ -39,7 +40,7 @@ class SplitGraphs(Sequence[Graph]):
     Attributes:
         collection: the collection.
         split: the split.
-        paths: the npz files, sorted by stem (:func:`competition.reader.list_graphs`).
+        paths: the npz files, sorted by stem (:func:`competition.dataroot.list_graphs`).
     """
 
     collection: Collection
@@ -101,7 +102,7 @@ class SplitGraphs(Sequence[Graph]):
 def open_split(root: DataRoot, collection: Collection | str, split: Split | str, *,
                listing: Listing | None = None) -> SplitGraphs:
     """The graphs of one collection and split of ``root``, the folder listed now (empty when it is missing), or
-    taken from ``listing`` (:class:`~competition.reader.Listing`) when given.
+    taken from ``listing`` (:class:`~competition.dataroot.Listing`) when given.
 
     Raises:
         OSError: the folder exists but cannot be listed.
@@ -153,7 +154,7 @@ def open_collection(root: DataRoot, collection: Collection | str, *, eval_split:
         collection: the collection.
         eval_split: the split early stopping scores (``None``, or the train split, for none).
         protocol: the valid protocol.
-        listing: the root's folders as already listed (:class:`~competition.reader.Listing`); default: listed now.
+        listing: the root's folders as already listed (:class:`~competition.dataroot.Listing`); default: listed now.
 
     Raises:
         EvalIndicesError: the protocol's index files list a config index out of range for a valid graph (checked
@@ -186,7 +187,7 @@ class Dataset:
              eval_split: Split | None = Split.VALID, protocol: ValidProtocol = DEFAULT_PROTOCOL,
              listing: Listing | None = None) -> Dataset:
         """The ``collections`` of ``root`` (default: all five) that hold train graphs, each listed once
-        (:func:`open_collection`), or taken from ``listing`` (:class:`~competition.reader.Listing`) when given.
+        (:func:`open_collection`), or taken from ``listing`` (:class:`~competition.dataroot.Listing`) when given.
 
         Raises:
             OSError: a folder exists but cannot be listed.

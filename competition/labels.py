@@ -26,9 +26,11 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split, submission_id
+from competition.dataroot import DataRoot, list_graphs, load_secret_runtime
+from competition.graphfile import load_runtimes
 from competition.npzio import NpzReader
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, list_graphs, load_runtimes, load_secret_runtime
+from competition.reader import LayoutGraph
 from competition.schema import row_hashes
 from competition.targets import ranking_target
 

@@ -27,8 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, find_data_root
 from competition.labels import distinct_groups
-from competition.reader import DataRoot, LayoutGraph, find_data_root, load_graph
+from competition.reader import LayoutGraph, load_graph
 from competition.real_records import RECORDS_DIR
 
 ALEXNET_FILE = RECORDS_DIR / "alexnet" / "alexnet_layout_xla_80pct.npz"

@@ -19,12 +19,13 @@ import numpy.typing as npt
 from tqdm.auto import tqdm
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, list_graphs
 from competition.errors import DataFileError
 from competition.labels import GraphLabels, SplitLabels, graph_labels
 from competition.metrics import graph_score
 from competition.opcodes import OPCODE_IDS, OPCODE_NAMES
 from competition.protocol import ValidProtocol
-from competition.reader import DataRoot, list_graphs, load_graph
+from competition.reader import load_graph
 from competition.schema import row_hashes
 
 log = logging.getLogger(__name__)

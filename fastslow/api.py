@@ -120,8 +120,8 @@ def train(model: str = "gnn", data: str | os.PathLike[str] | None = None, *,
         One row per collection: ``collection``, ``valid`` (score on the valid protocol's configs), ``graphs``,
         ``seconds``, ``saved`` (the saved model's path).
     """
+    from competition.dataroot import find_data_root
     from competition.dataset import Dataset
-    from competition.reader import find_data_root
     from fastslow.fitting import train_collections
 
     root = find_data_root(data)
@@ -158,7 +158,7 @@ def predict(data: str | os.PathLike[str] | None = None, *, files: Sequence[str |
     """
     import numpy as np
 
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
     from fastslow.inference import PredictRefused, choose_models, file_targets, predict_targets, split_targets
 
     if files:
@@ -206,9 +206,11 @@ def score(submission: str | os.PathLike[str], data: str | os.PathLike[str] | Non
     Raises:
         SubmissionError: the file is not a valid submission of ``split``, with every problem.
     """
+    from competition.dataroot import collections_with_graphs, find_data_root
     from competition.labels import load_labels
-    from competition.reader import collections_with_graphs, find_data_root
-    from competition.submission import SubmissionError, score_submission, validate_submission
+    from competition.submission_checks import validate_submission
+    from competition.submission_format import SubmissionError
+    from competition.submission_scoring import score_submission
 
     root, which = find_data_root(data), Split(split)
     problems = validate_submission(submission, root, which)

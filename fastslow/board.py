@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from competition.atomic import atomic_path, atomic_write_text, exclusive_lock
 from competition.collections import Collection
 from competition.fingerprint import file_sha256
-from competition.npzio import atomic_path, atomic_write_text, exclusive_lock
 from fastslow.display import csv_cell, plot_label, plots_plain_text, printable
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def append_row(
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the leaderboard ``path`` (:func:`competition.npzio.exclusive_lock` on
+    """Hold an exclusive lock on the leaderboard ``path`` (:func:`competition.atomic.exclusive_lock` on
     ``.<name>.lock`` beside it); where the file system cannot lock, append without one, with a warning."""
     lock = path.with_name(f".{path.name}.lock")
     with exclusive_lock(lock) as held:
@@ -165,7 +165,7 @@ def read_rows(path: str | os.PathLike[str] = DEFAULT_PATH) -> list[dict[str, str
     path = Path(path)
     if not path.exists():
         return []
-    from competition.submission import CSV_FIELD_LIMIT  # not at the top: that module brings scipy
+    from competition.submission_reading import CSV_FIELD_LIMIT  # not at the top: that module brings scipy
 
     csv.field_size_limit(CSV_FIELD_LIMIT)  # an ensemble's components or a long path may pass the default 128 kB
     try:

@@ -162,7 +162,7 @@ def _check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """Refuse a file or folder argument that is a FIFO, a device or a socket, before anything opens it (a FIFO
     would wait for a writer for ever, ``/dev/zero`` would be read until memory runs out), and a folder given for a
     file (taken for a missing file, or read as an empty one, otherwise)."""
-    from competition.npzio import special_file
+    from competition.atomic import special_file
 
     for dest, name, value, kind in _path_arguments(parser, args):
         special = special_file(value)
@@ -335,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _close_stdout()
         return EXIT_PIPE_CLOSED
     except Exception as exc:
-        from competition.submission import SubmissionError
+        from competition.submission_format import SubmissionError
 
         if args is None or not _expected(exc):
             traceback.print_exc()

@@ -20,14 +20,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from competition.atomic import atomic_write_text
 from competition.budget import FIT_FRACTION, concurrent_slots, format_seconds
-from competition.collections import Collection, Split
+from competition.collections import Collection, Split, submission_id
 from competition.dataset import CollectionData, Dataset
-from competition.npzio import atomic_write_text
-from competition.submission import (
-    finite_scores,
-    submission_id,
-)
+from competition.submission_format import finite_scores
 from competition.workers import (
     child_environment,
     end_with_process,
@@ -226,7 +223,8 @@ def predict_graphs(model_name: str, model: RankingModel, data: CollectionData, s
 
     Raises:
         ValueError: ``split`` is the train split; or a graph's scores are not finite
-            (:func:`~competition.submission.finite_scores`, naming ``model_name``, the collection and the graph).
+            (:func:`~competition.submission_format.finite_scores`, naming ``model_name``, the collection and the
+            graph).
     """
     collection = data.collection
     if Split(split) not in (Split.VALID, Split.TEST):
@@ -465,7 +463,7 @@ def train_collections(model_name: str, dataset: Dataset, *, params: ModelParams,
     import contextlib
 
     from competition.runlock import hold_run_folder
-    from competition.submission import score_predictions
+    from competition.submission_scoring import score_predictions
     from fastslow.saved_runs import save_run
     from models.base import run_folder
 

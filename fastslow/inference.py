@@ -12,15 +12,16 @@ or ``fastslow featurize``'s), or one split of a data root. Which models rank the
   or the ensemble, whose ``ensemble.json`` lies beside it); without a submission, every model with a saved run for
   each collection ranked, combined as above.
 
-Output: the test split of a data root is written as a Kaggle submission (:func:`competition.submission.submission_text`,
-validated against the test split as ``submit`` validates its own before writing it); anything else as one CSV with a
-row per graph, ``ID,Ranking``: the graph's submission ID (``<collection>:<file stem>``) and every config index,
-fastest predicted first, joined by ``;`` (ties by index, as a submission orders them). Either is written as
-``submit`` writes its submission (:func:`fastslow.promotion.promote`), with a record beside it (``<stem>.json``)
-that has no valid score: it never replaces a scored submission (it goes beside it as ``<stem>.new.csv``). ``--out``
-never names one of the command's inputs, a file inside the data root or the runs folder (refused with or without
-``--force``), nor a file no record says fastslow wrote (refused unless ``--force``, which keeps it as
-``<stem>.prev.csv``); the check is made again, under a lock, when the file is written.
+Output: the test split of a data root is written as a Kaggle submission
+(:func:`competition.submission_format.submission_text`, validated against the test split as ``submit`` validates its
+own before writing it); anything else as one CSV with a row per graph, ``ID,Ranking``: the graph's submission ID
+(``<collection>:<file stem>``) and every config index, fastest predicted first, joined by ``;`` (ties by index, as a
+submission orders them). Either is written as ``submit`` writes its submission (:func:`fastslow.promotion.promote`),
+with a record beside it (``<stem>.json``) that has no valid score: it never replaces a scored submission (it goes
+beside it as ``<stem>.new.csv``). ``--out`` never names one of the command's inputs, a file inside the data root or
+the runs folder (refused with or without ``--force``), nor a file no record says fastslow wrote (refused unless
+``--force``, which keeps it as ``<stem>.prev.csv``); the check is made again, under a lock, when the file is
+written.
 
 What cannot be used is refused before anything is predicted, in one line naming the run or the file: a missing run, a
 run the loader refuses (another format version, a GNN trained with an option this version no longer has), a run fitted
@@ -46,7 +47,8 @@ import numpy.typing as npt
 from competition.collections import Collection, Split, submission_id
 
 if TYPE_CHECKING:
-    from competition.reader import DataRoot, LayoutGraph, TileGraph
+    from competition.dataroot import DataRoot
+    from competition.reader import LayoutGraph, TileGraph
     from models.base import RankingModel
     from models.ensemble import Ensemble
 
@@ -117,7 +119,8 @@ def file_targets(paths: Sequence[str | Path], collection: Collection | None = No
             graph ID.
         DataFileError: a file the reader refuses (read only where its path does not tell its collection).
     """
-    from competition.reader import infer_collection_split, load_graph
+    from competition.graphfile import infer_collection_split
+    from competition.reader import load_graph
 
     out: list[Target] = []
     seen: dict[str, Path] = {}
@@ -270,7 +273,7 @@ def predict_targets(targets: Sequence[Target], combination: Combination, runs_di
     from tqdm.auto import tqdm
 
     from competition.reader import load_graph
-    from competition.submission import finite_scores
+    from competition.submission_format import finite_scores
     from fastslow.saved_runs import feature_problem
     from models.base import MODEL_FILE, run_folder
 
@@ -305,7 +308,7 @@ def ranking_text(scores: dict[str, npt.NDArray[np.float64]]) -> str:
     """The ranking CSV of ``scores``: ``ID,Ranking``, a row per graph sorted by ID, every config index fastest
     first (ties by index) joined by ``;``."""
     from competition.metrics import predicted_order
-    from competition.submission import finite_scores, format_order
+    from competition.submission_format import finite_scores, format_order
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -322,7 +325,7 @@ def ranking_text(scores: dict[str, npt.NDArray[np.float64]]) -> str:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``fastslow predict`` to the command line."""
-    from competition.reader import DATA_ROOT_HELP
+    from competition.dataroot import DATA_ROOT_HELP
 
     p = subparsers.add_parser(
         "predict", help="rank configs with saved runs, without fitting: a submission, or rankings of npz files",
@@ -411,7 +414,7 @@ def _inputs(targets: Sequence[Target], combination: Combination, runs_dir: Path,
             root: DataRoot | None) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
     """What ``--out`` may never be: the files read (the npz files, the saved runs, the submissions folder's record
     and ensemble) and the folders never written into (the data roots, the runs folder)."""
-    from competition.reader import data_root_of
+    from competition.dataroot import data_root_of
     from fastslow.promotion import ENSEMBLE_FILE, RECORD
     from models.base import MODEL_FILE, run_folder
 
@@ -430,8 +433,9 @@ def _inputs(targets: Sequence[Target], combination: Combination, runs_dir: Path,
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``fastslow predict`` (see :func:`add_parser`)."""
-    from competition.reader import find_data_root
-    from competition.submission import submission_text, validate_submission
+    from competition.dataroot import find_data_root
+    from competition.submission_checks import validate_submission
+    from competition.submission_format import submission_text
     from fastslow.pipeline import DEFAULT_OUT_DIR, DEFAULT_RUNS_DIR, ENSEMBLE, _problems
     from fastslow.promotion import Names, OutputRefused, SubmissionRecord, new_run_id, promote
 

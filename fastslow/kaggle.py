@@ -33,11 +33,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
+from competition.atomic import atomic_write_text, temp_sibling
 from competition.collections import Split
 from competition.errors import DataFileError, DataRootNotFound
 from competition.fingerprint import file_sha256
 from competition.nesting import json_loads
-from competition.npzio import atomic_write_text, temp_sibling
 
 COMPETITION = "predict-ai-model-runtime"
 COMPETITION_URL = f"https://www.kaggle.com/competitions/{COMPETITION}"
@@ -277,7 +277,7 @@ def _is_complete(target: Path) -> bool:
     """A finished download: our marker (written last), or a data root put there by hand."""
     if (target / MARKER).is_file():
         return True
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
 
     try:
         find_data_root(target)
@@ -365,7 +365,7 @@ def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str],
     The archive is checked first, from its central directory, before anything is written: member names, no
     symbolic links, at most :data:`MAX_MEMBERS` members and :data:`MAX_UNPACKED_BYTES` in all (see
     :func:`_checked_members`). It then goes into a temporary sibling folder (``.<name>.<random>.part``, see
-    :func:`~competition.npzio.temp_sibling`), counting the bytes written against the same bound, is checked to
+    :func:`~competition.atomic.temp_sibling`), counting the bytes written against the same bound, is checked to
     hold the TpuGraphs tree, gets a marker file, and only then is renamed to ``target``. The previous
     ``target`` is set aside into another such temporary, removed once the new one is in place. A killed run
     leaves only temporaries, which the next run removes before starting over; those of a concurrent run, still
@@ -383,7 +383,7 @@ def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str],
         KaggleError: the archive is corrupt, unsafe, too large or does not hold the TpuGraphs tree, or
             ``target`` exists.
     """
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
 
     zip_path, target = Path(zip_path), Path(target).absolute()
     if target.exists() and not force and (not target.is_dir() or any(target.iterdir())):
@@ -424,7 +424,7 @@ def unpack_zip(zip_path: str | os.PathLike[str], target: str | os.PathLike[str],
 
 def _usage_hint(target: Path) -> str:
     """How later commands find ``target``: automatically, or with ``--data`` / ``FASTSLOW_DATA``."""
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
 
     try:
         found = find_data_root().root.resolve()
@@ -488,7 +488,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
         target = download(args.data, force=args.force, keep_zip=args.keep_zip)
     except KaggleError as exc:
         return _error(str(exc))
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
 
     counts = find_data_root(target).available()
     print(f"data root: {target} ({sum(counts.values())} graphs)")
@@ -519,8 +519,9 @@ def submit(file: str | os.PathLike[str], message: str, data: str | os.PathLike[s
     Returns:
         The exit code: 0 sent (or dry run), 1 the file has problems (nothing sent), 2 Kaggle or the data failed.
     """
-    from competition.reader import find_data_root
-    from competition.submission import problem_count, validate_submission
+    from competition.dataroot import find_data_root
+    from competition.submission_checks import validate_submission
+    from competition.submission_format import problem_count
 
     path = Path(file)
     if not path.is_file():
@@ -576,7 +577,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers: what ``parser.add_subparsers()`` returned; each sub-command sets ``func`` (Namespace -> exit
             code) with ``set_defaults``.
     """
-    from competition.reader import DATA_ROOT_HELP
+    from competition.dataroot import DATA_ROOT_HELP
 
     kaggle = subparsers.add_parser(
         "kaggle", help="download the competition data, submit to Kaggle",

@@ -32,29 +32,28 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from competition.atomic import atomic_write_text, output_problem
 from competition.budget import TimeBudget
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, Listing, find_data_root
 from competition.dataset import Dataset
 from competition.errors import DataRootNotFound
 from competition.labels import SplitLabels
+from competition.metrics import SubmissionScores
 from competition.nesting import json_loads
-from competition.npzio import atomic_write_text, output_problem
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, Listing, find_data_root
 from competition.stats import oracle_scores
-from competition.submission import (
+from competition.submission_checks import validate_submission
+from competition.submission_format import (
     SubmissionError,
     SubmissionProblem,
-    SubmissionScores,
     orders_text,
     problem_count,
-    score_orders,
-    score_predictions,
     submission_orders,
     submission_text,
-    validate_submission,
     write_submission,
 )
+from competition.submission_scoring import score_orders, score_predictions
 from fastslow.board import DEFAULT_PATH, append_row
 from fastslow.fitting import collection_weights, default_jobs, predict_split
 from fastslow.promotion import Promotion, SubmissionRecord, new_run_id, promote, save_ensemble
@@ -140,7 +139,7 @@ class _Scoring:
 
     def valid(self, producer: str, predictions: dict[str, np.ndarray], components: str = "") -> SubmissionScores:
         """Score ``predictions`` in memory, write them as ``valid-<producer>.csv``, record the score in the
-        leaderboard. The rows scored are the rows written (:func:`~competition.submission.submission_orders`).
+        leaderboard. The rows scored are the rows written (:func:`~competition.submission_format.submission_orders`).
 
         Raises:
             RejectedOutput: the predictions do not make a valid submission under the protocol; the file is kept as
@@ -174,7 +173,7 @@ def _write_best(out_dir: Path, root: DataRoot, predictions: dict[str, np.ndarray
     (:func:`fastslow.promotion.promote`). Prints what happened to earlier files.
 
     A file with problems is written nowhere: it is kept as ``<name>.rejected`` and
-    :class:`~competition.npzio.RejectedOutput` (a ``ValueError``: one ``error:`` line on the command line) says so.
+    :class:`~competition.atomic.RejectedOutput` (a ``ValueError``: one ``error:`` line on the command line) says so.
     """
     def validate(tmp: Path) -> str | None:
         problems = validate_submission(tmp, root, Split.TEST)
@@ -238,15 +237,15 @@ def model_folders(names: Sequence[str], params: Mapping[str, ModelParams],
 def preflight(root: DataRoot, synthetic: bool, listing: Listing | None = None) -> None:
     """Refuse, before any fitting, a data root whose submission would fail at the end: a missing or empty split of
     a collection, a folder that cannot be listed, file names unusable in submission IDs, a sample submission that
-    does not match the test files, missing or unreadable secret runtimes (:func:`competition.reader.validate_root`,
-    :func:`competition.submission.sample_problems`). The npz files are not opened: ``fastslow data validate`` checks
-    them. ``listing``: the root's folders as already listed (default: listed now).
+    does not match the test files, missing or unreadable secret runtimes (:func:`competition.dataroot.validate_root`,
+    :func:`competition.submission_checks.sample_problems`). The npz files are not opened: ``fastslow data validate``
+    checks them. ``listing``: the root's folders as already listed (default: listed now).
 
     Raises:
         ValueError: naming the first problem and how many there are.
     """
-    from competition.reader import validate_root
-    from competition.submission import sample_problems
+    from competition.dataroot import validate_root
+    from competition.submission_checks import sample_problems
 
     problems = validate_root(root, synthetic=synthetic, listing=listing) + sample_problems(root, listing=listing)
     if problems:
@@ -296,7 +295,7 @@ class OpenData:
     Attributes:
         root: the data root.
         synthetic: a synthetic world (its test split is scored through ``secret/``).
-        listing: every collection and split folder, as listed once (:class:`competition.reader.Listing`).
+        listing: every collection and split folder, as listed once (:class:`competition.dataroot.Listing`).
         dataset: the collections with train graphs, each split's files taken from ``listing``.
         protocol: which configs of the valid graphs are predicted and scored.
     """

@@ -37,9 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from competition.atomic import RejectedOutput, atomic_write_text, exclusive_lock, first_free, temp_sibling
 from competition.fingerprint import file_sha256
 from competition.nesting import json_loads
-from competition.npzio import RejectedOutput, atomic_write_text, exclusive_lock, first_free, temp_sibling
 
 SUBMISSION = "submission.csv"
 RECORD = "submission.json"
@@ -236,7 +236,7 @@ def promote(out_dir: Path, text: str, record: SubmissionRecord, *, validate: Cal
         text: the submission's CSV text.
         record: what it is; its ``sha256`` and ``time`` are filled in here.
         validate: called with the complete new file under a temporary name; a returned reason keeps it from being
-            written anywhere (it is kept as ``<name>.rejected`` and :class:`~competition.npzio.RejectedOutput`
+            written anywhere (it is kept as ``<name>.rejected`` and :class:`~competition.atomic.RejectedOutput`
             raised).
         ensemble: the run's fitted ensemble as saved (its JSON document), written beside the submission (only
             beside ``submission.csv``).

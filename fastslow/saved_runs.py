@@ -140,7 +140,8 @@ def feature_problem(model: RankingModel, graph: TileGraph | LayoutGraph) -> str 
 
     tile = isinstance(graph, TileGraph)
     if isinstance(model, GBDTModel):
-        from features.tabular import layout_feature_names, tile_feature_names
+        from features.tabular_layout import layout_feature_names
+        from features.tabular_tile import tile_feature_names
 
         names = tile_feature_names() if tile else layout_feature_names()
         have = [str(n) for n in model.feature_names_]

@@ -16,7 +16,7 @@ file's path relative to the data root, its size, its content (:func:`competition
 stem, so a data file whose bytes change is rebuilt, even at the same size and modification time, and the others are
 reused (a file merely touched among them).
 
-Every cached file is written through :func:`competition.npzio.atomic_write_stream`: a build that is interrupted leaves
+Every cached file is written through :func:`competition.atomic.atomic_write_stream`: a build that is interrupted leaves
 only complete files (reused by the next build) and ``.part`` temporary files, which never match a cached name and
 are removed by the next build; one that finds the disk full stops with an ``OSError`` naming the file (not torch's
 ``RuntimeError``), and the files it completed are reused by the next build.
@@ -49,10 +49,10 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
+from competition.atomic import atomic_write_stream, atomic_write_text, failures_named, remove_stale_temps
 from competition.collections import Collection, Split
 from competition.dataset import SplitGraphs
 from competition.fingerprint import content_digest
-from competition.npzio import atomic_write_stream, atomic_write_text, failures_named, remove_stale_temps
 from competition.protocol import ValidProtocol
 from competition.reader import LayoutGraph, load_graph
 from competition.workers import end_with_parent, pool_context
@@ -417,7 +417,7 @@ class ProcessedGraphs(Sequence[Data]):
 
     def _remove_leftovers(self) -> int:
         """Delete cached files that no current source maps to, and the ``.part`` files of killed builds (those of a
-        concurrent build, still being written, are kept: :func:`competition.npzio.remove_stale_temps`); returns
+        concurrent build, still being written, are kept: :func:`competition.atomic.remove_stale_temps`); returns
         how many."""
         wanted = {s.cache_name for s in self.sources}
         count = len(remove_stale_temps(self.processed_dir))

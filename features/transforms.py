@@ -41,7 +41,7 @@ from competition.schema import (
     TPU_SUBLANES,
 )
 from features.data import NODE_ATTRS, num_configs, select_configs
-from features.tabular import tile_shares
+from features.tabular_tile import tile_shares
 
 PLACEHOLDER_OPCODE = 0
 """Opcode id of the placeholder nodes of :class:`CollapseChains` (0 is "unknown" in the opcode table)."""
@@ -290,12 +290,12 @@ class OpcodeGroupFeatures(BaseTransform):
 
 class TileShares(BaseTransform):
     """Append to tile ``config_feat`` what share of its arrays each config cuts
-    (:func:`features.tabular.tile_shares`: each tiled dim's share per output tile, the kernel's tiles and the share
+    (:func:`features.tabular_tile.tile_shares`: each tiled dim's share per output tile, the kernel's tiles and the share
     one covers), from the raw ``x``, ``op`` and bounds: before :class:`PadLayoutMinusOne` and :class:`LogTransform`.
     A graph without a 2-D ``config_feat`` (layout) is unchanged.
 
     Shapes:
-        tile ``config_feat [C, 24] -> [C, 24 + len(features.tabular.TILE_SHARE_NAMES)]``.
+        tile ``config_feat [C, 24] -> [C, 24 + len(features.tabular_tile.TILE_SHARE_NAMES)]``.
     """
 
     def forward(self, data: Data) -> Data:

@@ -23,10 +23,10 @@ import numpy as np
 import numpy.typing as npt
 import sklearn.exceptions
 
+from competition.atomic import atomic_write_text
 from competition.collections import Collection
 from competition.dataset import CollectionData
 from competition.nesting import json_loads
-from competition.npzio import atomic_write_text
 from competition.reader import LayoutGraph, TileGraph
 from models.fields import FieldError, check_mapping, check_str, decode_value, shown
 

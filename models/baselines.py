@@ -30,7 +30,7 @@ from competition.dataset import CollectionData
 from competition.opcodes import PARAMETER
 from competition.reader import LayoutGraph, TileGraph
 from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, MAX_RANK
-from features.tabular import tiled_array
+from features.tabular_tile import tiled_array
 from models.base import Graph, NotFittedError, RankingModel
 from models.fields import FieldError, check_int, decode_array
 from models.settings import Configured, Section, section, setting
@@ -104,7 +104,7 @@ def tile_default_features(graph: TileGraph) -> npt.NDArray[np.float64]:
 
     Columns (:data:`TILE_FEATURES`): for k = 0..5, ``log2`` of the share of the tiled array's dim ``i = rank - 1 -
     k`` one tile covers, i.e. counted from the most-minor physical dim (the bounds count hardware tiles of the array
-    :func:`features.tabular.tiled_array` finds; ``rank`` its dims); then ``log2(kernel_bounds_d)`` for d = 0..5
+    :func:`features.tabular_tile.tiled_array` finds; ``rank`` its dims); then ``log2(kernel_bounds_d)`` for d = 0..5
     (where positive). Counting from the minor end lines up the lane and sublane dims of kernels of different ranks,
     which is where defaults differ most. Kernel tiles stay absolute.
 

@@ -45,10 +45,10 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import rankdata
 
+from competition.atomic import atomic_write_text
 from competition.collections import Collection
 from competition.metrics import graph_score
-from competition.npzio import atomic_write_text
-from competition.submission import parse_submission_id
+from competition.submission_format import parse_submission_id
 from models import settings as settings_tree
 from models.base import NotFittedError, read_json_doc, registered_names
 from models.fields import (

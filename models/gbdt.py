@@ -1,6 +1,7 @@
-"""LightGBM lambdarank on the tabular features of :mod:`features.tabular`, one model per collection.
+"""LightGBM lambdarank on the tabular features, one model per collection.
 
-Each training graph is one query. Its distinct configs (a config's repeated runs count once, with their mean
+The features are :mod:`features.tabular_tile`'s (tile) and :mod:`features.tabular_layout`'s (layout). Each training
+graph is one query. Its distinct configs (a config's repeated runs count once, with their mean
 target: :func:`competition.labels.distinct_target`; at most ``max_configs_per_graph``, sampled per graph with a
 seeded generator) get relevance grades from their runtime ranks within the sample (see :func:`relevance_grades`):
 the fastest config gets 30, the slowest 0, and configs with equal runtimes share a grade. Layout feature columns
@@ -45,7 +46,8 @@ from competition.labels import distinct_target, graph_target
 from competition.protocol import ValidProtocol
 from competition.reader import LayoutGraph, TileGraph
 from competition.workers import usable_cores
-from features.tabular import layout_feature_names, layout_features, tile_feature_names, tile_features
+from features.tabular_layout import layout_feature_names, layout_features
+from features.tabular_tile import tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
 from models.booster import checked_model_string
 from models.fields import check_int, check_list, check_number, check_str
@@ -65,7 +67,8 @@ MAX_N_JOBS = 256
 """The most LightGBM threads asked for; a fit uses at most the usable cores (more threads than cores only wait for
 each other, and each reserves its own stack and buffers)."""
 MAX_FEATURE_COLUMNS = 100_000
-"""The most feature columns a saved GBDT may name: far above what :mod:`features.tabular` computes."""
+"""The most feature columns a saved GBDT may name: far above what :mod:`features.tabular_tile` and
+:mod:`features.tabular_layout` compute."""
 
 LAYOUT_FEATURE_FRACTION = 0.5
 """Layout trees draw half of the columns each (``booster.feature_fraction``'s default for layout): fitted on a

@@ -11,9 +11,10 @@ import pytest
 
 import fastslow
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.labels import load_labels
-from competition.reader import find_data_root, list_graphs
-from competition.submission import SubmissionError, score_submission
+from competition.submission_format import SubmissionError
+from competition.submission_scoring import score_submission
 
 LAYOUT = Collection.LAYOUT_NLP_RANDOM
 

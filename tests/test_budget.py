@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 from competition.budget import TimeBudget, concurrent_slots, format_seconds, parse_duration
-from competition.collections import Collection, Split
+from competition.collections import Collection, Split, submission_id
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import Dataset, open_collection
 from competition.labels import load_labels
 from competition.metrics import graph_score
 from competition.protocol import ValidProtocol
-from competition.reader import find_data_root, list_graphs, load_graph
-from competition.submission import read_submission, submission_id, validate_submission
+from competition.reader import load_graph
+from competition.submission_checks import validate_submission
+from competition.submission_reading import read_submission
 from fastslow.cli import main
 from fastslow.pipeline import run_pipeline
 from fastslow.progress import LineWriter, line_progress

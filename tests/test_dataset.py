@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+import competition.dataroot as dataroot_module
 import competition.dataset as dataset_module
-import competition.reader as reader_module
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, find_data_root
 from competition.dataset import CollectionData, Dataset, SplitGraphs, open_collection, open_split
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import DataRoot, LayoutGraph, TileGraph, find_data_root
+from competition.reader import LayoutGraph, TileGraph
 from tests.test_reader import layout_arrays, tile_arrays, write
 
 NLP = Collection.LAYOUT_NLP_DEFAULT
@@ -40,15 +41,15 @@ def root(tmp_path: Path) -> DataRoot:
 
 @pytest.fixture
 def listings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Collection, Split]]:
-    """Every folder listed (:func:`competition.reader.list_graphs`), in order."""
+    """Every folder listed (:func:`competition.dataroot.list_graphs`), in order."""
     calls: list[tuple[Collection, Split]] = []
-    real = reader_module.list_graphs
+    real = dataroot_module.list_graphs
 
     def counting(root: DataRoot, collection: Collection, split: Split) -> list[Path]:
         calls.append((Collection(collection), Split(split)))
         return real(root, collection, split)
 
-    monkeypatch.setattr(reader_module, "list_graphs", counting)
+    monkeypatch.setattr(dataroot_module, "list_graphs", counting)
     return calls
 
 
@@ -188,7 +189,7 @@ def test_fitting_lists_no_folder(tiny_world: Path, tmp_path: Path, monkeypatch: 
     def refuse(*args: object, **kw: object) -> list[Path]:
         raise AssertionError("a folder listed while fitting")
 
-    monkeypatch.setattr(reader_module, "list_graphs", refuse)
+    monkeypatch.setattr(dataroot_module, "list_graphs", refuse)
     gnn = {"epochs": 1, "hidden": 8, "seeds": 1, "steps_per_graph": 1, "runs_dir": None,
            "cache_dir": str(tmp_path / "cache"), "device": "cpu"}
     for part in data:
@@ -202,7 +203,7 @@ def test_fitting_lists_no_folder(tiny_world: Path, tmp_path: Path, monkeypatch: 
 
 
 def test_fit_collections_holds_saves_then_predicts(tiny_world: Path) -> None:
-    from competition.submission import submission_id
+    from competition.collections import submission_id
     from fastslow.fitting import fit_collections
 
     data = Dataset.open(find_data_root(tiny_world), [TILE, NLP])
@@ -249,7 +250,7 @@ def test_fit_collections_holds_saves_then_predicts(tiny_world: Path) -> None:
 def test_predict_graphs_scores_the_chosen_graphs_on_the_protocols_configs(tiny_world: Path) -> None:
     import numpy as np
 
-    from competition.submission import submission_id
+    from competition.collections import submission_id
     from fastslow.fitting import predict_graphs
     from models.registry import make_model
 

@@ -13,11 +13,11 @@ def test_the_first_network_of_the_ensemble_scores_as_a_one_network_fit(tiny_worl
                                                                          capsys: pytest.CaptureFixture[str]):
     from benchmarks.ensemble_size import main
     from competition.collections import Collection, Split
+    from competition.dataroot import find_data_root
     from competition.dataset import Dataset
     from competition.labels import load_labels
     from competition.protocol import DEFAULT_PROTOCOL
-    from competition.reader import find_data_root
-    from competition.submission import score_predictions
+    from competition.submission_scoring import score_predictions
     from fastslow.fitting import fit_collection, predict_graphs
     from models.registry import ModelParams, make_model
 

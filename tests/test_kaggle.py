@@ -17,8 +17,8 @@ import requests
 
 import fastslow.kaggle as kg
 from competition.collections import Collection, Split
-from competition.reader import find_data_root
-from competition.submission import validate_submission
+from competition.dataroot import find_data_root
+from competition.submission_checks import validate_submission
 
 GRAPH = "npz_all/npz/tile/xla/train/a.npz"
 
@@ -98,7 +98,7 @@ def no_api(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture(scope="module")
 def valid_submission(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from competition.dataset import Dataset
-    from competition.submission import write_submission
+    from competition.submission_format import write_submission
     from fastslow.fitting import predict_split
 
     root = find_data_root(tiny_world)

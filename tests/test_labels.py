@@ -16,23 +16,17 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split, submission_id
+from competition.dataroot import find_data_root, list_graphs, load_secret_runtime
 from competition.errors import DataFileError
 from competition.labels import HiddenLabelsError, graph_target, load_labels, ranking_target
 from competition.metrics import graph_score
 from competition.npzio import NpzReader, write_npz
 from competition.protocol import ValidProtocol
-from competition.reader import find_data_root, list_graphs, load_graph, load_secret_runtime
+from competition.reader import load_graph
 from competition.stats import graph_oracle, oracle_scores
-from competition.submission import (
-    IN_MEMORY,
-    SubmissionError,
-    read_submission,
-    score_orders,
-    score_predictions,
-    score_submission,
-    submission_orders,
-    write_submission,
-)
+from competition.submission_format import SubmissionError, submission_orders, write_submission
+from competition.submission_reading import read_submission
+from competition.submission_scoring import IN_MEMORY, score_orders, score_predictions, score_submission
 from fastslow.pipeline import run_pipeline
 
 TILE = Collection.TILE_XLA

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from competition.collections import Collection, Split
-from competition.reader import find_data_root
-from competition.submission import read_submission, validate_submission
+from competition.dataroot import find_data_root
+from competition.submission_checks import validate_submission
+from competition.submission_reading import read_submission
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

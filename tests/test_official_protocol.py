@@ -16,6 +16,7 @@ from scipy.stats import kendalltau
 
 from competition import protocol as protocol_module
 from competition.collections import Collection, Split, submission_id
+from competition.dataroot import find_data_root
 from competition.dataset import Dataset
 from competition.labels import load_labels
 from competition.metrics import graph_score, order_to_ranks
@@ -27,8 +28,10 @@ from competition.protocol import (
     EvalIndicesError,
     ValidProtocol,
 )
-from competition.reader import find_data_root
-from competition.submission import read_submission, score_submission, validate_submission, write_submission
+from competition.submission_checks import validate_submission
+from competition.submission_format import write_submission
+from competition.submission_reading import read_submission
+from competition.submission_scoring import score_submission
 from fastslow.board import format_leaderboard, read_rows
 from fastslow.cli import main
 from features.cache import pipeline_hash

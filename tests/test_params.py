@@ -14,8 +14,8 @@ import pytest
 from torch import nn
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root
 from competition.dataset import open_collection
-from competition.reader import find_data_root
 from fastslow.cli import main
 from models import settings as settings_tree
 from models.gbdt import GBDTModel

@@ -8,11 +8,12 @@ import numpy as np
 
 from benchmarks.per_graph import format_rows, graph_rows
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.labels import load_labels
 from competition.metrics import graph_score
 from competition.opcodes import CONVOLUTION, DOT, RESHAPE
 from competition.protocol import DEFAULT_PROTOCOL
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 
 XR = Collection.LAYOUT_XLA_RANDOM
 

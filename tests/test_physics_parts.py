@@ -9,8 +9,8 @@ import pytest
 
 from benchmarks.physics_parts import PARTS, format_parts, graph_parts, main
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.labels import load_labels
-from competition.reader import find_data_root, list_graphs
 from competition.stats import graph_oracle
 from tests.conftest import TINY_SEED
 
@@ -38,16 +38,16 @@ def test_parts_of_every_graph_read_back_from_its_file(tiny_world: Path, split: S
 
 def test_another_worlds_program_is_refused(tiny_world: Path, monkeypatch):
     """A file whose configs are not the program's choices (another seed's program under the same stem) is named."""
-    import competition.synthetic.world as world
+    import competition.synthetic.world_programs as world_programs
 
     root = find_data_root(tiny_world)
-    real = world.layout_module
+    real = world_programs.layout_module
 
     def other(scale, seed, source, split, index):
         module, stem = real(scale, seed, source, split, 1 - index)
         return module, real(scale, seed, source, split, index)[1]
 
-    monkeypatch.setattr(world, "layout_module", other)
+    monkeypatch.setattr(world_programs, "layout_module", other)
     with pytest.raises(ValueError):
         graph_parts(root, "tiny", TINY_SEED, XD, Split.TRAIN, 0)
 

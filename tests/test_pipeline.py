@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.errors import DataFileError
 from competition.labels import load_labels
-from competition.reader import find_data_root, list_graphs
-from competition.submission import read_submission, score_submission, validate_submission
+from competition.submission_checks import validate_submission
+from competition.submission_reading import read_submission
+from competition.submission_scoring import score_submission
 from fastslow.board import COLUMNS, append_row, read_rows
 from fastslow.cli import main
 from fastslow.pipeline import run_pipeline

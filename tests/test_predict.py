@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
 from competition.errors import DataFileError
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from fastslow.fitting import fit_collection
 from fastslow.inference import Combination, predict_targets, split_targets
 from models.registry import make_model

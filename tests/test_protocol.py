@@ -7,20 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from competition.collections import Collection, Split
+from competition.collections import Collection, Split, submission_id
+from competition.dataroot import find_data_root, list_graphs
 from competition.labels import load_labels
 from competition.metrics import kendall_tau
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from competition.stats import oracle_scores
-from competition.submission import (
-    SubmissionError,
-    read_submission,
-    score_submission,
-    submission_id,
-    validate_submission,
-    write_submission,
-)
+from competition.submission_checks import validate_submission
+from competition.submission_format import SubmissionError, write_submission
+from competition.submission_reading import read_submission
+from competition.submission_scoring import score_submission
 from tests.test_reader import layout_arrays, write
 
 BIG = 100_040  # configs of the largest real nlp files

@@ -9,19 +9,11 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, find_data_root, list_graphs, load_secret_runtime
 from competition.errors import DataFileError, DataRootNotFound
+from competition.graphfile import infer_collection_split, validate_file
 from competition.npzio import write_npz
-from competition.reader import (
-    DataRoot,
-    LayoutGraph,
-    TileGraph,
-    find_data_root,
-    infer_collection_split,
-    list_graphs,
-    load_graph,
-    load_secret_runtime,
-    validate_file,
-)
+from competition.reader import LayoutGraph, TileGraph, load_graph
 
 TILE = Collection.TILE_XLA
 LAYOUT = Collection.LAYOUT_XLA_RANDOM
@@ -549,8 +541,8 @@ def _rewritten_train_file(tiny_world: Path, tmp_path: Path, c: Collection,
     ``np.savez`` with the members ``change`` returns: ``(original, copy, the arrays written)``."""
     import shutil
 
+    from competition.dataroot import find_data_root, list_graphs
     from competition.npzio import NpzReader
-    from competition.reader import find_data_root, list_graphs
 
     original = list_graphs(find_data_root(tiny_world), c, Split.TRAIN)[0]
     folder = tmp_path / "npz" / Path(*c.value.split(":")) / "train"

@@ -16,8 +16,9 @@ from scipy.stats import kendalltau
 
 from benchmarks import real_records as bench
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.hlo.records import read_layout_records, read_tile_records
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from competition.real_records import LAYOUT_RECORDS, RECORDS_DIR, SHA256, TILE_RECORDS, featurize_records
 
 ROOT = Path(__file__).resolve().parents[1]

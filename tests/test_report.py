@@ -10,7 +10,8 @@ import pytest
 
 from competition.collections import Collection
 from fastslow.board import read_rows
-from fastslow.report import add_parser, build_report, read_curves
+from fastslow.report import add_parser, build_report
+from fastslow.report_sections import read_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CURVES = ("epoch,train_loss,valid_metric,lr,seconds\n"

@@ -28,7 +28,7 @@ def test_the_cache_part_builds_the_collections_default_pipeline_on_a_world(tiny_
     graph of a collection through the GNN's own feature pipeline, with the collection's defaults."""
     from benchmarks.scale import part_cache
     from competition.collections import Collection, Split
-    from competition.reader import find_data_root, list_graphs
+    from competition.dataroot import find_data_root, list_graphs
 
     root = find_data_root(tiny_world)
     out = part_cache(str(tiny_world), "layout:xla:random", str(tmp_path / "cache"))

@@ -68,7 +68,7 @@ def test_a_network_count_that_changed_is_shown_and_every_network_is_timed(monkey
     made: list[dict] = []
     monkeypatch.setattr("models.registry.make_model", lambda name, **params: made.append(params) or Fitted(**params))
     monkeypatch.setattr("competition.dataset.open_collection", lambda root, c: Data())
-    monkeypatch.setattr("competition.reader.find_data_root", lambda world: world)
+    monkeypatch.setattr("competition.dataroot.find_data_root", lambda world: world)
     monkeypatch.setattr(speed, "head", lambda data, n: data)
     part = speed.part_fit(str(tmp_path), "layout:xla:random", "previous", 1, 1, str(tmp_path))
     assert (part["networks"], part["train"], part["valid"], part["metric"]) == (2, 3.0 + 4.0, 2.0 + 3.0, 0.5)

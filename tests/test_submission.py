@@ -12,20 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import kendalltau
 
-from competition.collections import Collection, Split
+from competition.collections import Collection, Split, submission_id
+from competition.dataroot import find_data_root, list_graphs, load_secret_runtime
 from competition.labels import HiddenLabelsError, load_labels
-from competition.reader import find_data_root, list_graphs, load_graph, load_secret_runtime
-from competition.submission import (
+from competition.reader import load_graph
+from competition.submission_checks import validate_submission
+from competition.submission_format import (
     SubmissionError,
     SubmissionProblem,
     orders_text,
-    read_submission,
-    score_submission,
-    submission_id,
     submission_text,
-    validate_submission,
     write_submission,
 )
+from competition.submission_reading import read_submission
+from competition.submission_scoring import score_submission
 
 
 def _secret_runtimes(root, split: Split = Split.TEST) -> dict[str, np.ndarray]:

@@ -95,8 +95,8 @@ def featurize_files(programs: Sequence[str | os.PathLike[str]] = (),
     Raises:
         HloFormatError: an input, or an output that would fail its checks, naming the file and the problem.
     """
+    from competition.graphfile import validate_arrays, validate_file
     from competition.npzio import write_npz
-    from competition.reader import validate_arrays, validate_file
 
     if not (programs or layout_records or tile_records):
         raise HloFormatError("fastslow featurize", "nothing to featurize: give program FILEs, --layout-records or "

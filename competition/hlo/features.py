@@ -1,6 +1,6 @@
 """Featurize a :class:`~competition.hlo.ir.Module` into TpuGraphs arrays: the one feature writer of both
 sources of modules, real XLA programs (:mod:`competition.hlo.featurize`) and the synthetic world
-(:mod:`competition.synthetic.world`).
+(:mod:`competition.synthetic.writers`).
 
 The column map is the one of the format spec (``docs`` / ``tpugraphs-format.md`` section 3.2), quirks included:
 lists are truncated (6 entries, 2 for slice / dynamic-slice / pad, 4 for conv spatial dims), missing entries are 0,

@@ -51,8 +51,9 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, list_graphs
 from competition.opcodes import OPCODE_IDS
-from competition.reader import DataRoot, LayoutGraph, TileGraph, list_graphs, load_graph
+from competition.reader import LayoutGraph, TileGraph, load_graph
 
 MIN_RANK_CONFIGS: int = 5
 """Kernels with fewer distinct configs say nothing about how runtime varies with the tile."""

@@ -23,7 +23,7 @@ read as HLO text before optimisation (``as_text(dialect="hlo")``) by :func:`comp
 The optimised text of the CPU compiler (``.compile().as_text()``) is not used: it carries rewrites of the CPU
 backend (bf16 and f16 arithmetic widened to f32 through ``convert`` pairs, convolutions and dots left out of
 fusions, so its fusions hold only elementwise roots), none of which a TPU program has. Tile kernels are cut
-from these programs by the generator's own cutter (:func:`competition.synthetic.programs.tile_kernels`).
+from these programs by the generator's own cutter (:func:`competition.synthetic.tile_kernels.tile_kernels`).
 
 jax is imported here only, and only when a program is lowered (it is a dev extra: ``make install``);
 :func:`require_jax` fails with one line when it is missing. The bytes depend on the jax version (its lowering).

@@ -707,7 +707,7 @@ class LayoutProblem:
         wanders, ``explore > 0``, and then with probability :data:`DEFAULT_OUTPUT_FLIP`), as a tuner stepping out
         from the default would; with ``explore``, each step goes to a uniform explicit choice instead with that
         probability (a search that wanders further, as most ``default`` searches of the world do:
-        :data:`~competition.synthetic.world.DEFAULT_EXPLORE`).
+        :data:`~competition.synthetic.searches.DEFAULT_EXPLORE`).
         ``random``: every group takes an explicit choice, uniform among those that keep the compiler's output
         layout, or with probability ``flip`` (times ``at_least``) among those that change it. The real alexnet
         graph's random search leaves a group's output layout about one time in 12 (:data:`OUTPUT_FLIP`) and draws

@@ -53,7 +53,7 @@ def collections_of(values: Sequence[str] | None) -> list[Collection]:
 
 
 def add_data_arg(p: argparse.ArgumentParser) -> None:
-    from competition.reader import DATA_ROOT_HELP
+    from competition.dataroot import DATA_ROOT_HELP
 
     p.add_argument("--data", metavar="DIR", default=None, help=DATA_ROOT_HELP)
 
@@ -106,7 +106,7 @@ def check_output(flag: str, value: str | os.PathLike[str], kind: str) -> None:
     be a writable folder; an existing output must be of its kind. Writes can still fail later (a full disk): the
     error boundary says so then.
     """
-    from competition.npzio import output_problem
+    from competition.atomic import output_problem
 
     problem = output_problem(value, kind)
     if problem is not None:

@@ -22,7 +22,7 @@ from fastslow.commands.common import (
 )
 
 if typing.TYPE_CHECKING:
-    from competition.reader import DataRoot
+    from competition.dataroot import DataRoot
 
 log = logging.getLogger("fastslow")
 
@@ -144,7 +144,7 @@ def _calibration_parser(dsub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_calibration(args: argparse.Namespace) -> int:
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
     from competition.real_records import TILE_RECORDS, featurize_records
     from competition.synthetic import calibration
 
@@ -180,7 +180,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
     from competition.stats import collection_stats, format_stats
 
     root = find_data_root(args.dir)
@@ -194,7 +194,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _note_hidden(root: DataRoot, collections: Sequence[Collection], splits: Sequence[Split]) -> None:
-    from competition.reader import hidden_files
+    from competition.dataroot import hidden_files
 
     hidden = hidden_files(root, collections, splits)
     if hidden:
@@ -204,7 +204,7 @@ def _note_hidden(root: DataRoot, collections: Sequence[Collection], splits: Sequ
 
 
 def _listed_or_none(root: DataRoot, c: Collection, s: Split) -> list[Path]:
-    from competition.reader import list_graphs
+    from competition.dataroot import list_graphs
 
     try:
         return list_graphs(root, c, s)
@@ -215,8 +215,9 @@ def _listed_or_none(root: DataRoot, c: Collection, s: Split) -> list[Path]:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from competition.reader import find_data_root, validate_file, validate_root
-    from competition.submission import sample_problems
+    from competition.dataroot import find_data_root, validate_root
+    from competition.graphfile import validate_file
+    from competition.submission_checks import sample_problems
 
     root = find_data_root(args.data)
     collections = collections_of(args.collections)
@@ -241,7 +242,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_where(args: argparse.Namespace) -> int:
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
 
     root = find_data_root(args.data)
     print(f"data root: {root.root}\n  found by: {root.source}\n  npz tree: {root.npz_dir} ({root.tree_format})")

@@ -49,8 +49,8 @@ def _prune_stats_parser(fsub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_prune_stats(args: argparse.Namespace) -> int:
+    from competition.dataroot import find_data_root
     from competition.dataset import open_split
-    from competition.reader import find_data_root
     from features.prune_stats import format_pruning_stats, pruning_stats
     from features.transforms import CollapseChains, PruneToConfigurable
 

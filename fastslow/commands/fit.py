@@ -162,8 +162,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from competition.dataroot import find_data_root, validate_root
     from competition.dataset import Dataset
-    from competition.reader import find_data_root, validate_root
     from fastslow.fitting import train_collections
     from fastslow.pipeline import check_writable, model_folders
     from models.gnn import distributed

@@ -79,8 +79,9 @@ def add_leaderboard_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_validate_submission(args: argparse.Namespace) -> int:
-    from competition.reader import find_data_root
-    from competition.submission import problem_count, validate_submission
+    from competition.dataroot import find_data_root
+    from competition.submission_checks import validate_submission
+    from competition.submission_format import problem_count
 
     root = find_data_root(args.data)
     problems = validate_submission(args.file, root, Split(args.split), protocol=protocol_of(args))
@@ -91,10 +92,12 @@ def _cmd_validate_submission(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
+    from competition.dataroot import collections_with_graphs, find_data_root
     from competition.labels import load_labels
-    from competition.reader import collections_with_graphs, find_data_root
     from competition.stats import oracle_scores
-    from competition.submission import SubmissionError, problem_count, score_submission, validate_submission
+    from competition.submission_checks import validate_submission
+    from competition.submission_format import SubmissionError, problem_count
+    from competition.submission_scoring import score_submission
     from fastslow.board import append_row
     from fastslow.display import printable
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from competition.collections import Collection
-from features.tabular import TILE_SHARE_NAMES
+from features.tabular_tile import TILE_SHARE_NAMES
 from models import settings as tree
 from models.gnn.infer import DEFAULT_PREDICT_CONTEXT, DEFAULT_REFERENCE_CONFIGS, DEFAULT_TTA, PREDICT_CONTEXTS
 from models.gnn.losses import LOSSES, loss_function

@@ -694,7 +694,7 @@ class GNNModel(RankingModel):
         if len(outs) == 1:
             return outs[0]
         # A network whose scores are not finite leaves the ensemble none: its scores are returned as they are, for
-        # the caller's check (competition.submission.finite_scores) to refuse them naming the model and the graph.
+        # the caller's check (competition.submission_format.finite_scores) to refuse them naming the model and the graph.
         broken = next((out for out in outs if not np.isfinite(out).all()), None)
         if broken is not None:
             return broken

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from competition.npzio import atomic_path, atomic_write_text, failures_named
+from competition.atomic import atomic_path, atomic_write_text, failures_named
 from features.cache import UnusableFileError, load_plain, set_aside
 from models import settings as tree
 from models.base import MODEL_FILE

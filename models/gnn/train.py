@@ -1,10 +1,13 @@
 """The training loop of the GNN rankers: AdamW with a warm-up and cosine schedule over seeded visits of the training
-graphs, one validation pass per epoch, and the run's state in one object (:class:`TrainState`).
+graphs, one validation pass per epoch, the run's state in one object (:class:`models.gnn.state.TrainState`) and what
+its callbacks ask of the loop in another (:class:`models.gnn.state.TrainerControl`), which the loop reads after
+their hooks.
 
 Everything else a run does is a callback (:mod:`models.gnn.callbacks`): early stopping on the valid metric, the
 checkpoint with resume (the run folder: :mod:`models.gnn.runs`), the learning curves, the time budget, weight
-averaging, the head fine-tuning after Graph Segment Training and the distributed hooks. What one step and one
-validation pass do is :mod:`models.gnn.steps`.
+averaging, the head fine-tuning after Graph Segment Training and the distributed hooks. Each hook is given the
+state, the control and the :class:`Trainer` itself as the callbacks' view of the run
+(:class:`models.gnn.callbacks.TrainingRun`). What one step and one validation pass do is :mod:`models.gnn.steps`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +26,18 @@ import torch
 from tqdm.auto import tqdm
 
 from models.gnn import distributed
-from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, TimeBudget, default_callbacks
+from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, default_callbacks
 from models.gnn.config import GNNConfig
 from models.gnn.footprint import check_fit_memory
 from models.gnn.gst import HistoryTable
 from models.gnn.losses import loss_function
 from models.gnn.net import RankNet
 from models.gnn.runs import run_settings, set_rng_state
+from models.gnn.state import TrainerControl, TrainState
 from models.gnn.steps import (
     Item,
     Slot,
     ValidationCut,
-    average_states,
     cosine_schedule,
     evaluate,
     resolve_device,
@@ -79,60 +82,11 @@ class TrainResult:
     finetune_metric: float | None = None
     finetune_used: bool = False
 
-
-@dataclass
-class TrainState:
-    """Where a run stands, checkpointed whole (with the weights, optimiser, schedule and RNG states) after every
-    finished epoch.
-
-    Attributes:
-        epoch: the last finished epoch (0 before the first).
-        step: optimiser steps taken in finished epochs.
-        history: one row per finished epoch (:data:`models.gnn.runs.CURVE_COLUMNS`).
-        best_state, best_metric, best_epoch: the best epoch's weights (CPU) and valid metric.
-        bad_epochs: finished epochs since the best one.
-        stopped: why the run stopped (``""`` while it runs).
-        swa_states, swa_metric, swa_used: weight averaging's kept weights, its average's valid metric, and whether
-            the average is what the run returns.
-        finetune_state, finetune_metric, finetune_used: the head fine-tuning's weights (when kept), valid metric,
-            and whether they are what the run returns.
-    """
-
-    epoch: int = 0
-    step: int = 0
-    history: list[dict[str, float]] = field(default_factory=list)
-    best_state: dict[str, torch.Tensor] = field(default_factory=dict)
-    best_metric: float = -math.inf
-    best_epoch: int = 0
-    bad_epochs: int = 0
-    stopped: str = ""
-    swa_states: list[dict[str, torch.Tensor]] = field(default_factory=list)
-    swa_metric: float | None = None
-    swa_used: bool = False
-    finetune_state: dict[str, torch.Tensor] = field(default_factory=dict)
-    finetune_metric: float | None = None
-    finetune_used: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as a checkpoint holds them (the values themselves, not copies)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     @classmethod
-    def from_checkpoint(cls, ckpt: dict[str, Any], steps_per_epoch: int) -> TrainState:
-        """The state a checkpoint holds (one written before ``step`` was kept counts it from its epochs)."""
-        values = {f.name: ckpt[f.name] for f in fields(cls) if f.name in ckpt}
-        values.setdefault("step", ckpt["epoch"] * steps_per_epoch)
-        return cls(**values)
-
-    def kept_weights(self) -> dict[str, torch.Tensor]:
-        """The weights a settled run returns: fine-tuned, averaged, or the best epoch's."""
-        if self.finetune_used:
-            return self.finetune_state
-        return average_states(self.swa_states) if self.swa_used else self.best_state
-
-    def result(self, weights: dict[str, torch.Tensor]) -> TrainResult:
-        return TrainResult(weights, self.best_epoch, self.best_metric, self.history, self.stopped, self.swa_metric,
-                           self.swa_used, self.finetune_metric, self.finetune_used)
+    def of(cls, state: TrainState, weights: dict[str, torch.Tensor]) -> TrainResult:
+        """The outcome ``state`` records, returning ``weights``."""
+        return cls(weights, state.best_epoch, state.best_metric, state.history, state.stopped, state.swa_metric,
+                   state.swa_used, state.finetune_metric, state.finetune_used)
 
 
 class Trainer:
@@ -141,6 +95,10 @@ class Trainer:
     Launched on several processes (:mod:`models.gnn.distributed`), every rank builds it with the same arguments:
     each trains its share of every step's graphs and scores its share of ``valid_items``, and every rank returns
     the same result.
+
+    Each callback hook is given :attr:`state` (:class:`~models.gnn.state.TrainState`), :attr:`control`
+    (:class:`~models.gnn.state.TrainerControl`) and the trainer itself
+    (:class:`models.gnn.callbacks.TrainingRun`); the loop reads the control after the hooks.
 
     Args:
         cfg: the settings.
@@ -194,12 +152,11 @@ class Trainer:
         self.restart()
         self.loss_fn = loss_function(cfg.train.loss, cfg.train.pair_tolerance)
         self.table = HistoryTable()
-        self.state = TrainState(best_state=self.snapshot())
-        self.weights: dict[str, torch.Tensor] = {}  # what the run returns, chosen when it settles
+        self.state = TrainState(best_state=self.snapshot())  # one object for the whole run: a resume loads into it
+        self.control = TrainerControl()  # a stop, the weights the run returns, the time budget
         self.settled = False
         self.resumed: dict[str, Any] | None = None  # the checkpoint the run resumed from
         self.ddp: torch.nn.Module | None = None  # the graph forward under DistributedDataParallel
-        self.budget: TimeBudget | None = None
         self.started = time.perf_counter()
 
     # -- the loop ------------------------------------------------------------------------------------------------
@@ -208,18 +165,18 @@ class Trainer:
         """Train to the end (all epochs, early stopping, or the time budget) and return the kept weights."""
         self.fire("on_train_begin")
         if finished(self.state.stopped):  # a finished run found in its folder: its outcome, at once
-            return self.state.result(self.state.kept_weights())
+            return TrainResult.of(self.state, self.state.kept_weights())
         self.state.stopped = ""
         self.started = self.clock()
         elapsed_before = self.state.history[-1]["seconds"] if self.state.history else 0.0
         for epoch in range(self.state.epoch + 1, self.cfg.train.epochs + 1):
             self.fire("on_epoch_begin", epoch)
-            if self.state.stopped:
+            if self.control.should_training_stop:
                 break
             losses = self.train_epoch(epoch)
             validating = self.clock()
-            metric = self.validate(epoch) if not self.state.stopped else math.nan
-            if self.state.stopped:
+            metric = self.validate(epoch) if not self.control.should_training_stop else math.nan
+            if self.control.should_training_stop:
                 # A partial epoch, or one whose validation the budget cut, is neither recorded nor checkpointed: the
                 # checkpoint of the last whole epoch (with its RNG states) stays, so a re-run redoes this epoch and
                 # ends as an uninterrupted run would. Without a whole epoch, the weights trained so far are kept.
@@ -235,20 +192,21 @@ class Trainer:
             self.state.epoch = epoch
             self.state.step += self.steps_per_epoch
             self.fire("on_epoch_end")
-            if epoch == self.cfg.train.epochs and not self.state.stopped:
-                self.stop(ALL_EPOCHS)
-            if self.state.stopped:  # before the checkpoint, which holds the outcome: a re-run returns it at once
+            if epoch == self.cfg.train.epochs and not self.control.should_training_stop:
+                self.control.stop(ALL_EPOCHS)
+            # Settled before the checkpoint, which holds the outcome: a re-run returns it at once.
+            if self.control.should_training_stop:
                 self.settle()
             self.fire("on_save")
-            if self.state.stopped:
+            if self.control.should_training_stop:
                 break
         if not self.settled:  # stopped before an epoch's end, or during one
             self.settle()
-        return self.state.result(self.weights)
+        return TrainResult.of(self.state, self.control.weights)
 
     def train_epoch(self, epoch: int) -> dict[int, float]:
         """One epoch's steps (every graph's visits in a shuffled order, fresh configs at each visit); each slot's
-        loss by slot index. A callback's :meth:`stop` ends it early."""
+        loss by slot index. A callback's stop (:meth:`~models.gnn.state.TrainerControl.stop`) ends it early."""
         self.net.train()
         order = visit_order(self.steps_per_epoch, self.cfg, len(self.usable), self.gen)
         losses: dict[int, float] = {}
@@ -263,40 +221,37 @@ class Trainer:
             recent.extend(done.values())
             bar.set_postfix(loss=f"{np.mean(recent[-50:]):.4f}", refresh=False)  # drawn at the bar's own pace
             self.fire("on_step_end")
-            if self.state.stopped:
+            if self.control.should_training_stop:
                 break
         return losses
 
     def validate(self, epoch: int) -> float:
         """The epoch's valid metric; NaN, the run stopped, when the time budget ran out during the pass."""
+        budget = self.control.budget
         try:
-            return self.evaluate(self.net, out_of_time=self.budget.out_of_time if self.budget else None)
+            return self.evaluate(self.net, out_of_time=budget.out_of_time if budget else None)
         except ValidationCut:
-            self.stop(TIME_BUDGET_STOP)
+            self.control.stop(TIME_BUDGET_STOP)
             if self.main:
                 log.info("%s: the time budget ran out while scoring epoch %d on valid; the epoch is left unscored",
                          self.name, epoch)
             return math.nan
 
     def settle(self) -> None:
-        """Choose the weights the run returns: the best epoch's, unless a callback's ``on_settle`` replaces them."""
-        self.weights = self.state.best_state
+        """Record why the run stopped in its state, and choose the weights it returns: the best epoch's, unless a
+        callback's ``on_settle`` replaces them."""
+        self.state.stopped = self.control.stop_reason
+        self.control.weights = self.state.best_state
         self.fire("on_settle")
         self.settled = True
 
-    # -- what callbacks use --------------------------------------------------------------------------------------
-
     def fire(self, event: str, *args: Any) -> None:
+        """Call the hook ``event`` of every callback, in order, with the run's state, its control and this trainer
+        (then ``args``)."""
         for callback in self.callbacks:
-            getattr(callback, event)(self, *args)
+            getattr(callback, event)(self.state, self.control, self, *args)
 
-    def stop(self, why: str) -> None:
-        """End the run after the current step (or before the epoch, from ``on_epoch_begin``), saying ``why``."""
-        self.state.stopped = why
-
-    def spent(self, reserve: float = 0.0) -> bool:
-        """Whether the time budget (when there is one) is out on any rank, keeping ``reserve`` seconds."""
-        return self.budget is not None and self.budget.spent(reserve)
+    # -- what callbacks use (models.gnn.callbacks.TrainingRun) ---------------------------------------------------
 
     def run_step(self, net: RankNet, slots: Sequence[Slot], opt: torch.optim.Optimizer, table: HistoryTable, *,
                  ddp: torch.nn.Module | None) -> dict[int, float]:
@@ -339,7 +294,8 @@ class Trainer:
         self.np_rng = np.random.default_rng(self.cfg.train.seed)
 
     def resume(self, ckpt: dict[str, Any]) -> None:
-        """Load a checkpoint: weights, optimiser, schedule, RNG states and the :class:`TrainState`.
+        """Load a checkpoint: weights, optimiser, schedule, RNG states and the :class:`~models.gnn.state.TrainState`
+        (into :attr:`state`, in place).
 
         Raises:
             RuntimeError, ValueError, KeyError, TypeError, IndexError: it does not fit this network.
@@ -351,7 +307,7 @@ class Trainer:
         self.opt.load_state_dict(ckpt["optimizer"])
         self.sched.load_state_dict(ckpt["scheduler"])
         set_rng_state(ckpt["rng"], self.gen, self.np_rng)
-        self.state = TrainState.from_checkpoint(ckpt, self.steps_per_epoch)
+        self.state.restore(ckpt, self.steps_per_epoch)
 
 
 def train(cfg: GNNConfig, train_items: Sequence[Item], valid_items: Sequence[Item], *,

@@ -15,8 +15,9 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import Compose
 
 from competition.collections import Collection, Split
+from competition.dataroot import DataRoot, find_data_root
 from competition.dataset import open_split
-from competition.reader import DataRoot, find_data_root, load_graph
+from competition.reader import load_graph
 from features import (
     PadLayoutMinusOne,
     ProcessedGraphs,

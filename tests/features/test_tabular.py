@@ -10,23 +10,25 @@ import numpy as np
 import pytest
 import torch
 
-import features.tabular
+import features.tabular_layout
 from competition.collections import Collection
 from competition.npzio import write_npz
 from competition.opcodes import CONVOLUTION, DOT, PARAMETER, RESHAPE, opcode_id
 from competition.reader import LayoutGraph, TileGraph, load_graph
 from competition.schema import COL_SHAPE_PRODUCT, ELEMENT_TYPES, LAYOUT_SLOT_COLUMNS, element_itemsize
 from competition.synthetic.physics import physical_elements
-from features.tabular import (
+from features.tabular_layout import (
     CONFIG_NODE_TYPES,
     MINOR_VALUES,
     PADDING_NODE_TYPES,
-    TILE_SHARE_NAMES,
     layout_context,
     layout_feature_names,
     layout_features,
     layout_links,
     padding_table,
+)
+from features.tabular_tile import (
+    TILE_SHARE_NAMES,
     tile_feature_names,
     tile_features,
     tile_shares,
@@ -266,9 +268,9 @@ def _random_layout(path: Path, seed: int, n: int = 160, configs: int = 150) -> L
 @pytest.fixture
 def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """The smallest compute blocks (64 configs), link chunks and encoding steps: many of each on a small graph."""
-    monkeypatch.setattr(features.tabular, "_PLANE_BYTES", 1)
-    monkeypatch.setattr(features.tabular, "_LINK_CHUNK_BYTES", 1)
-    monkeypatch.setattr(features.tabular, "_ENCODE_ROWS", 500)
+    monkeypatch.setattr(features.tabular_layout, "_PLANE_BYTES", 1)
+    monkeypatch.setattr(features.tabular_layout, "_LINK_CHUNK_BYTES", 1)
+    monkeypatch.setattr(features.tabular_layout, "_ENCODE_ROWS", 500)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

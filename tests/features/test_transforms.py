@@ -475,7 +475,8 @@ def test_graph_to_data_tile(tmp_path: Path):
 
 def test_graph_to_data_takes_a_slice_like_the_reader(tmp_path):
     from competition.collections import Collection, Split
-    from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.dataroot import find_data_root, list_graphs
+    from competition.reader import load_graph
     from competition.synthetic.world import generate_world
     from features.data import graph_to_data
 

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from competition import Collection, Split
+from competition.dataroot import find_data_root, list_graphs, validate_root
+from competition.graphfile import validate_file
 from competition.hlo.features import featurize
 from competition.hlo.proto import read_module_proto
 from competition.hlo.text import parse_hlo_text
-from competition.reader import find_data_root, list_graphs, load_graph, validate_file, validate_root
+from competition.reader import load_graph
 from fastslow.cli import main
 
 pytest.importorskip("jax")

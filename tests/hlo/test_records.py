@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from competition import Collection, Split
+from competition.dataroot import find_data_root, list_graphs, validate_root
+from competition.graphfile import validate_file
 from competition.hlo.featurize import fusion_kernels, sample_layouts, sample_tiles, seeded_rng
 from competition.hlo.proto import write_module_proto
 from competition.hlo.records import (
@@ -17,7 +19,7 @@ from competition.hlo.records import (
     write_tile_records,
 )
 from competition.hlo.text import parse_hlo_text
-from competition.reader import find_data_root, list_graphs, load_graph, validate_file, validate_root
+from competition.reader import load_graph
 from fastslow.cli import main
 
 # Configurable nodes of the hand module: conv 2, reshape 10, dot 11 (conftest).

@@ -126,7 +126,8 @@ def test_featurized_real_records_keep_the_units(tmp_path: Path, capsys: pytest.C
     from scipy.stats import spearmanr
 
     from competition import Collection, Split
-    from competition.reader import find_data_root, list_graphs, load_graph
+    from competition.dataroot import find_data_root, list_graphs
+    from competition.reader import load_graph
     from fastslow.cli import main
 
     records = _records_file()

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
 from competition.metrics import kendall_tau, predicted_order
 from competition.npzio import write_npz
-from competition.reader import LayoutGraph, TileGraph, find_data_root, list_graphs, load_graph
+from competition.reader import LayoutGraph, TileGraph, load_graph
 from models import (
     DefaultFirstModel,
     NotFittedError,

@@ -10,10 +10,11 @@ import pytest
 
 import models.gbdt
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
 from competition.metrics import kendall_tau
 from competition.protocol import ValidProtocol
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from models import GBDTModel, NotFittedError, RandomModel, available_models, load_model
 from models.gbdt import query_normalised, relevance_grades
 

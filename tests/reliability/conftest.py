@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root
 from competition.labels import load_labels
-from competition.reader import find_data_root
-from competition.submission import write_submission
+from competition.submission_format import write_submission
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.npzio import NpzReader
-from competition.reader import find_data_root, list_graphs
 from fastslow.cli import EXIT_ERROR, EXIT_OK, EXIT_PROBLEMS, main
 
 TILE = Collection.TILE_XLA

@@ -13,8 +13,8 @@ import torch
 from torch_geometric.data import Data
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root
 from competition.dataset import open_collection, open_split
-from competition.reader import find_data_root
 from fastslow.cli import main
 from features.cache import FORMAT_VERSION, ProcessedGraphs, pipeline_description
 from features.transforms import PruneToConfigurable

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 import fastslow.commands.data as data_commands
-from competition.collections import Collection, Split
+from competition.collections import Collection, Split, submission_id
+from competition.dataroot import find_data_root, list_graphs
 from competition.errors import DataFileError
-from competition.reader import find_data_root, list_graphs
-from competition.submission import submission_id
 from fastslow.board import COLUMNS, read_rows
 from fastslow.cli import (
     EXIT_BUG,

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from competition.npzio import atomic_write_stream
+from competition.atomic import atomic_write_stream
 from fastslow.cli import EXIT_ERROR
 
 FULL = "no space left on the device: free some space and re-run the same command"

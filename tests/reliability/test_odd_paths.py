@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from competition.collections import Collection, Split
-from competition.npzio import (
+from competition.atomic import (
     _temp_prefix,
     atomic_write_text,
     exclusive_lock,
@@ -25,7 +24,8 @@ from competition.npzio import (
     special_file,
     temp_sibling,
 )
-from competition.reader import find_data_root, list_graphs
+from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from fastslow.board import read_rows
 from fastslow.cli import EXIT_ERROR, EXIT_PROBLEMS
 from tests.reliability.helpers import one_line, run

@@ -17,11 +17,12 @@ import pytest
 
 import fastslow.inference as predict_module
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
+from competition.graphfile import validate_file
 from competition.hlo.featurize import fusion_kernels
 from competition.hlo.ir import Module
 from competition.hlo.records import ModuleRecords, Run, TileConfig, write_layout_records, write_tile_records
 from competition.hlo.text import parse_hlo_text
-from competition.reader import find_data_root, list_graphs, validate_file
 from fastslow.cli import EXIT_ERROR, EXIT_OK, main
 from fastslow.promotion import OutputRefused, SubmissionRecord, promote, read_record
 from tests.hlo.conftest import HAND_HLO
@@ -383,20 +384,20 @@ def test_a_file_written_meanwhile_is_never_replaced(tmp_path: Path, capsys: pyte
                                                     monkeypatch: pytest.MonkeyPatch):
     """Another run puts its file in place after this one's check at plan time and before its own is promoted: the
     exclusive create at write time refuses, and the other file stays whole."""
-    import competition.reader as reader
+    import competition.graphfile as graphfile
 
     source, out = tmp_path / "hand.hlo", tmp_path / "root"
     source.write_text(HAND_HLO)
     target = out / "npz" / "layout" / "xla" / "random" / "test" / "hand.npz"
     theirs = b"the other run's file"
-    real = reader.validate_file
+    real = graphfile.validate_file
 
     def meanwhile(path, *args, **kwargs):
         if not target.exists():
             target.write_bytes(theirs)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(reader, "validate_file", meanwhile)
+    monkeypatch.setattr(graphfile, "validate_file", meanwhile)
     code, _, err = run(["featurize", source, "--out", out, "--what", "layout"], capsys)
     assert code == EXIT_ERROR
     assert one_line(err) == (f"error: {target}: exists already: written since this run began (another run into the "

@@ -101,7 +101,7 @@ def test_a_held_folder_refuses_in_process_callers_too(tmp_path: Path, holder):
 
 def test_a_gnn_fit_holds_its_run_folder(tiny_world: Path, tmp_path: Path, holder):
     from competition.collections import Collection
-    from competition.reader import find_data_root
+    from competition.dataroot import find_data_root
     from models.gnn.model import GNNModel
 
     holder(tmp_path / "runs" / "gnn" / "tile-xla")

@@ -17,9 +17,10 @@ import numpy as np
 
 import competition.fingerprint as fingerprint
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_split
 from competition.fingerprint import content_digest, file_sha256
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from features.cache import ProcessedGraphs
 from features.data import graph_to_data
 from models.base import load_model

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import competition.submission as sub
-from competition.reader import find_data_root
+import competition.submission_reading as reading
+from competition.dataroot import find_data_root
+from competition.submission_checks import validate_submission
+from competition.submission_format import MAX_PROBLEMS_IN_MESSAGE, MAX_PROBLEMS_PER_KIND, problem_count
 from fastslow.cli import EXIT_PROBLEMS, main
 
 
@@ -224,21 +226,21 @@ ACCEPTED: dict[str, Callable[[bytes], bytes]] = {
 }
 
 
-@pytest.mark.parametrize("chunk", [sub._Lines.CHUNK, 3])
+@pytest.mark.parametrize("chunk", [reading._Lines.CHUNK, 3])
 @pytest.mark.parametrize("case", list(ACCEPTED))
 def test_line_ends_and_byte_order_mark_are_accepted(case: str, chunk: int, perfect: Path, tiny_world: Path,
                                                     tmp_path: Path, no_credentials: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]):
     """Also with reads of 3 characters, which split a CRLF line end between two reads."""
-    monkeypatch.setattr(sub._Lines, "CHUNK", chunk)
+    monkeypatch.setattr(reading._Lines, "CHUNK", chunk)
     file = tmp_path / f"{case}.csv"
     file.write_bytes(ACCEPTED[case](perfect.read_bytes()))
     assert _run(["validate", str(file), "--data", str(tiny_world)], capsys) == (0, [f"{file}: valid"], [])
     code, out, _ = _run(["kaggle", "submit", str(file), "-m", "m", "--data", str(tiny_world), "--dry-run"],
                         capsys)
     assert code == 0 and out[0].startswith("dry run: valid against")
-    assert sub.read_submission(file).keys() == sub.read_submission(perfect).keys()
+    assert reading.read_submission(file).keys() == reading.read_submission(perfect).keys()
 
 
 # -- bounded memory, bounded output --------------------------------------------------------------------------
@@ -266,7 +268,7 @@ def test_a_line_of_50_mb_is_refused_without_being_held(perfect: Path, tiny_world
     assert code == EXIT_PROBLEMS
     assert peak < 20 * 2**20, f"peak {peak / 2**20:.1f} MiB of Python allocations"
     problem = (f"row 1 [{sid}]: line 2 holds {len(sid) + 1 + digits:,} characters, more than any legal row "
-               f"({sub.MAX_ROW_CHARS:,}: an ID and a permutation of {sub.MAX_CONFIGS:,} configs); not read")
+               f"({reading.MAX_ROW_CHARS:,}: an ID and a permutation of {reading.MAX_CONFIGS:,} configs); not read")
     assert out == [f"{file}: {problem}", f"{file}: 1 problem(s)"]
     _rejected(file, [problem], tiny_world, board, capsys)
 
@@ -282,8 +284,8 @@ def test_many_bad_rows_print_a_bounded_list_and_the_count_of_the_rest(tiny_world
     before = _snapshot(file, board)
     code, out, err = _run(["validate", str(file), "--data", str(tiny_world)], capsys)
     assert code == EXIT_PROBLEMS and err == []
-    graphs = len(sub.read_sample_ids(find_data_root(tiny_world).sample_submission))
-    kept = sub.MAX_PROBLEMS_PER_KIND
+    graphs = len(reading.read_sample_ids(find_data_root(tiny_world).sample_submission))
+    kept = MAX_PROBLEMS_PER_KIND
     assert len(out) == kept + min(graphs, kept) + (graphs > kept) + 2
     assert out[:kept] == [f"{file}: row {i + 1} [tile:xla:g{i}]: non-integer token(s) 'x' in TopConfigs"
                           for i in range(kept)]
@@ -292,16 +294,16 @@ def test_many_bad_rows_print_a_bounded_list_and_the_count_of_the_rest(tiny_world
     assert summary in out
     code, out, err = _run(["score", str(file), "--data", str(tiny_world), "--leaderboard", str(board)],
                           capsys)
-    assert code == EXIT_PROBLEMS and out == [] and len(err) <= sub.MAX_PROBLEMS_IN_MESSAGE + 3
+    assert code == EXIT_PROBLEMS and out == [] and len(err) <= MAX_PROBLEMS_IN_MESSAGE + 3
     assert err[0] == f"error: {file}: {n + graphs} problem(s)"
-    assert err[-2] == f"  ... and {n + graphs - sub.MAX_PROBLEMS_IN_MESSAGE} more"
+    assert err[-2] == f"  ... and {n + graphs - MAX_PROBLEMS_IN_MESSAGE} more"
     assert _snapshot(file, board) == before
 
 
 def test_rows_past_the_row_limit_are_not_read(tiny_world: Path, board: Path, tmp_path: Path,
                                               no_credentials: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]):
-    monkeypatch.setattr(sub, "MAX_ROWS", 30)
+    monkeypatch.setattr(reading, "MAX_ROWS", 30)
     file = tmp_path / "long.csv"
     file.write_text("ID,TopConfigs\n" + "".join(f"tile:xla:g{i},0;1;2;3;4\n" for i in range(40)))
     _rejected(file, ["row 31: more than 30 rows (a submission holds one row per graph, and a split has at "
@@ -314,7 +316,7 @@ def test_an_unclosed_quote_stops_at_the_row_limit(tiny_world: Path, board: Path,
                                                   capsys: pytest.CaptureFixture[str]):
     """A quote left open swallows the lines after it into one field: the record is refused at the length of
     the longest legal row, not read to the end of the file."""
-    monkeypatch.setattr(sub, "MAX_ROW_CHARS", 1000)
+    monkeypatch.setattr(reading, "MAX_ROW_CHARS", 1000)
     file = tmp_path / "quote.csv"
     file.write_text('ID,TopConfigs\ntile:xla:a,"0;1\n' + "2;3;4;5;6;7;8;9\n" * 1000)
     _rejected(file, ["row 1: one record of 1,005 characters or more on lines 2-68, longer than any legal "
@@ -324,7 +326,7 @@ def test_an_unclosed_quote_stops_at_the_row_limit(tiny_world: Path, board: Path,
 
 def test_a_header_longer_than_any_row(tiny_world: Path, board: Path, tmp_path: Path, no_credentials: Path,
                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    monkeypatch.setattr(sub, "MAX_ROW_CHARS", 1000)
+    monkeypatch.setattr(reading, "MAX_ROW_CHARS", 1000)
     file = tmp_path / "header.csv"
     file.write_text("ID,TopConfigs" + ",x" * 1000 + "\n")
     _rejected(file, ["header: expected the header ID,TopConfigs; found a line of 2,013 characters"],
@@ -343,7 +345,7 @@ def test_data_problems_are_capped_per_kind(perfect: Path, tiny_world: Path, boar
     assert out == [f"{file}: {p}" for p in problems] + [
         f"{file}: ... and 30 more of this kind (unknown IDs: 50 in all, the first 20 listed)",
         f"{file}: 50 problem(s)"]
-    assert sub.problem_count(sub.validate_submission(file, find_data_root(tiny_world))) == 50
+    assert problem_count(validate_submission(file, find_data_root(tiny_world))) == 50
 
 
 def test_a_byte_that_is_not_utf8_deep_in_a_large_file(tiny_world: Path, board: Path, tmp_path: Path,

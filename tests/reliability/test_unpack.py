@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import fastslow.kaggle as kg
-from competition.npzio import temp_sibling
+from competition.atomic import temp_sibling
 from fastslow.cli import EXIT_ERROR, main
 
 GRAPH = "npz_all/npz/tile/xla/train/a.npz"
@@ -143,7 +143,7 @@ def test_a_target_named_with_glob_characters_leaves_its_siblings_alone(tmp_path:
 
 KILLED_UNPACK = """
 import sys, time
-from competition.npzio import temp_sibling
+from competition.atomic import temp_sibling
 with temp_sibling(sys.argv[1], directory=True) as tmp:
     (tmp / "half.npz").write_bytes(b"half written")
     print(tmp, flush=True)

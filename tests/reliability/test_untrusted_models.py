@@ -25,12 +25,13 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from fastslow.cli import EXIT_ERROR
 from fastslow.fitting import fit_collection
 from fastslow.promotion import ENSEMBLE_FILE, RECORD
-from features.tabular import tile_feature_names
+from features.tabular_tile import tile_feature_names
 from models.base import load_model
 from models.booster import checked_model_string
 from models.ensemble import Ensemble

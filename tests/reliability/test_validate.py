@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, hidden_files, list_graphs
 from competition.errors import DataFileError
 from competition.npzio import NpzReader, write_npz
-from competition.reader import LayoutGraph, find_data_root, hidden_files, list_graphs, load_graph
+from competition.reader import LayoutGraph, load_graph
 from fastslow.cli import EXIT_PROBLEMS, main
 
 TILE = Collection.TILE_XLA

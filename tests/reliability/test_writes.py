@@ -17,10 +17,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from competition.collections import Collection, Split
-from competition.npzio import remove_stale_temps
-from competition.reader import find_data_root, list_graphs
-from competition.submission import read_submission, submission_id, write_submission
+from competition.atomic import remove_stale_temps
+from competition.collections import Collection, Split, submission_id
+from competition.dataroot import find_data_root, list_graphs
+from competition.submission_format import write_submission
+from competition.submission_reading import read_submission
 from fastslow import kaggle as kg
 from fastslow import pipeline
 from fastslow.cli import main
@@ -236,7 +237,7 @@ def test_written_files_follow_the_umask(mask: int, file_mode: int, dir_mode: int
 
 def _hold_temp(target: Path) -> tuple[subprocess.Popen[str], Path]:
     """A process that starts an atomic write of ``target`` and waits: its temporary file, held."""
-    code = ("import sys, time\nfrom competition.npzio import atomic_path\n"
+    code = ("import sys, time\nfrom competition.atomic import atomic_path\n"
             "cm = atomic_path(sys.argv[1])\nprint(cm.__enter__(), flush=True)\ntime.sleep(120)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(target)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.opcodes import OPCODE_IDS
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from competition.synthetic import calibration as cal
 
 LAYOUT = cal.SECTIONS.index((cal.LAYOUT_FIGURES, cal._layout))

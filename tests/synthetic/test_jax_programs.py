@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from competition import Collection, Split
+from competition.dataroot import find_data_root, list_graphs, validate_root
+from competition.graphfile import validate_file
 from competition.hlo.features import featurize
-from competition.reader import find_data_root, list_graphs, validate_file, validate_root
 from competition.synthetic.layout_physics import LayoutProblem
 from competition.synthetic.world import generate_world
 

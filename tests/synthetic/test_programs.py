@@ -12,7 +12,8 @@ import pytest
 from competition.hlo.features import featurize
 from competition.hlo.ir import Module
 from competition.opcodes import CONFIGURABLE_OPCODES, NUM_OPCODES, OPCODE_NAMES
-from competition.synthetic.programs import NLP_BATCH_SIZES, NLP_MODELS, build_program, tile_kernels
+from competition.synthetic.programs import NLP_BATCH_SIZES, NLP_MODELS, build_program
+from competition.synthetic.tile_kernels import tile_kernels
 
 # Real nlp names: small_bert_bert_en_uncased_L-10_H-256_A-4_batch_size_64_train, albert_en_xlarge_batch_size_16_test.
 NLP_NAME = re.compile(r"(?P<stem>[a-z][a-z_-]*?)(?:_L-(?P<L>\d+)_H-(?P<H>\d+)_A-(?P<A>\d+))?"

@@ -11,21 +11,15 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.graphfile import validate_file
 from competition.hlo.ir import Computation, Module, Shape
-from competition.reader import load_graph, validate_file
+from competition.reader import load_graph
 from competition.synthetic.physics import ONCHIP_BYTES
+from competition.synthetic.scales import SCALES, CountDist, WorldConfig
 from competition.synthetic.tile_physics import SAMPLE_STEPS, TileProblem
-from competition.synthetic.world import (
-    SCALES,
-    CountDist,
-    WorldConfig,
-    _fit_kernel,
-    _loguniform,
-    _rng,
-    generate_world,
-    plan_jobs,
-    write_tile_graph,
-)
+from competition.synthetic.world import generate_world, plan_jobs
+from competition.synthetic.world_programs import graph_rng, loguniform
+from competition.synthetic.writers import _fit_kernel, write_tile_graph
 
 FULL = SCALES["full"]
 DRAWS = 20_000
@@ -42,7 +36,7 @@ def _elementwise(dims: tuple[int, ...], dtype: str = "f32") -> Module:
 def _world_draws(collection: str, split: str, n: int, seed: int = 0) -> list[int]:
     """The config counts a full world draws (before the config-cell cap), by the world's own keys."""
     source = Collection(collection).source
-    return [FULL.layout_configs[(source, split)].draw(_rng(seed, "layout-configs", collection, split, i))
+    return [FULL.layout_configs[(source, split)].draw(graph_rng(seed, "layout-configs", collection, split, i))
             for i in range(n)]
 
 
@@ -54,7 +48,7 @@ def test_two_knots_are_the_historical_loguniform_draw():
     for lo, hi in ((40, 120), (300, 2000), (8, 400), (8, 1000), (1000, 100_000)):
         a, b = np.random.default_rng(lo), np.random.default_rng(lo)
         dist = CountDist.loguniform(lo, hi)
-        assert [dist.draw(a) for _ in range(2000)] == [_loguniform(b, lo, hi) for _ in range(2000)]
+        assert [dist.draw(a) for _ in range(2000)] == [loguniform(b, lo, hi) for _ in range(2000)]
         assert a.random() == b.random()
     for name in ("tiny", "demo", "bench"):
         sc = SCALES[name]
@@ -148,7 +142,7 @@ def test_full_test_split_has_1000_configs_and_rarely_1001():
         if c.is_tile:
             continue
         for i in range(FULL.layout_counts[c.value][2]):
-            rng = _rng(0, "layout-configs", c.value, "test", i)
+            rng = graph_rng(0, "layout-configs", c.value, "test", i)
             counts.append(FULL.layout_test_configs + int(rng.random() < FULL.layout_test_extra))
     assert len(counts) == 50 and set(counts) <= {1000, 1001}
     assert 1 <= counts.count(1001) <= 4  # real: two of the 50 layout test files

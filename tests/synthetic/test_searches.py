@@ -9,26 +9,25 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
-from competition.reader import find_data_root, list_graphs, load_graph, validate_file
+from competition.dataroot import find_data_root, list_graphs
+from competition.graphfile import validate_file
+from competition.reader import load_graph
 from competition.stats import collection_stats, repeat_differences, row_hashes
 from competition.synthetic import physics
 from competition.synthetic.layout_physics import LayoutProblem
-from competition.synthetic.tile_physics import TileProblem
-from competition.synthetic.world import (
+from competition.synthetic.scales import SCALES, WorldConfig
+from competition.synthetic.searches import (
     BASELINE_MAX_SHARE,
     BASELINE_REPEATS,
     DEFAULT_NARROW_SHARE,
-    SCALES,
     STALL_DISTINCT,
-    GraphJob,
-    WorldConfig,
-    _rng,
-    _write_tile_program,
-    generate_world,
     narrow_search,
     search_rows,
-    write_tile_graph,
 )
+from competition.synthetic.tile_physics import TileProblem
+from competition.synthetic.world import generate_world
+from competition.synthetic.world_programs import graph_rng
+from competition.synthetic.writers import GraphJob, _write_tile_program, write_tile_graph
 from tests.synthetic.test_layout_physics import _hand_module, random_module
 from tests.synthetic.test_tile_physics import _conv
 
@@ -218,7 +217,7 @@ def test_full_scale_has_tile_kernels_of_two_to_four_configs(tmp_path: Path) -> N
     found = None
     for index in range(200):
         for k in range(per):
-            krng = _rng(0, "tile-configs", "train", index, k)
+            krng = graph_rng(0, "tile-configs", "train", index, k)
             krng.bytes(8)
             if full.tile_configs.draw(krng) <= 4:
                 found = (index, k)

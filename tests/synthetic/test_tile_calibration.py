@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.dataroot import find_data_root, list_graphs
+from competition.reader import load_graph
 from competition.synthetic import calibration as cal
 
 

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
+from competition.graphfile import validate_file
 from competition.npzio import NpzReader
-from competition.reader import find_data_root, list_graphs, load_graph, validate_file
+from competition.reader import load_graph
 from competition.schema import LAYOUT_ARRAYS, TILE_ARRAYS
 from competition.synthetic.world import WorldMismatch, generate_world
 
@@ -114,7 +116,8 @@ def test_other_settings_refuse_without_force(tmp_path: Path):
 def test_a_world_of_an_older_generator_is_never_taken_for_current(tmp_path: Path):
     """A manifest of the same settings made by an older generator (version 1 wrote no ``generator`` key) is another
     world: refused without --force, naming the versions; remade with it; and the pipeline's own folder is remade."""
-    from competition.synthetic.world import GENERATOR_VERSION, read_world_config
+    from competition.synthetic.scales import GENERATOR_VERSION
+    from competition.synthetic.world import read_world_config
     from fastslow.pipeline import resolve_data
 
     kw = dict(scale="tiny", seed=1, limit=1, collections=["tile:xla"], progress=False, workers=1)

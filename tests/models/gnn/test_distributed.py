@@ -18,8 +18,9 @@ import torch
 import torch.multiprocessing as mp
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from fastslow.cli import build_parser, main
 from features.cache import ProcessedGraphs
 from models.gnn import distributed

@@ -14,7 +14,8 @@ from torch_geometric.data import Data
 
 import models.gnn.infer as infer
 from competition.collections import Collection, Split
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.dataroot import find_data_root, list_graphs
+from competition.reader import load_graph
 from models.gnn.infer import LayoutPlan, code_values, config_codes, iter_code_blocks
 from models.gnn.net import CONFIG_VALUES, LAYOUT_CONFIG_SLOTS, RankNet, make_segments
 from models.gnn.steps import inference_autocast, predict_scores

@@ -168,8 +168,8 @@ def test_pair_tolerance_reaches_training(tiny_world, tmp_path):
     """A tolerance wider than any runtime gap of the tiny world (every pair a tie) leaves every training step a
     zero loss; without it the same fit's losses are positive."""
     from competition.collections import Collection
+    from competition.dataroot import find_data_root
     from competition.dataset import open_collection
-    from competition.reader import find_data_root
     from models.gnn.model import GNNModel
 
     quick = dict(hidden=8, layers=1, device="cpu", epochs=1, steps_per_graph=1, configs_per_graph=8,

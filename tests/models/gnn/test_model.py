@@ -15,9 +15,10 @@ import torch
 from torch_geometric.data import Data
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
 from competition.metrics import kendall_tau
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from models import settings as settings_tree
 from models.base import NotFittedError, load_model
 from models.gnn.config import DEFAULTS, RETIRED_SETTINGS, GNNConfig

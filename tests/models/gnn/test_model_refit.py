@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
-from competition.reader import LayoutGraph, find_data_root, list_graphs, load_graph
+from competition.reader import LayoutGraph, load_graph
 from models import settings as settings_tree
 from models.base import NotFittedError, load_model
 from models.gnn.config import GNNConfig

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from models.base import NotFittedError, load_model
 from models.ensemble import normalize_scores
 from models.gnn.model import GNNModel

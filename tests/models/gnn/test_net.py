@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import open_collection
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from competition.schema import COLS_SHAPE
 from models.base import load_model
 from models.gnn.model import GNNAttentionModel

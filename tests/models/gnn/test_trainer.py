@@ -11,11 +11,12 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, EarlyStopping
+from models.gnn.callbacks import TIME_BUDGET_STOP, Callback, EarlyStopping, TrainingRun
 from models.gnn.config import GNNConfig
 from models.gnn.net import LAYOUT_CONFIG_SLOTS, make_segments
+from models.gnn.state import TrainerControl, TrainState
 from models.gnn.steps import Item
-from models.gnn.train import ALL_EPOCHS, Trainer, TrainState, finished
+from models.gnn.train import ALL_EPOCHS, Trainer, TrainResult, finished
 
 F, NODES, CONFIGS = 5, 8, 12
 # Two train graphs, one graph per step, one visit per epoch: two steps per epoch.
@@ -49,29 +50,29 @@ class Recorder(Callback):
         self.calls: list[tuple[str, int]] = []
         self.stop_at = stop_at
 
-    def _record(self, trainer: Trainer, event: str, epoch: int | None = None) -> None:
-        at = (event, trainer.state.epoch if epoch is None else epoch)
+    def _record(self, state: TrainState, control: TrainerControl, event: str, epoch: int | None = None) -> None:
+        at = (event, state.epoch if epoch is None else epoch)
         self.calls.append(at)
         if at == self.stop_at:
-            trainer.stop("told to")
+            control.stop("told to")
 
-    def on_train_begin(self, trainer: Trainer) -> None:
-        self._record(trainer, "train_begin")
+    def on_train_begin(self, state: TrainState, control: TrainerControl, run: TrainingRun) -> None:
+        self._record(state, control, "train_begin")
 
-    def on_epoch_begin(self, trainer: Trainer, epoch: int) -> None:
-        self._record(trainer, "epoch_begin", epoch)
+    def on_epoch_begin(self, state: TrainState, control: TrainerControl, run: TrainingRun, epoch: int) -> None:
+        self._record(state, control, "epoch_begin", epoch)
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        self._record(trainer, "step_end")
+    def on_step_end(self, state: TrainState, control: TrainerControl, run: TrainingRun) -> None:
+        self._record(state, control, "step_end")
 
-    def on_epoch_end(self, trainer: Trainer) -> None:
-        self._record(trainer, "epoch_end")
+    def on_epoch_end(self, state: TrainState, control: TrainerControl, run: TrainingRun) -> None:
+        self._record(state, control, "epoch_end")
 
-    def on_settle(self, trainer: Trainer) -> None:
-        self._record(trainer, "settle")
+    def on_settle(self, state: TrainState, control: TrainerControl, run: TrainingRun) -> None:
+        self._record(state, control, "settle")
 
-    def on_save(self, trainer: Trainer) -> None:
-        self._record(trainer, "save")
+    def on_save(self, state: TrainState, control: TrainerControl, run: TrainingRun) -> None:
+        self._record(state, control, "save")
 
 
 def _epoch(n: int) -> list[tuple[str, int]]:
@@ -96,6 +97,7 @@ def test_a_stop_before_an_epoch_leaves_it_unbegun_and_settles_after_the_loop():
     assert rec.calls == [("train_begin", 0), *_epoch(1), ("save", 1), ("epoch_begin", 2), ("settle", 1)]
     assert len(result.history) == 1 and result.stopped == "told to"
     assert trainer.state.step == 2  # the steps of finished epochs
+    assert trainer.state.stopped == trainer.control.stop_reason == "told to"  # the state records the control's reason
 
 
 def test_a_stop_during_the_first_epoch_keeps_the_weights_trained_so_far():
@@ -155,6 +157,29 @@ def test_the_state_round_trips_through_a_checkpoint_dict():
     assert TrainState.from_checkpoint(older, steps_per_epoch=3).step == 6
 
 
+def test_a_state_restored_in_place_is_the_checkpoints():
+    state = TrainState(epoch=5, best_metric=0.9, stopped="told to", swa_used=True)
+    saved = TrainState(epoch=2, step=4, history=[{"epoch": 1.0}], best_metric=0.5, best_epoch=1)
+    older = {k: v for k, v in saved.as_dict().items() if k not in ("step", "swa_used")}
+    state.restore(older, steps_per_epoch=2)
+    assert state == saved  # every field the checkpoint's, a missing one its default
+
+
+def test_the_control_holds_what_the_callbacks_ask():
+    control = TrainerControl()
+    assert not control.should_training_stop and not control.spent(reserve=1e9) and control.weights == {}
+    control.stop("told to")
+    assert control.should_training_stop and control.stop_reason == "told to"
+
+
+def test_the_result_is_what_the_state_records_with_the_weights_chosen():
+    weights = {"w": torch.tensor([1.0])}
+    state = TrainState(best_epoch=2, best_metric=0.5, history=[{"epoch": 2.0}], stopped=ALL_EPOCHS, swa_metric=0.25,
+                       swa_used=True, finetune_metric=0.75, finetune_used=True)
+    assert TrainResult.of(state, weights) == TrainResult(weights, 2, 0.5, [{"epoch": 2.0}], ALL_EPOCHS, 0.25, True,
+                                                         0.75, True)
+
+
 def test_kept_weights_follow_what_the_run_chose():
     best, other, tuned = ({"w": torch.tensor([float(v)])} for v in (1, 3, 7))
     state = TrainState(best_state=best, swa_states=[best, other])
@@ -171,8 +196,8 @@ class _Finished(Callback):
     def __init__(self, state: TrainState) -> None:
         self.state = state
 
-    def on_train_begin(self, trainer: Trainer) -> None:
-        trainer.state = self.state
+    def on_train_begin(self, state: TrainState, control: TrainerControl, run: TrainingRun) -> None:
+        state.restore(self.state.as_dict(), run.steps_per_epoch)
 
 
 def test_a_finished_run_returns_its_outcome_without_training(monkeypatch: pytest.MonkeyPatch):
@@ -183,6 +208,7 @@ def test_a_finished_run_returns_its_outcome_without_training(monkeypatch: pytest
     monkeypatch.setattr(trainer, "train_epoch", lambda epoch: pytest.fail("trained a finished run"))
     result = trainer.fit()
     assert result.state is weights and result.best_epoch == 2 and result.stopped == done.stopped
+    assert not trainer.control.should_training_stop  # returned as found, not stopped anew
 
 
 def test_an_unfinished_state_resumes_after_its_last_epoch():

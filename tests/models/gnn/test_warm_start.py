@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from competition.collections import Collection, Split
+from competition.dataroot import find_data_root, list_graphs
 from competition.dataset import CollectionData, open_collection
-from competition.reader import find_data_root, list_graphs, load_graph
+from competition.reader import load_graph
 from fastslow.cli import EXIT_ERROR
 from fastslow.saved_runs import fit_key, save_run
 from models import settings as settings_tree
