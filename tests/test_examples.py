@@ -15,6 +15,7 @@ from fastslow.cli import main
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rank_a_jax_program.py"
 
 
+@pytest.mark.slow
 def test_a_jax_program_is_ranked_by_a_saved_model(tiny_world: Path, tmp_path: Path):
     pytest.importorskip("jax")
     runs = tmp_path / "runs"

@@ -23,6 +23,7 @@ from models.ensemble import Ensemble
 from models.registry import default_models, ensemble_members
 
 
+@pytest.mark.slow
 def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)  # the GNN's runs/ and .cache/ go under the working directory

@@ -125,6 +125,7 @@ def temporaries(root: Path) -> list[Path]:
     return [p for p in root.rglob("*.part")]
 
 
+@pytest.mark.slow
 def test_the_feature_cache_on_a_full_disk(small_fs, tiny_world, tmp_path):
     if small_fs is None:
         return  # ran whole in a user namespace
@@ -148,6 +149,7 @@ def test_the_feature_cache_on_a_full_disk(small_fs, tiny_world, tmp_path):
     assert temporaries(cache) == []
 
 
+@pytest.mark.slow
 def test_a_checkpoint_on_a_full_disk(small_fs, tiny_world, tmp_path):
     if small_fs is None:
         return  # ran whole in a user namespace
@@ -167,6 +169,7 @@ def test_a_checkpoint_on_a_full_disk(small_fs, tiny_world, tmp_path):
     assert (second / "gnn" / "tile-xla" / "model.json").is_file() and temporaries(small_fs.path) == []
 
 
+@pytest.mark.slow
 def test_lightgbm_numpy_and_csv_writers_on_a_full_disk(small_fs, tiny_world, perfect, tmp_path):
     """The GBDT's model is LightGBM's text, written by us (LightGBM writes no file of its own); worlds are npz;
     the leaderboard is CSV."""

@@ -17,6 +17,7 @@ from fastslow.board import COLUMNS, OPTIONAL_COLUMNS, append_row, read_rows
 RUNS = 16
 
 
+@pytest.mark.slow
 def test_sixteen_concurrent_score_runs_keep_sixteen_rows(tiny_world: Path, perfect: Path, tmp_path: Path):
     board = tmp_path / "leaderboard.csv"
     runs = [subprocess.Popen([sys.executable, "-m", "fastslow", "score", str(perfect), "--data", str(tiny_world),

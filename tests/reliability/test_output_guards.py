@@ -182,6 +182,7 @@ def test_predict_checks_again_when_it_writes(fitted, tiny_world: Path, tmp_path:
     assert out.read_text() == "someone else's\n" and sorted(p.name for p in tmp_path.iterdir()) == ["ranks.csv"]
 
 
+@pytest.mark.slow
 def test_two_predict_runs_on_one_out_leave_one_whole_file_from_a_read_only_root(fitted, tiny_world: Path,
                                                                                 tmp_path: Path):
     world = tmp_path / "world"

@@ -64,6 +64,7 @@ def test_a_second_train_into_a_held_run_folder_is_refused(tiny_world: Path, tmp_
     assert run(args, capsys)[0] == EXIT_OK
 
 
+@pytest.mark.slow
 def test_two_concurrent_trains_lose_no_model(tiny_world: Path, tmp_path: Path):
     """Two real runs with different settings started together: each either saves its model or is refused with the
     other named; never two "saved" lines for one model file."""

@@ -200,11 +200,12 @@ def test_a_world_killed_while_writing_its_manifest_is_generated_on_a_rerun(tmp_p
     assert parts(out) == []
 
 
+@pytest.mark.slow
 def test_training_killed_while_checkpointing_resumes_whole(tiny_world, tmp_path):
     runs = tmp_path / "runs"
     run = runs / "gnn" / "tile-xla"
     argv = ["train", "--data", tiny_world, "--model", "gnn", "--collections", "tile:xla", "--runs-dir", runs,
-            "--param", "epochs=150", *GNN]
+            "--param", "epochs=40", *GNN]
     proc = start(tmp_path, *argv)
     wait_for(proc, lambda: bool(parts(run)) if run.is_dir() else False, poll=0.001)  # a checkpoint being written
     send(proc, signal.SIGKILL, "group")
@@ -212,7 +213,7 @@ def test_training_killed_while_checkpointing_resumes_whole(tiny_world, tmp_path)
                            capture_output=True, text=True, timeout=DEADLINE)
     assert rerun.returncode == 0 and "Traceback" not in rerun.stderr
     assert parts(tmp_path) == []
-    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 150
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 40
     assert (run / "model.json").is_file()
 
 
@@ -232,6 +233,7 @@ def _session_left(sid: int) -> list[str]:
 
 
 @pytest.mark.parametrize("moment", ["imports", "pool start", "fitting"])
+@pytest.mark.slow
 def test_ctrl_c_on_submit_with_two_jobs_is_one_line_and_leaves_no_process(moment, tiny_world, tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the command imports, while the pool
     starts (its fork server importing torch: the parent read ``EOFError``, exit 3), and while the two fits train

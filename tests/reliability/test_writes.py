@@ -369,6 +369,7 @@ def test_an_unreadable_kaggle_json_is_named(kaggle_json: Path, tmp_path: Path,
                                        "and permissions (chmod 600)\n")
 
 
+@pytest.mark.slow
 def test_concurrent_fits_end_with_their_killed_pipeline(tiny_world: Path, tmp_path: Path):
     """The fits of `--jobs 2` run in processes forked by a fork server: killing the pipeline ends the server (its
     pipe from the pipeline closes), and the fits with it (each watches its parent, the server)."""

@@ -45,6 +45,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- layout -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_demo_world_stays_inside_every_layout_range(world: Path) -> None:
     values = cal.figures(find_data_root(world), sections=[LAYOUT])
     assert set(values) == {f.key for f in cal.LAYOUT_FIGURES}

@@ -93,6 +93,7 @@ def jax_worlds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "w1", base / "w2"
 
 
+@pytest.mark.slow
 def test_a_jax_world_is_deterministic_and_valid(jax_worlds):
     a, b = jax_worlds
     assert _digest(a) == _digest(b)

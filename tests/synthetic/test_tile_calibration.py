@@ -92,10 +92,12 @@ def test_calibration_command_prints_the_table_and_exits_by_the_ranges(tile_world
     assert "outside" not in done.stdout and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_tile_models_fitted_on_the_demo_world_find_a_near_best_config_of_fusion_191(records: Path,
                                                                                      tile_world: Path):
-    """The transfer gate in small: tile models fitted on the demo world's tile kernels (what ``make submit`` fits)
-    put, among their first five configs of the real fusion.191 (579 measured configs, worst 28.9 times the best, a
+    """The transfer gate in small: tile models fitted on the demo world's tile kernels (``make submit``'s, with one
+    network of gnn-attn's two: the benchmark, ``python -m benchmarks.real_records``, measures both) put, among their
+    first five configs of the real fusion.191 (579 measured configs, worst 28.9 times the best, a
     random order's first five 1.61 times on average), one within 10% of its best. Only 7 configs are, all faster
     than the compiler's own default (1.104 times). Models fitted on the element-unit world found 1.40 (gnn-attn) and
     4.1 (gbdt) times the best."""
@@ -109,7 +111,7 @@ def test_tile_models_fitted_on_the_demo_world_find_a_near_best_config_of_fusion_
     runtime = graph.config_runtime.astype(np.float64)
     assert runtime.size == 579 and runtime.max() / runtime.min() > 28
     assert np.count_nonzero(runtime <= 1.10 * runtime.min()) == 7
-    for name, params in (("gbdt", {}), ("gnn-attn", {"run.runs_dir": None})):
+    for name, params in (("gbdt", {}), ("gnn-attn", {"run.runs_dir": None, "run.seeds": 1})):
         model = make_model(name, **params).fit(data, progress=False)
         first = np.argsort(model.predict(graph), kind="stable")[:5]
         assert runtime[first].min() <= cal.TRANSFER_WITHIN * runtime.min(), name

@@ -253,6 +253,7 @@ def _rank(rank: int, port: int, out: str) -> None:
     torch.save((result.state, result.finetune_metric, result.finetune_used), Path(out) / f"rank-{rank}.pt")
 
 
+@pytest.mark.slow
 def test_two_processes_fine_tune_as_one(tmp_path: Path):
     one = _train(VALID, **TWO_RANKS)
     assert one.finetune_metric is not None  # fine-tuned to the end, then scored

@@ -134,6 +134,7 @@ def _assert_same_history(mine: list[dict], theirs: list[dict], rel: float = 1e-5
         assert a["lr"] == b["lr"]
 
 
+@pytest.mark.slow
 def test_two_processes_train_and_predict_as_one(tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     cache = str(tmp_path / "cache")  # empty: rank 0 builds it while rank 1 waits
     one = _fit(tiny_world, str(tmp_path / "one-cache"), None, **DROPOUT)
