@@ -366,8 +366,7 @@ def main() -> None:
 
     from competition.collections import Collection
     from competition.synthetic.world import generate_world
-    from competition.workers import usable_cores
-    from fastslow.fitting import default_jobs
+    from competition.workers import default_jobs, usable_cores
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device here (use --device cpu or auto)")

@@ -107,6 +107,19 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+MAX_AUTO_JOBS = 4
+"""The most collections :func:`default_jobs` lets the pipeline fit at once (a Kaggle CPU notebook's 4 cores): each concurrent fit holds
+its own train graphs, several GiB for the xla:random seed ensemble at the real counts (RESULTS.md, "Real size")."""
+
+
+def default_jobs() -> int:
+    """How many collections the pipeline fits at once by default: one per usable core, at most
+    :data:`MAX_AUTO_JOBS`. One fit per core with a thread each beats one fit on every core: a fit's small sparse
+    operations use a second thread poorly, so fits side by side on a thread each finish sooner than one at a time
+    on every thread (lab/journal.md, "The two commands")."""
+    return min(usable_cores(), MAX_AUTO_JOBS)
+
+
 @contextlib.contextmanager
 def child_environment(**values: str) -> Iterator[None]:
     """Environment variables set for the duration, for the processes started meanwhile (thread counts, progress

@@ -43,24 +43,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 def collection_weights(dataset: Dataset) -> dict[Collection, float]:
     """A size measure of each collection's training work, from the npz headers: train graphs plus thousands of
     train nodes. Used to share a model's time out across collections."""
     return {d.collection: len(d.train) + sum(d.train.header_rows("node_opcode")) / 1000 for d in dataset}
-
-
-MAX_AUTO_JOBS = 4
-"""The most collections :func:`default_jobs` fits at once (a Kaggle CPU notebook's 4 cores): each concurrent fit holds
-its own train graphs, several GiB for the xla:random seed ensemble at the real counts (RESULTS.md, "Real size")."""
-
-
-def default_jobs() -> int:
-    """How many collections the pipeline fits at once by default: one per usable core, at most
-    :data:`MAX_AUTO_JOBS`. One fit per core with a thread each beats one fit on every core: a fit's small sparse
-    operations use a second thread poorly, so fits side by side on a thread each finish sooner than one at a time
-    on every thread (lab/journal.md, "The two commands")."""
-    return min(usable_cores(), MAX_AUTO_JOBS)
 
 
 def predict_split(model_name: str, dataset: Dataset, *, params: ModelParams | None = None,
@@ -420,7 +406,6 @@ def _collection_job(model_name: str, params: dict[str, object], data: Collection
         fit = fit_collection(model_name, make_model(model_name, **params), data, progress=progress,
                              deadline=deadline, predict_by=predict_by, runs_dir=runs_dir)
     return fit.predictions[Split.VALID], fit.predictions[Split.TEST]
-
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,9 @@ from competition.submission_format import (
     write_submission,
 )
 from competition.submission_scoring import score_orders, score_predictions
+from competition.workers import default_jobs
 from fastslow.board import DEFAULT_PATH, append_row
-from fastslow.fitting import collection_weights, default_jobs, predict_split
+from fastslow.fitting import collection_weights, predict_split
 from fastslow.promotion import Promotion, SubmissionRecord, new_run_id, promote, save_ensemble
 
 if TYPE_CHECKING:
@@ -564,7 +565,7 @@ def run_pipeline(
             least as good on valid as the one there (:mod:`fastslow.promotion`).
         params: hyper-parameters per model name (default: each model's defaults); the ones used are printed and
             written to ``<out_dir>/settings-<model>.json``.
-        jobs: collections fitted at once, where a model allows it (default :func:`fastslow.fitting.default_jobs`).
+        jobs: collections fitted at once, where a model allows it (default :func:`competition.workers.default_jobs`).
         runs_dir: where every model's fit is saved per collection and a finished one reused
             (:mod:`fastslow.saved_runs`); ``None``: neither.
 
@@ -660,7 +661,7 @@ def evaluate_models(
 
     ``params`` gives hyper-parameters per model name (default: each model's defaults); the ones used are printed and
     written to ``<out_dir>/settings-<model>.json``. Early stopping scores the valid split. ``jobs``: collections
-    fitted at once, where a model allows it (:func:`predict_split`; default :func:`default_jobs`).
+    fitted at once, where a model allows it (:func:`predict_split`; default :func:`competition.workers.default_jobs`).
 
     Returns:
         The reports per split and model, and the oracle per split; the comparison tables are printed.

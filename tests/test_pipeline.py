@@ -219,11 +219,11 @@ def test_only_cpu_gnn_fits_run_concurrently():
 
 
 def test_default_jobs_is_the_usable_cores_at_most_the_cap(monkeypatch: pytest.MonkeyPatch):
-    import fastslow.fitting as fitting
+    import competition.workers as workers
 
-    for cores, jobs in [(1, 1), (2, 2), (fitting.MAX_AUTO_JOBS + 3, fitting.MAX_AUTO_JOBS)]:
-        monkeypatch.setattr(fitting, "usable_cores", lambda cores=cores: cores)
-        assert fitting.default_jobs() == jobs
+    for cores, jobs in [(1, 1), (2, 2), (workers.MAX_AUTO_JOBS + 3, workers.MAX_AUTO_JOBS)]:
+        monkeypatch.setattr(workers, "usable_cores", lambda cores=cores: cores)
+        assert workers.default_jobs() == jobs
 
 
 def test_jobs_option_refuses_what_is_not_a_positive_count(capsys: pytest.CaptureFixture[str]):

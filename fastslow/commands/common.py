@@ -89,7 +89,7 @@ def count_arg(flag: str) -> Callable[[str], int]:
 
 
 def add_jobs_arg(p: argparse.ArgumentParser) -> None:
-    from fastslow.fitting import MAX_AUTO_JOBS
+    from competition.workers import MAX_AUTO_JOBS
 
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N",
                    help="fit up to N collections at once, each in a process of its own with cores/N torch threads "
