@@ -20,13 +20,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import polars as pl
-from scipy.stats import kendalltau
 
 from competition.collections import Collection
+
+if TYPE_CHECKING:
+    import polars as pl
+
+# scipy and polars are imported where they are used: every command that checks a file (and the error boundary of
+# all of them) imports this module for its constants, and the two together take about a second to import.
 
 TILE_TOP_K = 5
 TOP_K_ERRORS = (1, 5, 10)
@@ -103,6 +108,8 @@ def kendall_tau(scores: npt.ArrayLike, runtimes: npt.ArrayLike) -> float:
         raise ValueError(f"scores {s.shape} and runtimes {r.shape} differ in shape")
     if s.size < 2:
         return 0.0
+    from scipy.stats import kendalltau
+
     tau = kendalltau(s, r).statistic
     return 0.0 if np.isnan(tau) else float(tau)
 
@@ -343,6 +350,8 @@ class CollectionResult:
 
     def to_frame(self) -> pl.DataFrame:
         """One row per graph, worst score first, so the graphs dragging the score down come first."""
+        import polars as pl
+
         rows = [{**g.__dict__, "collection": g.collection.value} for g in self.graphs]
         schema = {"id": pl.Utf8, "collection": pl.Utf8, "stem": pl.Utf8, "score": pl.Float64,
                   "num_configs": pl.Int64, "opa": pl.Float64, "top1_err": pl.Float64, "top5_err": pl.Float64,
@@ -397,6 +406,8 @@ class SubmissionScores:
 
     def to_frame(self) -> pl.DataFrame:
         """All graphs of all collections, worst score first within each collection."""
+        import polars as pl
+
         frames = [r.to_frame() for r in self.collections.values()]
         return pl.concat(frames) if frames else CollectionResult(Collection.TILE_XLA).to_frame()
 

@@ -26,7 +26,6 @@ import numpy.typing as npt
 
 from competition.atomic import atomic_write_text
 from competition.collections import Collection
-from competition.metrics import submitted_order
 
 HEADER = ("ID", "TopConfigs")
 MAX_LISTED = 5  # indices named per problem message
@@ -259,6 +258,9 @@ def submission_orders(
         ValueError: an ID with no known collection prefix, an ID given twice, or scores that are not finite
             (:func:`finite_scores`).
     """
+    # Not at the top: the metrics bring scipy, and every command's error boundary imports this module.
+    from competition.metrics import submitted_order
+
     rows = rows or {}
     return {sid: submitted_order(parse_submission_id(sid)[0], finite_scores(s, f"ID {sid}"), rows.get(sid))
             for sid, s in sorted_by_id(predictions)}
