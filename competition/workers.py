@@ -108,8 +108,9 @@ def usable_cores() -> int:
 
 
 MAX_AUTO_JOBS = 4
-"""The most collections :func:`default_jobs` lets the pipeline fit at once (a Kaggle CPU notebook's 4 cores): each concurrent fit holds
-its own train graphs, several GiB for the xla:random seed ensemble at the real counts (RESULTS.md, "Real size")."""
+"""The most collections :func:`default_jobs` lets the pipeline fit at once (a Kaggle CPU notebook's 4 cores): each
+concurrent fit holds its own train graphs, several GiB for the xla:random seed ensemble at the real counts
+(RESULTS.md, "Real size")."""
 
 
 def default_jobs() -> int:
