@@ -9,6 +9,16 @@ EXIT_ERROR = 2
 """The exit code of a command that cannot run as asked (a bad argument, or a file or folder it cannot use)."""
 
 
+def printable(text: object) -> str:
+    """``text`` with every control or format character (``\\n``, ``\\r``, ``\\x1b``, U+202E, ...) written as its
+    Python escape; other text is unchanged. The one escaping of text from inputs (names, keys, paths) wherever a
+    message or a table shows it, so that it cannot forge a line or move the cursor."""
+    s = str(text)
+    if all(c.isprintable() for c in s):
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
 class UsageError(SystemExit):
     """A bad argument found after parsing: :func:`fastslow.cli.main` prints it as one line and exits with
     :data:`EXIT_ERROR`, as argparse does for the errors it finds."""

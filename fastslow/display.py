@@ -1,6 +1,7 @@
 """Text from users (producer names, file stems, paths) shown safely: in the terminal, in plots and in CSV files.
 
-* :func:`printable`: control characters (a newline, a carriage return, an escape sequence) are shown as escapes, so
+* :func:`printable` (owned by :mod:`competition.errors`, so that every layer escapes alike): control characters
+  (a newline, a carriage return, an escape sequence) are shown as escapes, so
   that a name cannot forge a line of a printed table or move the cursor.
 * :func:`plain_text`: matplotlib draws text as it is; by default it parses ``$...$`` as mathtext, and a name such
   as ``$\\foo$`` makes every later plot fail.
@@ -15,19 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
+from competition.errors import printable
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def printable(text: object) -> str:
-    """``text`` with every control or format character (``\\n``, ``\\r``, ``\\x1b``, ...) written as its Python
-    escape; other text is unchanged."""
-    s = str(text)
-    if all(c.isprintable() for c in s):
-        return s
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
 
 
 def csv_cell(text: str) -> str:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ import torch
 
 from competition.atomic import atomic_write_stream
 from fastslow.cli import EXIT_ERROR
+from tests.reliability.helpers import run
 
 FULL = "no space left on the device: free some space and re-run the same command"
 SIZE = 8 * 1024 * 1024
@@ -98,19 +100,25 @@ def small_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SmallFs
     yield None
 
 
-def fastslow(cwd: Path, *argv: object) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+class Done(NamedTuple):
+    returncode: int
+    stderr: str
 
 
-def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+def fastslow(capsys: pytest.CaptureFixture[str], *argv: object) -> Done:
+    """One command in this process (the test itself runs in a process of its own where it needs a namespace):
+    its exit code and stderr."""
+    code, _, err = run(list(argv), capsys)
+    return Done(code, err)
+
+
+def one_line(proc: Done) -> str:
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.endswith("\n") and proc.stderr.count("\n") == 1, proc.stderr
     return proc.stderr.rstrip("\n")
 
 
-def succeeded(proc: subprocess.CompletedProcess[str]) -> bool:
+def succeeded(proc: Done) -> bool:
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode == 0
 
@@ -126,18 +134,18 @@ def temporaries(root: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_the_feature_cache_on_a_full_disk(small_fs, tiny_world, tmp_path):
+def test_the_feature_cache_on_a_full_disk(small_fs, tiny_world, tmp_path, capsys):
     if small_fs is None:
         return  # ran whole in a user namespace
     cache = small_fs.path / "cache"
     runs = tmp_path / "runs"
-    assert succeeded(fastslow(tmp_path, "train", "--data", tiny_world, "--collections", "tile:xla", "--runs-dir", runs,
+    assert succeeded(fastslow(capsys, "train", "--data", tiny_world, "--collections", "tile:xla", "--runs-dir", runs,
                               "--param", f"cache_dir={cache}", *GNN))
     before = files(cache)
     small_fs.fill(leave=8192)  # room for the pipeline's description, not for a cached graph (32 KB and more)
     argv = ["train", "--data", tiny_world, "--collections", "layout:xla:default", "--runs-dir", runs, "--param",
             f"cache_dir={cache}", *GNN]
-    failed = fastslow(tmp_path, *argv)
+    failed = fastslow(capsys, *argv)
     assert failed.returncode == EXIT_ERROR
     message = one_line(failed)
     assert message.startswith(f"error: {cache}/layout-xla-default/train/") and message.endswith(f".pt: {FULL}")
@@ -145,39 +153,39 @@ def test_the_feature_cache_on_a_full_disk(small_fs, tiny_world, tmp_path):
     assert {k: after[k] for k in before} == before
     assert temporaries(cache) == []
     small_fs.free()
-    assert succeeded(fastslow(tmp_path, *argv))
+    assert succeeded(fastslow(capsys, *argv))
     assert temporaries(cache) == []
 
 
 @pytest.mark.slow
-def test_a_checkpoint_on_a_full_disk(small_fs, tiny_world, tmp_path):
+def test_a_checkpoint_on_a_full_disk(small_fs, tiny_world, tmp_path, capsys):
     if small_fs is None:
         return  # ran whole in a user namespace
     argv = ["train", "--data", tiny_world, "--collections", "tile:xla", "--param", f"cache_dir={tmp_path / 'cache'}",
             *GNN]
     first, second = small_fs.path / "r1", small_fs.path / "r2"
-    assert succeeded(fastslow(tmp_path, *argv, "--runs-dir", first))
+    assert succeeded(fastslow(capsys, *argv, "--runs-dir", first))
     before = files(first)
     small_fs.fill(leave=16384)  # room for the run's settings, not for its checkpoint (100 KB and more)
-    failed = fastslow(tmp_path, *argv, "--runs-dir", second)
+    failed = fastslow(capsys, *argv, "--runs-dir", second)
     assert failed.returncode == EXIT_ERROR
     assert one_line(failed) == f"error: {second}/gnn/tile-xla/checkpoint.pt: {FULL}"
     assert files(first) == before
     assert temporaries(small_fs.path) == []
     small_fs.free()
-    assert succeeded(fastslow(tmp_path, *argv, "--runs-dir", second))
+    assert succeeded(fastslow(capsys, *argv, "--runs-dir", second))
     assert (second / "gnn" / "tile-xla" / "model.json").is_file() and temporaries(small_fs.path) == []
 
 
 @pytest.mark.slow
-def test_lightgbm_numpy_and_csv_writers_on_a_full_disk(small_fs, tiny_world, perfect, tmp_path):
+def test_lightgbm_numpy_and_csv_writers_on_a_full_disk(small_fs, tiny_world, perfect, tmp_path, capsys):
     """The GBDT's model is LightGBM's text, written by us (LightGBM writes no file of its own); worlds are npz;
     the leaderboard is CSV."""
     if small_fs is None:
         return  # ran whole in a user namespace
     board = small_fs.path / "lb.csv"
     score = ["score", perfect, "--data", tiny_world, "--leaderboard", board]
-    assert succeeded(fastslow(tmp_path, *score))
+    assert succeeded(fastslow(capsys, *score))
     before = files(small_fs.path)
     small_fs.fill(leave=0)
     commands = {
@@ -188,14 +196,14 @@ def test_lightgbm_numpy_and_csv_writers_on_a_full_disk(small_fs, tiny_world, per
         "--leaderboard": score,
     }
     for flag, argv in commands.items():
-        failed = fastslow(tmp_path, *argv)
+        failed = fastslow(capsys, *argv)
         assert failed.returncode == EXIT_ERROR, failed.stderr
         assert one_line(failed) == f"error: {flag} {argv[argv.index(flag) + 1]}: {FULL}"
     after = files(small_fs.path)
     assert {k: after[k] for k in before} == before and temporaries(small_fs.path) == []
     small_fs.free()
     for argv in commands.values():
-        assert succeeded(fastslow(tmp_path, *argv))
+        assert succeeded(fastslow(capsys, *argv))
     assert temporaries(small_fs.path) == []
 
 
