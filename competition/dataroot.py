@@ -9,6 +9,9 @@ The real Kaggle download and the synthetic world share the layout:
 * :func:`validate_root` lists the problems no single file shows (a missing split, file names unusable in a
   submission, missing secret runtimes).
 
+Nothing is read outside the data root: a graph file, a split folder or a secret file whose real path (symbolic links
+followed) leaves it is refused, naming it (:func:`inside_root`); a link to another place inside the root is followed.
+
 One graph file is read by :func:`competition.reader.load_graph` and checked by :mod:`competition.graphfile`.
 """
 
@@ -25,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
-from competition.errors import DataFileError, DataRootNotFound
+from competition.errors import DataFileError, DataRootNotFound, printable
 from competition.graphfile import guard, infer_collection_split, open_npz
 from competition.nesting import json_loads
 from competition.schema import ACCEPTED_INT_DTYPES
@@ -101,10 +104,17 @@ class DataRoot:
         return self.npz_dir / Collection(collection).relpath / Split(split).value
 
     def secret_file(self, collection: Collection, split: Split, stem: str) -> Path | None:
-        """Where the secret file of a graph would be, or ``None`` when this root has no ``secret/`` tree."""
+        """Where the secret file of a graph would be, or ``None`` when this root has no ``secret/`` tree.
+
+        Raises:
+            DataFileError: something is there, but its real path leaves the data root (:func:`inside_root`).
+        """
         if self.secret_dir is None:
             return None
-        return self.secret_dir / Collection(collection).relpath / Split(split).value / f"{stem}.npz"
+        path = self.secret_dir / Collection(collection).relpath / Split(split).value / f"{stem}.npz"
+        if os.path.lexists(path):
+            inside_root(self, path, "secret file")
+        return path
 
     def available(self) -> dict[tuple[Collection, Split], int]:
         """Number of graphs per (collection, split), every pair included (0 where the folder is missing)."""
@@ -247,21 +257,57 @@ def _hidden(name: str) -> bool:
     return name.startswith(".")
 
 
+def _real(path: Path) -> Path:
+    """``path`` with every symbolic link followed (as far as they lead: a broken link or a loop stays as written)."""
+    return Path(os.path.realpath(path))
+
+
+def inside_root(root: DataRoot, path: Path, what: str) -> Path:
+    """``path``, after checking that its real path (every symbolic link followed) lies inside the data root: under
+    its folder, or under its ``npz/`` tree (which may itself be a link to another disk). A link from one place of
+    the root to another is allowed.
+
+    Args:
+        root: the data root.
+        path: a path under the root's folders, as listed.
+        what: what ``path`` is, for the message (``graph file``, ``folder``).
+
+    Raises:
+        DataFileError: the real path leaves the root, naming ``path`` and where it leads.
+    """
+    real = _real(path)
+    for base in {_real(root.root), _real(root.npz_dir)}:
+        if real == base or base in real.parents:
+            return path
+    raise DataFileError(path, None, f"a {what} inside the data root {printable(root.root)}",
+                        f"a path leading to {printable(real)}, outside it, through a symbolic link (fastslow reads "
+                        "nothing outside the data root: copy the file into it, or point --data at where it lies)")
+
+
 def list_graphs(root: DataRoot, collection: Collection, split: Split) -> list[Path]:
     """The npz files of one collection and split, sorted by stem; empty if the folder is missing.
 
     Every entry named ``*.npz`` is listed, whatever it is: a folder, a broken link or a link loop so named is then
     refused by :func:`competition.reader.load_graph` with a message, never skipped without a word. Hidden entries
     (names starting with ``.``, see :func:`hidden_files`) are not listed, nor temporary files of an interrupted
-    write (``.name.npz.XXXX.part``).
+    write (``.name.npz.XXXX.part``). The folder, and every entry that is a symbolic link, must lead to a place
+    inside the data root (:func:`inside_root`).
 
     Raises:
         OSError: the folder exists but cannot be listed.
+        DataFileError: the folder or a listed entry leads outside the data root.
     """
     d = root.collection_dir(collection, split)
     if not d.is_dir():
         return []
-    return sorted((p for p in d.iterdir() if p.suffix == ".npz" and not _hidden(p.name)), key=lambda p: p.stem)
+    inside_root(root, d, "folder")
+    found = [p for p in d.iterdir() if p.suffix == ".npz" and not _hidden(p.name)]
+    for p in found:
+        # The folder's real path is inside: only an entry that is itself a link can lead elsewhere, and telling
+        # costs one lstat, not a resolution of the whole path.
+        if p.is_symlink():
+            inside_root(root, p, "graph file")
+    return sorted(found, key=lambda p: p.stem)
 
 
 @dataclass(frozen=True)
@@ -283,7 +329,12 @@ class Listing:
 
     @classmethod
     def of(cls, root: DataRoot) -> Listing:
-        """List every collection and split folder of ``root`` now."""
+        """List every collection and split folder of ``root`` now.
+
+        Raises:
+            DataFileError: a folder or graph file leads outside the data root (:func:`list_graphs`): the run is
+                refused before anything is read.
+        """
         graphs: dict[tuple[Collection, Split], tuple[Path, ...]] = {}
         errors: dict[tuple[Collection, Split], OSError] = {}
         for c in Collection:
@@ -330,15 +381,18 @@ def hidden_files(root: DataRoot, collections: Sequence[Collection] | None = None
                  splits: Sequence[Split] | None = None) -> list[Path]:
     """Hidden ``*.npz`` entries that :func:`list_graphs` leaves out (e.g. macOS ``._x.npz`` resource forks).
 
-    Folders that cannot be listed are passed over (:func:`validate_root` reports them).
+    Folders that cannot be listed, or that lead outside the data root, are passed over (:func:`validate_root` and
+    :func:`list_graphs` report them).
     """
     out: list[Path] = []
     for c in list(Collection) if collections is None else collections:
         for s in list(Split) if splits is None else splits:
             d = root.collection_dir(c, s)
             try:
+                if d.is_dir():
+                    inside_root(root, d, "folder")
                 out.extend(sorted(p for p in d.iterdir() if p.suffix == ".npz" and _hidden(p.name)))
-            except OSError:
+            except (OSError, DataFileError):
                 continue
     return out
 
@@ -414,13 +468,17 @@ def validate_root(
                 if s in splits:
                     unlisted.append(DataFileError(root.collection_dir(c, s), None, "a folder that can be listed",
                                                   f"it cannot be ({exc.strerror or exc})"))
+            except DataFileError as exc:  # a folder or file leading outside the root
+                graphs[s] = []
+                if s in splits:
+                    unlisted.append(exc)
         out.extend(unlisted)
         if not any(graphs.values()) and not unlisted:
             continue
         held = True
         for s in splits:
             d = root.collection_dir(c, s)
-            if not graphs[s] and not any(p.path == d for p in unlisted):
+            if not graphs[s] and not any(p.path == d or p.path.parent == d for p in unlisted):
                 found = "no .npz files" if d.is_dir() else "no such folder"
                 out.append(DataFileError(d, None, f"{c.value} {s.value} graphs ({_SPLIT_USE[s]})", found))
         for s in (Split.VALID, Split.TEST):
@@ -442,8 +500,15 @@ def _secret_problems(root: DataRoot, collection: Collection, paths: Sequence[Pat
     if root.secret_dir is None:
         return [DataFileError(root.root / "secret", None, "the secret/ folder of a synthetic world (the test "
                               "split is scored with its runtimes)", "no such folder")]
-    missing = [p.stem for p in paths if not _is_file(root.secret_file(collection, Split.TEST, p.stem))]
     out: list[DataFileError] = []
+    missing: list[str] = []
+    for p in paths:
+        try:
+            if not _is_file(root.secret_file(collection, Split.TEST, p.stem)):
+                missing.append(p.stem)
+        except DataFileError as exc:  # a secret file leading outside the root
+            out.append(exc)
+    outside = {exc.path.stem for exc in out}
     if missing:
         folder = root.secret_dir / collection.relpath / Split.TEST.value
         shown = ", ".join(missing[:5]) + (f", ... ({len(missing)} in all)" if len(missing) > 5 else "")
@@ -451,7 +516,7 @@ def _secret_problems(root: DataRoot, collection: Collection, paths: Sequence[Pat
                                  f"{len(missing)} missing: {shown}"))
     # Present is not enough: scoring the test split reads each one (small files: one runtime per config).
     for p in paths:
-        if p.stem not in missing:
+        if p.stem not in missing and p.stem not in outside:
             try:
                 load_secret_runtime(root, collection, p.stem, split=Split.TEST)
             except DataFileError as exc:
@@ -521,7 +586,7 @@ def load_secret_runtime(
         for key in wanted:
             if key not in keys:
                 raise DataFileError(secret, key, f"member {key!r} (hidden measured runtimes)",
-                                    f"missing (members: {', '.join(keys)}); only test graphs have them")
+                                    f"missing (members: {', '.join(map(printable, keys))}); only test graphs have them")
             a = guard(secret, key, lambda k=key: r.load(k))
             if a.ndim != 1 or a.dtype not in ACCEPTED_INT_DTYPES:
                 raise DataFileError(secret, key, "an integer [C] array", f"{a.dtype} shape {a.shape}")

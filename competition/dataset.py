@@ -157,13 +157,15 @@ def open_collection(root: DataRoot, collection: Collection | str, *, eval_split:
         listing: the root's folders as already listed (:class:`~competition.dataroot.Listing`); default: listed now.
 
     Raises:
-        EvalIndicesError: the protocol's index files list a config index out of range for a valid graph (checked
-            now, from the npz headers, before any model is fitted).
+        EvalIndicesError: the protocol's index files list a config index out of range for a valid graph, or list
+            none of the collection's valid graphs (:meth:`~competition.protocol.ValidProtocol.check_listed`),
+            checked now, from the npz headers, before any model is fitted.
     """
     collection = Collection(collection)
     splits = {s: open_split(root, collection, s, listing=listing) for s in Split}
     if protocol.indices is not None and collection.is_layout:
         valid = splits[Split.VALID]
+        protocol.check_listed(collection, valid.stems)
         for stem, count in zip(valid.stems, valid.header_rows("config_runtime"), strict=True):
             protocol.listed(collection, stem, count)
     use_eval = eval_split is not None and Split(eval_split) != Split.TRAIN

@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Kind, Split
-from competition.errors import DataFileError
-from competition.npzio import DEFAULT_BLOCK_BYTES, MemberInfo, NpzReader
+from competition.errors import DataFileError, printable
+from competition.npzio import DEFAULT_BLOCK_BYTES, MemberInfo, NpzReader, bound_problem
 from competition.opcodes import VALID_OPCODES
 from competition.schema import (
     ACCEPTED_INT_DTYPES,
@@ -108,6 +108,11 @@ def infer_collection_split(path: str | os.PathLike[str]) -> tuple[Collection | N
     return None, split
 
 
+def _listed(keys: Sequence[str]) -> str:
+    """A file's member keys as a message lists them (each escaped: the names come from the file)."""
+    return ", ".join(printable(k) for k in keys) or "none"
+
+
 def _kind_from_keys(path: Path, keys: list[str]) -> Kind:
     ks = set(keys)
     if ks & {"node_config_feat", "node_config_ids", "node_splits"}:
@@ -116,7 +121,7 @@ def _kind_from_keys(path: Path, keys: list[str]) -> Kind:
         return "tile"
     raise DataFileError(
         path, None, "the members of a tile file (config_feat, ...) or of a layout file (node_config_feat, ...)",
-        f"members: {', '.join(keys) or 'none'}",
+        f"members: {_listed(keys)}",
     )
 
 
@@ -160,7 +165,7 @@ def _header_problems(path: Path, r: NpzReader | _ArrayMembers, kind: Kind) -> It
     for s in specs:
         if s.key not in keys:
             yield DataFileError(path, s.key, f"member {s.key!r} ({kind} file)",
-                                f"missing (members: {', '.join(keys) or 'none'})")
+                                f"missing (members: {_listed(keys)})")
     infos: dict[str, MemberInfo] = {}
     for s in present:
         info = _as_specified(s.key, r.info(s.key))
@@ -364,15 +369,21 @@ class _ArrayMembers:
     """Arrays held in memory, read as :class:`~competition.npzio.NpzReader` reads a file's members: what
     :func:`validate_arrays` checks before they are written."""
 
-    def __init__(self, arrays: Mapping[str, npt.ArrayLike]) -> None:
+    def __init__(self, arrays: Mapping[str, npt.ArrayLike], path: Path) -> None:
         self._arrays = {key: np.asarray(value) for key, value in arrays.items()}
+        self._path = path
 
     def keys(self) -> list[str]:
         return list(self._arrays)
 
     def info(self, key: str) -> MemberInfo:
+        """As :meth:`NpzReader.info`, bounds included: a file the readers would refuse is never written."""
         a = self._arrays[key]
-        return MemberInfo(key, tuple(int(d) for d in a.shape), a.dtype, False)
+        info = MemberInfo(key, tuple(int(d) for d in a.shape), a.dtype, False)
+        problem = bound_problem(self._path, info)
+        if problem is not None:
+            raise problem
+        return info
 
     def load(self, key: str) -> npt.NDArray[Any]:
         return np.ascontiguousarray(self._arrays[key])
@@ -472,7 +483,7 @@ def load_runtimes(path: str | os.PathLike[str], collection: Collection
         keys = guard(path, None, r.keys)
         for key in wanted:
             if key not in keys:
-                raise DataFileError(path, key, f"member {key!r}", f"missing (members: {', '.join(keys) or 'none'})")
+                raise DataFileError(path, key, f"member {key!r}", f"missing (members: {_listed(keys)})")
             info = guard(path, key, lambda k=key: r.info(k))
             problem = _dtype_problem(path, specs[key], info)
             if problem is not None:
@@ -536,8 +547,8 @@ def validate_arrays(arrays: Mapping[str, npt.ArrayLike], path: str | os.PathLike
     """
     problems: list[DataFileError] = []
     try:
-        problems.extend(_member_problems(Path(path), _ArrayMembers(arrays), collection, validate=True, deep=deep,
-                                         sink={}))
+        problems.extend(_member_problems(Path(path), _ArrayMembers(arrays, Path(path)), collection, validate=True,
+                                         deep=deep, sink={}))
     except DataFileError as exc:
         problems.append(exc)
     return problems

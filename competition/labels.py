@@ -249,9 +249,15 @@ def load_labels(root: DataRoot, collections: Sequence[Collection], split: Split,
 
     Raises:
         HiddenLabelsError: a test graph without a secret file (real data: the labels are hidden).
+        EvalIndicesError: the protocol's index files list none of a collection's valid graphs
+            (:meth:`~competition.protocol.ValidProtocol.check_listed`).
         DataFileError: a file that cannot be read, or whose runtimes are missing, malformed, or (train, valid)
             all zero.
     """
     split = Split(split)
+    paths = {c: list_graphs(root, c, split) for c in collections}
+    if split == Split.VALID:  # index files that list none of the graphs are refused before any is read
+        for c, found in paths.items():
+            protocol.check_listed(c, [p.stem for p in found])
     return SplitLabels(split, protocol, (graph_labels(root, c, split, p, protocol)
-                                         for c in collections for p in list_graphs(root, c, split)))
+                                         for c, found in paths.items() for p in found))

@@ -57,7 +57,8 @@ graph (100,040). Counted in the record's bytes before any run is decoded."""
 MAX_LAYOUT_CELLS = 100_000_000
 """The most configs times configurable nodes of a layout file ``featurize`` writes (from records or ``--sample``):
 4 times the largest real file's 24.2 million (10,760 configs x 2,251 nodes; its ``node_config_feat`` is 1.7 GB of
-float32, 72 bytes a cell). Checked before the array is allocated."""
+float32, 72 bytes a cell). Checked before the array is allocated, and on every ``node_config_feat`` read (from the
+member's header, before it is inflated)."""
 
 MAX_SAMPLE = 1_000_000
 """The largest ``featurize --sample``: 10 times the most configs of a real graph (100,040; real test graphs hold
@@ -81,6 +82,67 @@ MAX_CONFIG_BYTES = 1 * 2**20
 MAX_CONFIG_KEYS = 10_000
 """The most keys (``=`` signs, counted before parsing) a ``--config`` file may hold: every hyper-parameter of every
 model, per model and per collection, is under 1,000."""
+
+# npz files and the data root (issue 50)
+
+MAX_GRAPH_NODES = MAX_PROGRAM_INSTRUCTIONS
+"""The most nodes an npz graph file may hold (the rows of ``node_feat`` and ``node_opcode``, the length of
+``node_config_ids``, and of ``node_splits`` less one): 500,000, 11 times the largest real layout graph (43,615 nodes),
+and as many as ``featurize`` writes from the largest program it reads (:data:`MAX_PROGRAM_INSTRUCTIONS`). Read from
+the member's ``.npy`` header, before its data is inflated."""
+
+MAX_GRAPH_EDGES = 32 * MAX_GRAPH_NODES
+"""The most edges an npz graph file may hold (the rows of ``edge_index``): 16,000,000, 32 a node at
+:data:`MAX_GRAPH_NODES`; the largest real layout graph has 73,881 (1.7 a node). Read from the header, before the data
+is inflated."""
+
+MAX_GRAPH_CONFIGS = MAX_RECORD_RUNS
+"""The most configs an npz graph file (or its ``secret/`` runtimes) may hold (the rows of ``config_runtime``,
+``config_feat``, ``config_runtime_normalizers`` and ``node_config_feat``): 1,000,000, 10 times the most of a real
+graph (100,040), and as many as ``featurize`` writes from the largest record it reads (:data:`MAX_RECORD_RUNS`).
+``node_config_feat`` is bounded by :data:`MAX_LAYOUT_CELLS` too. Read from the header, before the data is
+inflated."""
+
+MAX_NPZ_LOAD_BYTES = 512 * 2**20
+"""The most bytes of one npz member read whole into memory (every member but ``node_config_feat``, which is only
+ever streamed a block at a time): 512 MiB. The largest real member so read is ``node_feat`` of the largest layout
+graph (43,615 x 140 float32, 24 MB); ``node_feat`` at :data:`MAX_GRAPH_NODES` is 280 MB, ``edge_index`` at
+:data:`MAX_GRAPH_EDGES` 256 MB."""
+
+MAX_NPZ_MEMBER_BYTES = 8 * 2**30
+"""The most bytes any member of an npz file may declare: 8 GiB, above ``node_config_feat`` at :data:`MAX_LAYOUT_CELLS`
+(7.2 GB of float32); the largest real member is the 1.7 GB ``node_config_feat`` of the largest real file (24.2
+million cells). Checked in the zip directory when the file is opened, and in the member's ``.npy`` header (whose size
+the directory's must equal) when the member is, before anything is inflated."""
+
+# Programs (issue 50)
+
+MAX_DIM = 2**40
+"""The largest dimension of an array in a program (HLO text, an ``HloModuleProto``, a record's module), and the
+largest magnitude of any integer attribute of an instruction (``dimensions=``, window sizes, strides and padding,
+slice bounds, group counts, parameter numbers) and of a tile bound in a tile record: 2^40. The largest dim in the
+shipped real data is 2,916 (the alexnet graph; 768 in the record's module), and the largest of real models (a
+vocabulary, a flattened activation) are millions; an array with one dim of 2^40 elements is a TiB at one byte each,
+more than any TPU holds. Checked by the one validation pass over every program read
+(:mod:`competition.hlo.check`), before any feature is computed; a value past it is refused naming the computation
+and the instruction."""
+
+
+# Settings (issue 50)
+
+MAX_SEED = 2**31 - 1
+"""The largest seed a setting or an option takes (``booster.seed``, ``train.seed``, ``scores.seed``, ``fit.seed``,
+``--seed``, ``--world-seeds``; the smallest is 0): LightGBM's seed is a C ``int``, and one range for every seed
+refuses a value when it is parsed, whichever model or command would have met it after the work began."""
+
+MAX_DIST_TIMEOUT = 7 * 24 * 3600
+"""The longest ``train --dist-timeout``, in seconds: a week. An exchange between processes takes seconds; a wait
+longer than any run is a typo, and one past ``datetime.timedelta``'s range would fail only once the processes
+start."""
+
+MAX_SHOWN_CHARS = 200
+"""The most characters of a value from the command line or a file that a refusal echoes; a longer one is cut, its
+length said, so that the refusal stays one readable line."""
 
 
 def file_size(path: str | os.PathLike[str]) -> int:

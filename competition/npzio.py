@@ -7,7 +7,11 @@ A real layout file's ``node_config_feat`` decompresses to gigabytes, so neither 
   complete (:func:`competition.atomic.atomic_path`). Zip timestamps are fixed, so the same arrays give the same
   bytes.
 * :class:`NpzReader` reads a member's ``.npy`` header without touching its data, and reads chosen rows by
-  decompressing the member block by block and keeping only the rows asked for.
+  decompressing the member block by block and keeping only the rows asked for. It is the one way fastslow opens an
+  npz, and it checks what it opens before inflating anything: the zip directory when the file is opened (no member
+  named twice, none encrypted, only numpy's compression methods, no declared size past
+  :data:`~competition.limits.MAX_NPZ_MEMBER_BYTES`), and each member's header when the member is opened (its rows
+  within the real-data bounds of :data:`MEMBER_ROW_LIMITS`, its size in the directory the size its header declares).
 
 The files are ordinary ``.npz`` archives: ``numpy.load`` reads them, and these functions read numpy's.
 """
@@ -15,6 +19,7 @@ The files are ordinary ``.npz`` archives: ``numpy.load`` reads them, and these f
 from __future__ import annotations
 
 import errno
+import math
 import os
 import tempfile
 import zipfile
@@ -28,7 +33,16 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.atomic import atomic_path, special_file
-from competition.errors import DataFileError
+from competition.errors import DataFileError, printable
+from competition.limits import (
+    MAX_GRAPH_CONFIGS,
+    MAX_GRAPH_EDGES,
+    MAX_GRAPH_NODES,
+    MAX_LAYOUT_CELLS,
+    MAX_NPZ_LOAD_BYTES,
+    MAX_NPZ_MEMBER_BYTES,
+    over,
+)
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 # Bytes decompressed per step when streaming rows: bounds the reader's working memory.
@@ -36,6 +50,24 @@ DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
 CONVERT_BYTES = 256 * 1024 * 1024
 """Memory for copying a Fortran-ordered member to C order (:meth:`NpzReader.c_ordered_copy`): rows of at most this
 many bytes per forward pass over the member."""
+
+MEMBER_ROW_LIMITS: dict[str, tuple[int, int, str, str]] = {
+    **{key: (0, MAX_GRAPH_NODES, "MAX_GRAPH_NODES", "nodes") for key in ("node_feat", "node_opcode")},
+    "node_config_ids": (0, MAX_GRAPH_NODES, "MAX_GRAPH_NODES", "configurable nodes"),
+    "node_splits": (-1, MAX_GRAPH_NODES + 1, "MAX_GRAPH_NODES + 1", "boundaries"),
+    "edge_index": (0, MAX_GRAPH_EDGES, "MAX_GRAPH_EDGES", "edges"),
+    **{key: (0, MAX_GRAPH_CONFIGS, "MAX_GRAPH_CONFIGS", "configs")
+       for key in ("config_feat", "config_runtime", "config_runtime_normalizers", "node_config_feat",
+                   "config_runtime_noiseless")},
+}
+"""Per member of the TpuGraphs format (graph files and a synthetic world's ``secret/`` files): the axis whose length
+is counted, its limit, the limit's name and what it counts. Checked on the member's ``.npy`` header, before any of its
+data is inflated; ``node_config_feat``'s configs x configurable nodes are bounded by
+:data:`~competition.limits.MAX_LAYOUT_CELLS` too."""
+_EXPECT_REAL = "a size within fastslow's bounds on real data"
+# The compression methods numpy writes. The others Python reads (bzip2, lzma) inflate a whole compressed chunk at a
+# time, however large its output: only these two keep every read within the size asked for.
+_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
 
 
 @dataclass(frozen=True)
@@ -139,11 +171,43 @@ class MemberInfo:
 
     @property
     def row_bytes(self) -> int:
-        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        # Python integers: a hostile header's dimensions must not wrap around as int64 products would.
+        return math.prod(self.shape[1:]) * self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def bound_problem(path: str | os.PathLike[str], info: MemberInfo) -> DataFileError | None:
+    """The problem of a member whose header takes more than real data does, or ``None``: a negative dimension,
+    more rows than :data:`MEMBER_ROW_LIMITS` allow, more configs x configurable nodes than
+    :data:`~competition.limits.MAX_LAYOUT_CELLS`, more bytes than :data:`~competition.limits.MAX_NPZ_MEMBER_BYTES`.
+    What :class:`NpzReader` checks of every member it opens, and what arrays about to be written are checked
+    against (:func:`competition.graphfile.validate_arrays`)."""
+    key, shape = info.key, info.shape
+    if any(d < 0 for d in shape):
+        return DataFileError(path, key, "non-negative dimensions", f"shape {shape}")
+    bound = MEMBER_ROW_LIMITS.get(key)
+    if bound is not None and shape:
+        axis, limit, name, unit = bound
+        problem = over(shape[axis], limit, name, unit)
+        if problem is not None:
+            return DataFileError(path, key, _EXPECT_REAL, f"{problem} (shape {shape})")
+    if key == "node_config_feat" and len(shape) >= 2:
+        problem = over(shape[0] * shape[1], MAX_LAYOUT_CELLS, "MAX_LAYOUT_CELLS", "cells (configs x configurable "
+                       "nodes)")
+        if problem is not None:
+            return DataFileError(path, key, _EXPECT_REAL, f"{problem} (shape {shape})")
+    problem = over(info.nbytes, MAX_NPZ_MEMBER_BYTES, "MAX_NPZ_MEMBER_BYTES", "bytes")
+    if problem is not None:
+        return DataFileError(path, key, _EXPECT_REAL, f"{problem} (shape {shape} {info.dtype})")
+    return None
+
+
+def _key(name: str) -> str:
+    """A member's key: its name in the zip without the ``.npy`` suffix."""
+    return name[: -len(".npy")] if name.endswith(".npy") else name
 
 
 class NpzReader:
@@ -201,6 +265,35 @@ class NpzReader:
             raise DataFileError(
                 self.path, None, "a complete npz (zip) archive", f"unreadable archive ({exc}); truncated or corrupt?"
             ) from None
+        try:
+            self._check_directory(self._zip)
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_directory(self, zf: zipfile.ZipFile) -> None:
+        """Refuse what the zip directory shows before any member is inflated: a key given twice (numpy reads the
+        last, so two readers could see two arrays), an encrypted or patched member, a compression method numpy does
+        not write, a declared size past :data:`~competition.limits.MAX_NPZ_MEMBER_BYTES`."""
+        seen: set[str] = set()
+        for zinfo in zf.infolist():
+            key = _key(zinfo.filename)
+            if key in seen:
+                raise DataFileError(self.path, printable(key), "one member of each name",
+                                    f"two or more members named {printable(key)!r} (numpy would read only the last)")
+            seen.add(key)
+            if zinfo.flag_bits & 0x1:
+                raise DataFileError(self.path, printable(key), "an unencrypted member (numpy writes no other)",
+                                    "a member marked encrypted in the zip directory")
+            if zinfo.flag_bits & 0x60:
+                raise DataFileError(self.path, printable(key), "a plain zip member (numpy writes no other)",
+                                    "a member marked as patched data or strongly encrypted in the zip directory")
+            if zinfo.compress_type not in _METHODS:
+                raise DataFileError(self.path, printable(key), "a stored or deflate-compressed member (what numpy "
+                                    "writes)", f"zip compression method {zinfo.compress_type}")
+            big = over(zinfo.file_size, MAX_NPZ_MEMBER_BYTES, "MAX_NPZ_MEMBER_BYTES", "bytes")
+            if big is not None:
+                raise DataFileError(self.path, printable(key), _EXPECT_REAL, f"{big}, declared in the zip directory")
 
     def close(self) -> None:
         if self._zip is not None:
@@ -218,32 +311,61 @@ class NpzReader:
 
     def keys(self) -> list[str]:
         """Member keys in file order, without the ``.npy`` suffix."""
-        return [n[: -len(".npy")] if n.endswith(".npy") else n for n in self.zip.namelist()]
+        return [_key(n) for n in self.zip.namelist()]
 
     def _member_name(self, key: str) -> str:
         names = self.zip.namelist()
         for name in (f"{key}.npy", key):
             if name in names:
                 return name
-        raise DataFileError(self.path, key, f"member {key!r}", f"missing (members: {', '.join(self.keys())})")
+        raise DataFileError(self.path, key, f"member {key!r}",
+                            f"missing (members: {', '.join(printable(k) for k in self.keys())})")
 
     def _open_member(self, key: str) -> tuple[IO[bytes], MemberInfo]:
-        fp = self.zip.open(self._member_name(key))
+        name = self._member_name(key)
         try:
-            version = np.lib.format.read_magic(fp)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp, max_header_size=1 << 20)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp, max_header_size=1 << 20)
-        except (ValueError, EOFError, zlib.error, zipfile.BadZipFile, OSError) as exc:
+            fp = self.zip.open(name)
+        except (NotImplementedError, RuntimeError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            # The directory was checked when the file was opened: a local header that disagrees with it.
+            raise DataFileError(self.path, key, "a readable zip member", f"{printable(exc)} (truncated or corrupt?)"
+                                ) from None
+        try:
+            try:
+                version = np.lib.format.read_magic(fp)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp, max_header_size=1 << 20)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp, max_header_size=1 << 20)
+                header_bytes = fp.tell()
+            except (ValueError, EOFError, zlib.error, zipfile.BadZipFile, OSError) as exc:
+                raise DataFileError(self.path, key, "a .npy header", f"unreadable header ({exc})") from None
+            if dtype.hasobject:
+                raise DataFileError(self.path, key, "a numeric array", "an object array (refused: unsafe to load)")
+            info = MemberInfo(key, tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran))
+            self._check_header(info, header_bytes, self.zip.getinfo(name).file_size)
+        except BaseException:
             fp.close()
-            raise DataFileError(self.path, key, "a .npy header", f"unreadable header ({exc})") from None
-        if dtype.hasobject:
-            fp.close()
-            raise DataFileError(self.path, key, "a numeric array", "an object array (refused: unsafe to load)")
-        info = MemberInfo(key, tuple(int(s) for s in shape), np.dtype(dtype), bool(fortran))
+            raise
         self._infos[key] = info
         return fp, info
+
+    def _check_header(self, info: MemberInfo, header_bytes: int, declared: int) -> None:
+        """Refuse, from a member's header alone, what :func:`bound_problem` refuses, and a size in the zip directory
+        other than the header's: numpy writes the header and the data, nothing after them, and the zip reader
+        inflates no more than the directory's size, so with the two equal no read inflates past what the header
+        declares."""
+        problem = bound_problem(self.path, info)
+        if problem is not None:
+            raise problem
+        key, shape = info.key, info.shape
+        data = declared - header_bytes
+        if data < info.nbytes:
+            raise DataFileError(self.path, key, f"{info.nbytes} bytes of array data {shape} {info.dtype}",
+                                f"only {max(data, 0)} bytes (truncated)")
+        if data > info.nbytes:
+            raise DataFileError(self.path, key, f"{info.nbytes:,} bytes of array data {shape} {info.dtype} after "
+                                "its header, as numpy writes", f"{data:,} bytes in the zip directory's size of the "
+                                "member: the directory and the header disagree")
 
     def info(self, key: str) -> MemberInfo:
         """The member's shape and dtype, read from its header only."""
@@ -262,9 +384,14 @@ class NpzReader:
         return data
 
     def load(self, key: str) -> npt.NDArray[Any]:
-        """The whole member as an array (for members that fit in memory)."""
+        """The whole member as an array (for members that fit in memory: at most
+        :data:`~competition.limits.MAX_NPZ_LOAD_BYTES`)."""
         fp, info = self._open_member(key)
         with fp:
+            problem = over(info.nbytes, MAX_NPZ_LOAD_BYTES, "MAX_NPZ_LOAD_BYTES", "bytes")
+            if problem is not None:
+                raise DataFileError(self.path, key, "a member small enough to read whole (only node_config_feat is "
+                                    "streamed)", f"{problem} (shape {info.shape} {info.dtype})")
             data = self._read_exact(fp, info.nbytes, key, f"array data {info.shape} {info.dtype}")
         order = "F" if info.fortran_order else "C"
         return np.frombuffer(data, dtype=info.dtype).reshape(info.shape, order=order).copy()

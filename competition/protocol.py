@@ -27,8 +27,8 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -37,10 +37,12 @@ import numpy as np
 import numpy.typing as npt
 
 from competition.collections import Collection, Split
+from competition.errors import printable, shown
 from competition.limits import MAX_INDEX_ENTRIES, MAX_INDEX_FILE_BYTES, MAX_INDEX_GRAPHS, file_over, over
-from competition.nesting import json_loads
+from competition.nesting import json_loads, long_number
 
 if TYPE_CHECKING:
+    from competition.dataroot import DataRoot
     from competition.reader import LayoutGraph, TileGraph
 
     GraphT = TypeVar("GraphT", LayoutGraph, TileGraph)
@@ -100,6 +102,16 @@ def _read_index_file(path: Path) -> dict[str, npt.NDArray[np.int64]]:
     except json.JSONDecodeError as exc:
         raise EvalIndicesError(f"{path}: expected JSON mapping graph names to lists of config indices; found "
                                f"invalid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except EvalIndicesError:  # a graph listed twice (the hook's)
+        raise
+    except ValueError as exc:  # what json does not wrap: a number longer than Python reads, at no place it names
+        found = long_number(data.decode("utf-8"))
+        if found is None:
+            raise EvalIndicesError(f"{path}: expected JSON mapping graph names to lists of config indices; found a "
+                                   f"value Python cannot read ({shown(exc)})") from None
+        line, column, digits = found
+        raise EvalIndicesError(f"{path}: expected config indices below 2**62; found a number of {digits:,} digits "
+                               f"(line {line}, column {column})") from None
     if not isinstance(doc, dict):
         raise EvalIndicesError(f"{path}: expected a JSON object mapping graph names to lists of config indices; "
                                f"found a JSON {type(doc).__name__}")
@@ -229,11 +241,15 @@ class ValidProtocol:
         seed: seeds the subsets (together with each graph's collection and stem).
         indices: fixed config indices per graph (:class:`EvalIndices`): a graph they list is scored on those, as
             the official evaluation does; the others by ``max_configs`` and ``seed``. ``None``: no graph is listed.
+        unmatched_ok: take index files that list none of the data's valid graphs of their collection
+            (:meth:`check_listed`); by default they are refused (``--force`` takes them). Not part of the protocol:
+            it scores the same either way.
     """
 
     max_configs: int | None = DEFAULT_VALID_CONFIGS
     seed: int = 0
     indices: EvalIndices | None = None
+    unmatched_ok: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_configs is not None and self.max_configs < 2:
@@ -289,6 +305,51 @@ class ValidProtocol:
                 f"{pos}), out of range for the {num_configs:,} configs of {collection.value}:{stem}; these index "
                 "files do not belong to this data: pass other --valid-indices, or leave the option out")
         return arr
+
+    def unmatched(self, collection: Collection, stems: Sequence[str]) -> str | None:
+        """Why :attr:`indices` do not belong to data whose valid graphs of ``collection`` are ``stems``: their file
+        of the collection lists graphs, none of them among ``stems``; ``None`` when one is, or when there is
+        nothing to match (no index file of the collection, no valid graph of it, a tile collection)."""
+        collection = Collection(collection)
+        if self.indices is None or collection.is_tile or not stems:
+            return None
+        lists = self.indices.lists.get(collection)
+        if not lists or any(stem in lists for stem in stems):
+            return None
+        first = shown(repr(next(iter(lists))))
+        return (f"{printable(self.indices.files[collection])}: lists {len(lists):,} graph(s) of {collection.value}, "
+                f"none of them among the data's {len(stems):,} valid graph(s) of it (it lists {first}"
+                f"{', ...' if len(lists) > 1 else ''}); these index files do not belong to this data: pass other "
+                "--valid-indices, leave the option out, or add --force to score every graph they do not list on "
+                "--valid-configs")
+
+    def check_listed(self, collection: Collection, stems: Sequence[str]) -> None:
+        """Refuse :attr:`indices` that list none of ``stems``, the data's valid graphs of ``collection``
+        (:meth:`unmatched`), unless :attr:`unmatched_ok`: every graph would be scored on the seeded protocol, under
+        the index files' name, with nothing but a note to say so.
+
+        Raises:
+            EvalIndicesError: naming the index file, the collection, and what to do.
+        """
+        problem = self.unmatched(collection, stems)
+        if problem is not None and not self.unmatched_ok:
+            raise EvalIndicesError(problem)
+
+    def check_root(self, root: DataRoot, collections: Sequence[Collection] | None = None) -> None:
+        """:meth:`check_listed` for each of ``collections`` (default: every one :attr:`indices` has a file of)
+        against the valid graphs of the data root ``root``.
+
+        Raises:
+            EvalIndicesError: as :meth:`check_listed`.
+            OSError: a valid folder exists but cannot be listed.
+        """
+        from competition.dataroot import list_graphs
+
+        if self.indices is None:
+            return
+        for c in (self.indices.lists if collections is None else collections):
+            if Collection(c) in self.indices.lists:
+                self.check_listed(c, [p.stem for p in list_graphs(root, Collection(c), Split.VALID)])
 
     def configs(self, collection: Collection, stem: str, num_configs: int,
                 split: Split = Split.VALID) -> npt.NDArray[np.int64] | None:
@@ -369,11 +430,23 @@ def add_valid_configs_arg(parser: argparse.ArgumentParser) -> None:
         help="score each valid layout graph listed in the index files of DIR (xla_default.json, xla_random.json, "
              "nlp_default.json, nlp_random.json: graph name -> config indices) on exactly those indices, as the "
              "official evaluation does; 'official' for the official evaluation's files, shipped with fastslow. "
-             "Graphs not listed fall back to --valid-configs (default: no index files)",
+             "Graphs not listed fall back to --valid-configs; a file that lists none of the data's valid graphs "
+             "of its collection is refused, unless --force (default: no index files)",
     )
+    force = _FORCE_INDICES_HELP
+    existing = next((a for a in parser._actions if "--force" in a.option_strings), None)
+    if existing is None:
+        parser.add_argument("--force", action="store_true", help=force[0].upper() + force[1:])
+    else:  # the command's own --force (what it writes) takes the index files too
+        existing.help = f"{existing.help}; also: {force}"
+
+
+_FORCE_INDICES_HELP = ("take --valid-indices files that list none of the data's valid graphs of their collection "
+                       "(every graph then falls back to --valid-configs, with a note)")
 
 
 def protocol_from_args(args: argparse.Namespace) -> ValidProtocol:
     """The protocol chosen by :func:`add_valid_configs_arg`'s options (a bad value is a ``ValueError``)."""
     source = getattr(args, "valid_indices", None)
-    return ValidProtocol.parse(args.valid_configs, indices=None if source is None else EvalIndices.load(source))
+    protocol = ValidProtocol.parse(args.valid_configs, indices=None if source is None else EvalIndices.load(source))
+    return replace(protocol, unmatched_ok=bool(getattr(args, "force", False)))

@@ -135,7 +135,8 @@ def collection_stats(root: DataRoot, collection: Collection, *, progress: bool =
     """Gather :class:`CollectionStats` over every split of one collection (streams large config arrays).
 
     A file that cannot be read raises :class:`DataFileError` naming it, or with ``skip_bad`` is left out, logged
-    and listed in ``skipped``.
+    and listed in ``skipped``. A folder or graph file leading outside the data root is refused whatever
+    ``skip_bad`` says (:func:`competition.dataroot.list_graphs`): nothing there is read, not even its name.
     """
     st = CollectionStats(collection)
     for split in Split:
@@ -180,16 +181,18 @@ def collection_stats(root: DataRoot, collection: Collection, *, progress: bool =
                 if normalizers is not None:
                     st.best_over_default.append(float(y.min()))
                     st.worst_over_default.append(float(y.max()))
-            if _secret_path(root, collection, split, path.stem) is not None:
-                try:
-                    score = graph_oracle(graph_labels(root, collection, split, path, ValidProtocol(None)))
-                except DataFileError as exc:
-                    if not skip_bad:
-                        raise
-                    log.warning("no oracle score: %s", exc)
-                    continue
-                if score is not None:
-                    st.oracle.setdefault(split.value, []).append(score)
+            try:
+                # A secret file that leads out of the data root is refused as an unreadable one is.
+                secret = _secret_path(root, collection, split, path.stem)
+                score = None if secret is None else graph_oracle(graph_labels(root, collection, split, path,
+                                                                              ValidProtocol(None)))
+            except DataFileError as exc:
+                if not skip_bad:
+                    raise
+                log.warning("no oracle score: %s", exc)
+                continue
+            if score is not None:
+                st.oracle.setdefault(split.value, []).append(score)
     return st
 
 

@@ -4,7 +4,8 @@ A process pool's workers outlive a parent killed by SIGKILL (no clean-up runs), 
 waits for. :func:`end_with_parent` is a pool initializer that prevents it; :func:`pool_context` gives the start
 method under which the pool's creator really is the workers' parent, and :func:`end_with_process` does the same for
 workers forked by a fork server (whose parent is the server). :func:`usable_cores` counts the cores workers
-may share, and :func:`child_environment` sets what the processes started meanwhile inherit.
+may share, :func:`worker_count` caps a worker count by them and by the work, and
+:func:`child_environment` sets what the processes started meanwhile inherit.
 
 Ctrl-C reaches every process of the terminal's process group at once, a pool's workers and a fork server among
 them. Where the parent stops its pool itself, they are kept out of it: the parent starts the pool's processes
@@ -119,6 +120,20 @@ def default_jobs() -> int:
     operations use a second thread poorly, so fits side by side on a thread each finish sooner than one at a time
     on every thread (lab/journal.md, "The two commands")."""
     return min(usable_cores(), MAX_AUTO_JOBS)
+
+
+WORKERS_RULE = "at most one per usable core and one per job"
+"""How :func:`worker_count` caps a worker count, as the options' help says it."""
+
+
+def worker_count(requested: int | None, work: int) -> int:
+    """The processes to start for ``work`` independent jobs: ``requested`` (``None``: one per usable core), at most
+    one per job and one per usable core, at least 1. The one rule of every worker or jobs option (``data synth
+    --workers``, ``submit --jobs``, the processed-graph cache's workers): a process beyond the jobs would wait
+    idle, and processes beyond the cores only share them, each with its own imports and heap, so that a huge count
+    would fork until the machine stops answering."""
+    cores = usable_cores()
+    return max(1, min(cores if requested is None else requested, work, cores))
 
 
 @contextlib.contextmanager

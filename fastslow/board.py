@@ -29,6 +29,7 @@ import numpy as np
 
 from competition.atomic import atomic_path, atomic_write_text, exclusive_lock
 from competition.collections import Collection
+from competition.errors import shown
 from competition.fingerprint import file_sha256
 from fastslow.display import csv_cell, plot_label, plots_plain_text, printable
 
@@ -173,15 +174,16 @@ def read_rows(path: str | os.PathLike[str] = DEFAULT_PATH) -> list[dict[str, str
             reader = csv.DictReader(f)
             missing = set(COLUMNS) - OPTIONAL_COLUMNS - set(reader.fieldnames or ())
             if missing:
-                raise ValueError(f"{path}: expected leaderboard columns {', '.join(COLUMNS)}; found "
-                                 f"{', '.join(reader.fieldnames or ())} (missing {', '.join(sorted(missing))})")
+                raise ValueError(f"{printable(path)}: expected leaderboard columns {', '.join(COLUMNS)}; found "
+                                 f"{shown(', '.join(reader.fieldnames or ()))} (missing "
+                                 f"{', '.join(sorted(missing))})")
             return [{k: r.get(k) or "" for k in COLUMNS} for r in reader]
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: expected a leaderboard CSV in UTF-8; found byte {exc.start} undecodable "
-                         f"({exc.reason}); pass another --leaderboard or move this file aside") from None
+        raise ValueError(f"{printable(path)}: expected a leaderboard CSV in UTF-8; found byte {exc.start} "
+                         f"undecodable ({exc.reason}); pass another --leaderboard or move this file aside") from None
     except csv.Error as exc:
-        raise ValueError(f"{path}: expected a leaderboard CSV; found malformed CSV ({exc}); pass another "
-                         "--leaderboard or move this file aside") from None
+        raise ValueError(f"{printable(path)}: expected a leaderboard CSV; found malformed CSV ({printable(exc)}); "
+                         "pass another --leaderboard or move this file aside") from None
 
 
 def _combined(row: Mapping[str, str]) -> float:

@@ -29,6 +29,7 @@ from fastslow.commands.common import (
     EXIT_PROBLEMS,
     INTERRUPTED,
     check_output,
+    checked_seeds,
     verbose_everywhere,
 )
 
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_kaggle_parser(sub)
     add_report_parser(sub)
     verbose_everywhere(parser)
+    checked_seeds(parser)
     return parser
 
 

@@ -33,6 +33,7 @@ from competition.workers import (
     stop_pool,
     stoppable_job,
     usable_cores,
+    worker_count,
 )
 from fastslow.progress import LOG_INTERVAL_SECONDS, line_progress
 
@@ -74,7 +75,8 @@ def predict_split(model_name: str, dataset: Dataset, *, params: ModelParams | No
             threads, where the model allows it (:meth:`~models.base.RankingModel.fits_concurrently`: the GNNs on
             the CPU); largest collection first, each with the slot :func:`~competition.budget.concurrent_slots`
             gives it when it starts, of what is left then (the time a fit leaves unused goes to those after it).
-            The same fits as one at a time (:func:`fit_collections`) on as many threads.
+            The same fits as one at a time (:func:`fit_collections`) on as many threads. At most one per
+            usable core and one per collection (:func:`competition.workers.worker_count`).
         runs_dir: where each collection's fitted model is saved, and a finished run with the same settings and data
             reused instead of fitted again (:mod:`fastslow.saved_runs`); ``None``: neither.
 
@@ -85,7 +87,7 @@ def predict_split(model_name: str, dataset: Dataset, *, params: ModelParams | No
     from models.registry import ModelParams, make_model
 
     params = params or ModelParams()
-    jobs = min(jobs, len(dataset))
+    jobs = worker_count(jobs, len(dataset))
     if jobs > 1:
         models = {c: make_model(model_name, **params.for_collection(c)) for c in dataset.collections}
         if all(m.fits_concurrently() for m in models.values()):

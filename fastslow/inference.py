@@ -34,7 +34,6 @@ import argparse
 import csv
 import io
 import os
-import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -185,10 +184,13 @@ def choose_models(models: Sequence[str] | None, collections: Sequence[Collection
             return Combination([record.producer], None, f"as {submissions / SUBMISSION} was made: {record.producer}")
         found = [m for m in MODELS if all((run_folder(runs_dir, m, c) / MODEL_FILE).is_file() for c in collections)]
         if not found:
+            from competition.errors import suggested_command
+
             raise PredictRefused(
                 f"no model has a saved run in {runs_dir} for {', '.join(c.value for c in collections)}, and no "
-                f"{submissions / RECORD} says which made a submission: fit them with `fastslow submit` or `fastslow "
-                "train`, or give --runs-dir (and --models)")
+                f"{submissions / RECORD} says which made a submission: fit them with "
+                f"`{suggested_command('submit', '--runs-dir', runs_dir)}` or "
+                f"`{suggested_command('train', '--runs-dir', runs_dir)}`, or give --runs-dir (and --models)")
         members = ensemble_members(found)
         said = f"no {submissions / RECORD}: the models with saved runs in {runs_dir}: {', '.join(members)}"
     if len(members) == 1:
@@ -233,13 +235,15 @@ def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
 
     folder = run_folder(runs_dir, name, collection)
     path = folder / MODEL_FILE
-    again = (f"`fastslow train --model {shlex.quote(name)} --collections {collection.value} --runs-dir "
-             f"{shlex.quote(str(runs_dir))}`")
+    from competition.errors import suggested_command
+
+    train = suggested_command("train", "--model", name, "--collections", collection.value, "--runs-dir", runs_dir)
+    again = f"`{train}`"
     if not path.is_file():
         held = (" (the folder holds a training run without a saved model: a run saves it when its fit ends)"
                 if (folder / CHECKPOINT).is_file() else "")
         raise PredictRefused(f"no saved run of {name} for {collection.value}: no {path}{held}; fit one with {again} "
-                             "or `fastslow submit`, or give --runs-dir")
+                             f"or `{suggested_command('submit', '--runs-dir', runs_dir)}`, or give --runs-dir")
     try:
         model = load_model(path)
     except ValueError as exc:

@@ -432,8 +432,10 @@ def _usage_hint(target: Path) -> str:
         found = None
     if found == target.resolve():
         return f"fastslow finds it by default ({target})."
-    return (f"fastslow does not look there by default: pass --data {target} or run "
-            f"`export FASTSLOW_DATA={target}`.")
+    from competition.errors import shell_word
+
+    return (f"fastslow does not look there by default: pass --data {shell_word(target)} or run "
+            f"`export FASTSLOW_DATA={shell_word(target)}`.")
 
 
 def download(data: str | os.PathLike[str] | None = None, *, force: bool = False, keep_zip: bool = False) -> Path:

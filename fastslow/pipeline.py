@@ -246,12 +246,14 @@ def preflight(root: DataRoot, synthetic: bool, listing: Listing | None = None) -
         ValueError: naming the first problem and how many there are.
     """
     from competition.dataroot import validate_root
+    from competition.errors import printable, suggested_command
     from competition.submission_checks import sample_problems
 
     problems = validate_root(root, synthetic=synthetic, listing=listing) + sample_problems(root, listing=listing)
     if problems:
-        raise ValueError(f"{len(problems)} problem(s) of the data root {root.root}, found before any fitting "
-                         f"(`fastslow data validate {root.root}` lists them all); the first: {problems[0]}")
+        again = suggested_command("data", "validate", "--data", root.root)
+        raise ValueError(f"{len(problems)} problem(s) of the data root {printable(root.root)}, found before any "
+                         f"fitting (`{again}` lists them all); the first: {printable(problems[0])}")
 
 
 QUICK_SCALES: tuple[str, ...] = ("tiny", "demo")

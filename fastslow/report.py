@@ -27,6 +27,7 @@ from pathlib import Path
 from competition.atomic import atomic_write_text, first_free, temp_sibling
 from competition.collections import Collection, Split
 from competition.dataroot import DATA_ROOT_HELP, DataRoot, collections_with_graphs, find_data_root
+from competition.errors import printable
 from competition.labels import HiddenLabelsError, SplitLabels, load_labels
 from competition.protocol import DEFAULT_PROTOCOL, ValidProtocol, add_valid_configs_arg, protocol_from_args
 from fastslow.board import DEFAULT_PATH, read_rows
@@ -37,6 +38,7 @@ from fastslow.report_sections import (
     curves_section,
     default_submission,
     leaderboard_rows,
+    page_text,
     pruning_section,
     rank_section,
     scores_section,
@@ -154,9 +156,34 @@ def _replace_dir(tmp: Path, out_dir: Path) -> list[str]:
     return said
 
 
+def _check_readable(path: Path) -> None:
+    """Refuse a submission given to study that cannot be read, before any work (the page would only say so)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        raise ValueError(f"--submission {printable(path)}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"--submission {printable(path)}: cannot be read ({exc.strerror or exc})") from None
+
+
+def _unscorable(path: Path, root: DataRoot, split: Split, protocol: ValidProtocol, exc: Exception) -> str:
+    """The one-line refusal of a submission given to study that cannot be scored: the first problem, how many there
+    are, and the command that lists them all."""
+    from competition.submission_format import SubmissionError
+    from fastslow.commands.scoring import validate_command
+
+    where = f"--submission {printable(path)}: cannot be scored on the {split.value} split of {printable(root.root)}"
+    if not isinstance(exc, SubmissionError):
+        return f"{where}: {printable(exc)}"
+    first = printable(exc.problems[0]) if exc.problems else "no rows"
+    return (f"{where}: {exc.count} problem(s), the first: {first} "
+            f"(`{validate_command(path, root.root, split, protocol)}` lists them all)")
+
+
 def _page(sections: Sequence[Section], meta: Sequence[tuple[str, str]]) -> str:
     toc = "".join(f'<li><a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a></li>' for s in sections)
-    dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in meta)
+    dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{page_text(v)}</dd>" for k, v in meta)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>fastslow report</title>\n"
             f"<style>{_CSS}</style>\n</head>\n<body>\n<h1>fastslow report</h1>\n<dl class=\"meta\">{dl}</dl>\n"
             f"<ul>{toc}</ul>\n" + "\n".join(s.to_html() for s in sections) + "\n</body>\n</html>\n")
@@ -201,7 +228,9 @@ def build_report(
         The path of ``index.html``.
 
     Raises:
-        ValueError: ``out_dir`` is a file, or a non-empty folder that is not a report and ``force`` is false.
+        ValueError: ``out_dir`` is a file, or a non-empty folder that is not a report and ``force`` is false; the
+            leaderboard is not one (:func:`fastslow.board.read_rows`); ``submission`` cannot be read (checked before
+            any work) or scored. Each in one line naming the file.
     """
     from competition.stats import oracle_scores
     from competition.submission_format import SubmissionError
@@ -213,6 +242,8 @@ def build_report(
     split = Split(split)
     leaderboard = Path(leaderboard)
     runs_dir = Path(runs_dir)
+    if submission is not None:
+        _check_readable(Path(submission))
     root = root if isinstance(root, DataRoot) else find_data_root(root)
     _check_out_dir(out_dir, force)
     synthetic = root.is_synthetic
@@ -224,11 +255,7 @@ def build_report(
         labels, hidden = None, str(exc)
     oracle = oracle_scores(labels) if labels is not None else None
 
-    problem = None
-    try:
-        all_rows = read_rows(leaderboard)
-    except (OSError, ValueError) as exc:
-        all_rows, problem = [], str(exc)
+    all_rows = read_rows(leaderboard)  # a file that is not a leaderboard is refused, as `fastslow leaderboard` does
     rows, matched = leaderboard_rows(all_rows, split, root)
     if submission is not None:
         sub_path: Path | None = Path(submission)
@@ -239,6 +266,9 @@ def build_report(
     report = orders = None
     why = how
     if sub_path is not None and labels is None:
+        if submission is not None:
+            raise ValueError(f"--submission {printable(sub_path)}: cannot be scored on the {split.value} split of "
+                             f"{printable(root.root)}: {printable(hidden)}")
         why = f"Could not score {sub_path} on the {split.value} split of {root.root}: {hidden}"
     elif sub_path is not None:
         try:
@@ -246,6 +276,8 @@ def build_report(
             report = score_submission(sub_path, root, split, labels=labels)
             why = f"Submission {sub_path} ({how})."
         except (OSError, SubmissionError) as exc:
+            if submission is not None:  # the file asked for: refused, not only said in the page
+                raise ValueError(_unscorable(sub_path, root, split, protocol, exc)) from None
             report = orders = None
             why = f"Could not score {sub_path} on the {split.value} split of {root.root}: {exc}"
     else:
@@ -254,7 +286,7 @@ def build_report(
     # A temporary folder with the umask's mode, removed on failure (and by the next run if this one is killed).
     with temp_sibling(out_dir, directory=True) as tmp:
         builders: list[Callable[[], Section]] = [
-            lambda: scores_section(tmp, rows, matched, root, split, oracle, leaderboard, problem),
+            lambda: scores_section(tmp, rows, matched, root, split, oracle, leaderboard),
             lambda: tau_section(tmp, report, why),
             lambda: rank_section(tmp, report, orders, labels, graphs, why),
             lambda: pruning_section(tmp, root, list(Collection), progress, pruning_max_graphs),

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from competition.collections import Collection, Split
 from competition.dataroot import DataRoot
 from competition.dataset import SplitGraphs, open_split
+from competition.errors import printable
 from competition.labels import SplitLabels
 from fastslow.display import plot_label
 
@@ -35,6 +36,12 @@ SCATTER_MAX_POINTS = 20_000  # per graph: real layout graphs hold up to ~100k co
 
 SHORT_NAMES = {"tile:xla": "tile", "layout:xla:default": "xla-default", "layout:xla:random": "xla-random",
                "layout:nlp:default": "nlp-default", "layout:nlp:random": "nlp-random"}
+
+
+def page_text(text: object) -> str:
+    """Text from inputs (paths, names, messages) as the page shows it: control characters escaped
+    (:func:`competition.errors.printable`), then HTML-escaped."""
+    return html.escape(printable(text))
 
 
 @dataclass
@@ -55,11 +62,11 @@ class Section:
 
     def missing(self, why: str) -> None:
         """Say why the section has no content."""
-        self.body.append(f'<p class="missing">{html.escape(why)}</p>')
+        self.body.append(f'<p class="missing">{page_text(why)}</p>')
 
     def note(self, text: str) -> None:
         """Add a small note under the section."""
-        self.body.append(f'<p class="note">{html.escape(text)}</p>')
+        self.body.append(f'<p class="note">{page_text(text)}</p>')
 
     def image(self, name: str, alt: str) -> None:
         """Link a PNG written beside ``index.html``."""
@@ -105,7 +112,7 @@ def html_table(header: Sequence[str], rows: Iterable[Sequence[object]], *, table
         for v in row:
             text, numeric = _cell(v)
             cls = ' class="num"' if numeric else ""
-            cells.append(f"<td{cls}>{html.escape(text)}</td>")
+            cells.append(f"<td{cls}>{page_text(text)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</table>")
     return "\n".join(out)
@@ -265,15 +272,17 @@ def _read_curves(path: Path) -> dict[str, npt.NDArray[np.float64]]:
 
 
 def scores_section(out: Path, rows: list[dict[str, str]], matched: bool, root: DataRoot, split: Split,
-                    oracle: dict[Collection, float] | None, leaderboard: Path, problem: str | None) -> Section:
+                    oracle: dict[Collection, float] | None, leaderboard: Path) -> Section:
     sec = Section("scores", "1. Scores per collection, with the oracle ceiling",
                   "Each bar is the best offline score a producer (model) reached on one collection; the black "
                   "mark is the oracle, the score of the true noiseless runtimes, which no model can beat.")
     if not leaderboard.is_file():
-        sec.missing(f"No leaderboard at {leaderboard}: run `fastslow submit` or `fastslow score FILE` first.")
-        return sec
-    if problem is not None:
-        sec.missing(f"The leaderboard cannot be read: {problem}")
+        from competition.errors import suggested_command
+
+        score = suggested_command("score", "FILE", "--data", root.root, "--split", split.value, "--leaderboard",
+                                  leaderboard)
+        sec.missing(f"No leaderboard at {leaderboard}: run `{suggested_command('submit', '--data', root.root)}` or "
+                    f"`{score}` first.")
         return sec
     if not rows:
         sec.missing(f"The leaderboard {leaderboard} holds no scoring of the {split.value} split.")

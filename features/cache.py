@@ -55,7 +55,7 @@ from competition.dataset import SplitGraphs
 from competition.fingerprint import content_digest
 from competition.protocol import ValidProtocol
 from competition.reader import LayoutGraph, load_graph
-from competition.workers import end_with_parent, pool_context
+from competition.workers import end_with_parent, pool_context, worker_count
 from features.data import graph_to_data
 
 FORMAT_VERSION = 3
@@ -293,7 +293,8 @@ class ProcessedGraphs(Sequence[Data]):
         max_configs: configs kept per layout graph, ``None`` for all.
         protocol: valid split only: keep the valid protocol's configs of each graph (``max_configs`` is then
             ignored).
-        workers: worker processes of :meth:`build` (default ``os.cpu_count()``); 1 processes in this process.
+        workers: worker processes of :meth:`build` (default: one per usable core; at most one per usable core
+            and one per graph: :func:`competition.workers.worker_count`); 1 processes in this process.
         progress: show a progress bar while building.
     """
 
@@ -397,7 +398,7 @@ class ProcessedGraphs(Sequence[Data]):
         todo = [s for s in self.sources if not (out / s.cache_name).is_file()]
         stats: dict[str, dict[str, Any]] = {}
         jobs = [self._job(s) for s in todo]
-        workers = min(self.workers or os.cpu_count() or 1, len(jobs))
+        workers = worker_count(self.workers, len(jobs))
         with tqdm(total=len(jobs), desc=f"process {self.collection.value} {self.split.value}", unit="graph",
                   disable=not self.progress) as bar:
             if workers <= 1:

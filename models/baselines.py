@@ -33,7 +33,7 @@ from competition.schema import COLS_KERNEL_BOUNDS, COLS_OUTPUT_BOUNDS, MAX_RANK
 from features.tabular_tile import tiled_array
 from models.base import Graph, NotFittedError, RankingModel
 from models.fields import FieldError, check_int, decode_array
-from models.settings import Configured, Section, section, setting
+from models.settings import Configured, Section, section, seed_setting
 
 TILE_FEATURES = tuple(f"log2(output tile share), minor dim {k}" for k in range(MAX_RANK)) + tuple(
     f"log2(kernel_bounds_{d})" for d in range(MAX_RANK)
@@ -48,7 +48,7 @@ MIN_SPREAD = 0.25
 class RandomScores(Section):
     """The random scores."""
 
-    seed: int = setting(0, "seeds the random scores (with each graph's name)", low=0)
+    seed: int = seed_setting("seeds the random scores (with each graph's name)")
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from models.fields import (
     check_str,
     shown,
 )
-from models.settings import Configured, Section, section, setting
+from models.settings import Configured, Section, section, seed_setting, setting
 
 METHODS = ("auto", "weighted", "best", "mean")
 FITTED_METHODS = ("weighted", "best", "mean", "overall")
@@ -257,7 +257,7 @@ class EnsembleFitSettings(Section):
 
     folds: int = setting(5, "cross-validation folds per collection (leave-one-graph-out with fewer graphs)", low=2,
                          high=1000)
-    seed: int = setting(0, "seeds the folds and the config subsets of large layout graphs", low=0)
+    seed: int = seed_setting("seeds the folds and the config subsets of large layout graphs")
     max_configs: int | None = setting(
         2000, "configs of a layout graph scored while fitting (a fixed random subset; None: all)", low=1)
 

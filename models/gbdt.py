@@ -51,7 +51,7 @@ from features.tabular_tile import tile_feature_names, tile_features
 from models.base import Graph, NotFittedError, RankingModel
 from models.booster import checked_model_string
 from models.fields import check_int, check_list, check_number, check_str
-from models.settings import Configured, Section, section, setting
+from models.settings import Configured, Section, section, seed_setting, setting
 
 _HAS_EVAL_X = "eval_X" in inspect.signature(lightgbm.LGBMRanker.fit).parameters
 
@@ -177,7 +177,7 @@ class BoosterSettings(Section):
         f"{LAYOUT_FEATURE_FRACTION} for layout, 1 for tile)", low=0, high=1, low_open=True)
     early_stopping_rounds: int = setting(
         30, "rounds without a better valid score before stopping (0: no early stopping)", low=0, high=100_000)
-    seed: int = setting(0, "seeds the config sampling and LightGBM", low=0)
+    seed: int = seed_setting("seeds the config sampling and LightGBM")
 
 
 @dataclass(frozen=True)

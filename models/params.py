@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from competition.errors import shown
+
 INF = math.inf
 
 
@@ -75,12 +77,12 @@ class Param:
         if self.valid is not None and isinstance(value, str):
             verdict = self.valid(value)
             if isinstance(verdict, str):  # well-formed, but unusable here: why
-                return f"{self.name} {value!r}: {verdict}"
+                return f"{self.name} {shown(repr(value))}: {verdict}"
             return None if verdict else self._expected(value)
         return self._expected(value) if self.choices else None
 
     def _expected(self, value: object) -> str:
-        return f"{self.name} must be {self.describe()}; got {value!r}"
+        return f"{self.name} must be {self.describe()}; got {shown(value if isinstance(value, int) else repr(value))}"
 
 
 def _num(x: float) -> str:

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from typing import Any, TypeVar
 
+from competition.errors import shown
+from competition.limits import MAX_SEED
 from models.params import Param
 
 T = TypeVar("T")
@@ -39,6 +41,12 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     :func:`leaves`). ``runtime``: it changes how a model runs, not what it learns (left out of a run's settings)."""
     return field(default=default, metadata={SPEC: Param("", help, low, high, low_open, choices, runtime, allowed,
                                                         valid)})
+
+
+def seed_setting(help: str) -> Any:
+    """A seed leaf: default 0, from 0 to :data:`~competition.limits.MAX_SEED`, the one range of every seed (a value
+    past what a library takes is refused when settings are parsed, not when that library first meets it)."""
+    return setting(0, help, low=0, high=MAX_SEED)
 
 
 def section(cls: type[T]) -> T:
@@ -126,7 +134,8 @@ def value_problem(key: str, hint: Any, param: Param, value: object) -> str | Non
     """Why ``value`` does not fit the type ``hint`` or the allowed values of ``param`` (``key`` names it)."""
     kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     if not any(accepts(k, value) for k in kinds):
-        found = f"the text {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+        found = (f"the text {shown(repr(value))}" if isinstance(value, str)
+                 else f"{type(value).__name__} {shown(value if isinstance(value, int) else repr(value))}")
         return f"{key} takes {' or '.join(kind_name(k) for k in kinds)}, not {found}"
     return param.problem(value)
 

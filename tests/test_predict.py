@@ -100,7 +100,7 @@ def test_the_submission_of_predict_is_the_submission_of_submit(tiny_world: Path,
     assert code == 2 and not (tmp_path / "p2.csv").exists()
     assert one_line(err) == (f"error: no saved run of default-first for tile:xla: no {runs}/default-first/tile-xla/"
                              f"model.json; fit one with `fastslow train --model default-first --collections tile:xla "
-                             f"--runs-dir {runs}` or `fastslow submit`, or give --runs-dir")
+                             f"--runs-dir {runs}` or `fastslow submit --runs-dir {runs}`, or give --runs-dir")
 
 
 def test_submit_reuses_its_finished_runs_and_writes_the_same_bytes(tiny_world: Path, tmp_path: Path,
@@ -267,7 +267,8 @@ def test_arguments_that_do_not_go_together(tiny_world: Path, tmp_path: Path, cap
     assert code == 2 and one_line(err) == (
         f"error: no model has a saved run in {tmp_path / 'none'} for tile:xla, layout:xla:default, layout:xla:random, "
         f"layout:nlp:default, layout:nlp:random, and no {tmp_path / 'submission.json'} says which made a submission: "
-        "fit them with `fastslow submit` or `fastslow train`, or give --runs-dir (and --models)")
+        f"fit them with `fastslow submit --runs-dir {tmp_path / 'none'}` or `fastslow train --runs-dir "
+        f"{tmp_path / 'none'}`, or give --runs-dir (and --models)")
 
 
 def test_a_gnn_run_is_reused_when_its_checkpoints_say_it_finished(tiny_world: Path, tmp_path: Path,

@@ -21,6 +21,7 @@ Without records the runtimes are unknown: they are written as the public test fi
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import zlib
@@ -67,24 +68,16 @@ def configurable_nodes(module: Module) -> list[Node]:
     return out
 
 
-def _node_row(node: Node, rng: np.random.Generator) -> list[int]:
-    row = [-1] * schema.LAYOUT_CONFIG_DIM
-    keep_all = node.opcode == "reshape"
-    for k, shape in enumerate(node.tensors[:3]):
-        perm = [int(v) for v in rng.permutation(shape.rank)]
-        dims = perm if keep_all else perm[:2]
-        row[k * schema.LAYOUT_SLOT_WIDTH:k * schema.LAYOUT_SLOT_WIDTH + len(dims)] = dims
-    return row
-
-
-def _layout_choices(node: Node) -> int:
-    """How many distinct sampled layouts ``node`` has: per tensor, the orders of its dims a row keeps (every
-    order for a reshape, the 2 most-minor dims otherwise)."""
-    count = 1
+def _slot_tables(node: Node) -> list[npt.NDArray[np.int64]]:
+    """Per tensor of ``node`` (at most 3), the rows a sampled layout may give it, one a row: every order of its dims
+    for a reshape, every ordered pair of distinct dims otherwise (the 2 most-minor, as the real files give them); a
+    scalar's one empty row."""
+    out = []
     for shape in node.tensors[:3]:
         r = shape.rank
-        count *= math.factorial(r) if node.opcode == "reshape" else math.perm(r, min(r, 2))
-    return count
+        width = r if node.opcode == "reshape" else min(r, 2)
+        out.append(np.asarray(list(itertools.permutations(range(r), width)), dtype=np.int64).reshape(-1, width))
+    return out
 
 
 def layout_space(nodes: Sequence[Node], cap: int) -> int:
@@ -95,17 +88,55 @@ def layout_space(nodes: Sequence[Node], cap: int) -> int:
         return 0
     space = 1
     for nd in nodes:
-        space *= _layout_choices(nd)
+        space *= math.prod(len(table) for table in _slot_tables(nd))
         if space >= cap:
             return cap
     return space
 
 
+_CODE_SPACE = 1 << 62
+"""The most configs numbered by one integer: a space larger than this is drawn by numbering a part of its choices
+(still far more configs than any sample) and drawing the rest freely."""
+
+
+def _distinct_codes(space: int, count: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+    """``count`` distinct integers of ``[0, space)`` (``count <= space``), drawn uniformly. Half the space or more:
+    a permutation's first ``count``; less: draws in batches, repeats dropped, until ``count`` are found (each draw
+    is new with a chance above one half, so a few batches do)."""
+    if 2 * count >= space:
+        return rng.permutation(space)[:count].astype(np.int64)
+    found = np.empty(0, dtype=np.int64)
+    while found.size < count:
+        need = count - found.size
+        draws = np.concatenate([found, rng.integers(0, space, size=need + need // 2 + 16, dtype=np.int64)])
+        _, first = np.unique(draws, return_index=True)
+        found = draws[np.sort(first)][:count]
+    return found
+
+
+def distinct_choices(sizes: Sequence[int], count: int, rng: np.random.Generator) -> list[npt.NDArray[np.int64]]:
+    """``count`` distinct combinations of one choice per slot (slot ``j`` has ``sizes[j]`` choices; ``count`` at
+    most their product), as one index array per slot. No loop draws repeats for ever: the combinations are numbered
+    and drawn without replacement; where there are more than :data:`_CODE_SPACE`, the leading slots whose product
+    fits are numbered (their combinations distinct, so the whole ones are) and the others drawn freely."""
+    numbered = 0
+    space = 1
+    while numbered < len(sizes) and space * sizes[numbered] <= _CODE_SPACE:
+        space *= sizes[numbered]
+        numbered += 1
+    codes = _distinct_codes(space, count, rng)
+    out = []
+    for size in sizes[:numbered]:
+        out.append(codes % size)
+        codes = codes // size
+    out += [rng.integers(0, size, size=count, dtype=np.int64) for size in sizes[numbered:]]
+    return out
+
+
 def sample_layouts(module: Module, n: int, rng: np.random.Generator, source: object = "<module>"
                    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """The configurable nodes and ``1 + n`` layout configs (the default first, then distinct sampled ones; fewer
-    when the space has fewer: the sampler stops when every distinct config is found, or after 20 draws a config
-    it needs).
+    """The configurable nodes and ``1 + n`` layout configs (the default first, then distinct sampled ones, drawn
+    without replacement; fewer when the program has fewer: then every one of them).
 
     Returns:
         ``(node_config_ids int64 [NC], node_config_feat float32 [C, NC, 18])``.
@@ -118,16 +149,14 @@ def sample_layouts(module: Module, n: int, rng: np.random.Generator, source: obj
     target = layout_space(nodes, n) if nodes else 0
     check_layout_cells(1 + target, len(nodes), source)
     ids = np.asarray([nd.node_id for nd in nodes], dtype=np.int64)
-    rows = [np.full((len(nodes), schema.LAYOUT_CONFIG_DIM), -1, dtype=np.int64)]
-    seen = {rows[0].tobytes()}
-    for _ in range(20 * target):
-        if len(rows) > target:
-            break
-        r = np.asarray([_node_row(nd, rng) for nd in nodes], dtype=np.int64)
-        if r.tobytes() not in seen:
-            seen.add(r.tobytes())
-            rows.append(r)
-    return ids, np.stack(rows).astype(np.float32)
+    feat = np.full((1 + target, len(nodes), schema.LAYOUT_CONFIG_DIM), -1, dtype=np.float32)
+    if target:
+        slots = [(k, t, table) for k, nd in enumerate(nodes) for t, table in enumerate(_slot_tables(nd))]
+        picks = distinct_choices([len(table) for _, _, table in slots], target, rng)
+        for (k, t, table), pick in zip(slots, picks, strict=True):
+            start = t * schema.LAYOUT_SLOT_WIDTH
+            feat[1:, k, start:start + table.shape[1]] = table[pick]
+    return ids, feat
 
 
 def layout_from_records(rec: ModuleRecords, num_nodes: int, source: object
@@ -211,23 +240,34 @@ def tile_row(config: TileConfig) -> list[float]:
 
 def sample_tiles(kernel: Module, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
     """``1 + n`` tile configs of a kernel (one tile over the whole output first, then distinct sampled output
-    bounds; fewer when the space has fewer: the sampler stops when every distinct config is found, or after 20
-    draws a config it needs), float32 ``[C, 24]``. Bounds count hardware tiles of the physical dims of the array
-    the kernel tiles (:func:`~competition.hlo.tiles.tiled_shape`), as real tile configs do."""
+    bounds, drawn without replacement; fewer when the kernel has fewer: then every one of them), float32 ``[C, 24]``.
+    Bounds count hardware tiles of the physical dims of the array the kernel tiles
+    (:func:`~competition.hlo.tiles.tiled_shape`), as real tile configs do."""
     units = tile_units(physical_dims(tiled_shape(kernel))[-schema.MAX_RANK:])
-    choices = [tile_sizes(u) for u in units]
-    configs = [tuple(units)]
-    seen = set(configs)
-    space = math.prod(len(c) for c in choices) if units else 1
-    target = min(n, space - 1)
-    for _ in range(20 * target):
-        if len(configs) > target:
-            break
-        cand = tuple(int(c[rng.integers(len(c))]) for c in choices)
-        if cand not in seen:
-            seen.add(cand)
-            configs.append(cand)
-    return np.asarray([tile_row(TileConfig(output_bounds=c)) for c in configs], dtype=np.float32)
+    choices = [np.asarray(tile_sizes(u), dtype=np.int64) for u in units]
+    whole = np.asarray(units, dtype=np.int64).reshape(1, len(units))
+    target = min(n, math.prod(len(c) for c in choices) - 1)
+    configs = whole
+    if target > 0:
+        # One more than needed, so that the whole-output config, drawn or not, can be left out.
+        picks = distinct_choices([len(c) for c in choices], target + 1, rng)
+        drawn = np.stack([c[p] for c, p in zip(choices, picks, strict=True)], axis=1)
+        same = np.flatnonzero((drawn == whole).all(axis=1))
+        configs = np.concatenate([whole, np.delete(drawn, same[0] if same.size else target, axis=0)])
+    return tile_rows(configs)
+
+
+def tile_rows(output_bounds: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+    """:func:`tile_row` of configs with these output bounds (``[C, R]``, ``R`` at most 6) and no kernel or input
+    bounds, at once: float32 ``[C, 24]``."""
+    bounds = np.asarray(output_bounds, dtype=np.float64)
+    rank = bounds.shape[1]
+    out = np.zeros((bounds.shape[0], 3 * (schema.MAX_RANK + 2)), dtype=np.float64)
+    first = schema.MAX_RANK + 2  # the output group follows the kernel group
+    out[:, first:first + rank] = bounds
+    out[:, first + schema.MAX_RANK] = bounds.sum(axis=1)
+    out[:, first + schema.MAX_RANK + 1] = bounds.prod(axis=1) if rank else 0.0
+    return out.astype(np.float32)
 
 
 def tiles_from_records(rec: ModuleRecords, source: object

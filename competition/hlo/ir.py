@@ -3,8 +3,10 @@ programs in, and the error the readers raise.
 
 A :class:`Module` is a list of :class:`Computation` in post-order (every called computation comes before its
 callers; the entry computation is last), as XLA's ``module.computations()`` lists them. A computation is a list of
-:class:`Instruction` whose operands refer to earlier instructions of the same computation by index, so producers
-always precede consumers. Node ids of the featurized graph number the instructions computation by computation.
+:class:`Instruction` whose operands refer to other instructions of the same computation by index: earlier ones, as
+XLA lists them and as the synthetic world builds them (a serialized module is only checked to have no operand
+cycle, :mod:`competition.hlo.check`). Node ids of the featurized graph number the instructions computation by
+computation.
 
 Both sources of modules, real XLA programs (:mod:`competition.hlo.text`, :mod:`competition.hlo.proto`) and the
 synthetic world (:mod:`competition.synthetic.programs`), go through the same feature writer
@@ -15,6 +17,7 @@ has no id for (``erf``, ``topk`` ...); the official featurizer gives them id 0 (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -60,7 +63,7 @@ class Shape:
 
     @property
     def num_elements(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+        return math.prod(int(d) for d in self.dims)  # exact: dims of up to MAX_DIM overflow int64 together
 
     @property
     def layout(self) -> tuple[int, ...]:
@@ -132,7 +135,8 @@ class Instruction:
     Args:
         opcode: HLO opcode name as in :mod:`competition.opcodes` (``convolution``, ``add`` ...).
         shape: output shape.
-        operands: indices of operand instructions in the same computation (all smaller than this one's index).
+        operands: indices of operand instructions in the same computation (smaller than this one's index where XLA
+            or the synthetic world made the module).
         name: instruction name (informative only).
         dimensions: the instruction's ``dimensions`` attribute (reduce, broadcast, transpose, reverse, concatenate...).
         window: window for convolution / reduce-window / select-and-scatter.

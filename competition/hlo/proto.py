@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from competition.hlo.check import check_module, quoted
 from competition.hlo.ir import (
     Computation,
     ConvDims,
@@ -120,19 +121,23 @@ def _conv_dims(d: dict[str, Any]) -> ConvDims:
 def module_from_dict(m: dict[str, Any], source: object) -> Module:
     """Build a module from a decoded ``HloModuleProto`` (computations and instructions in the proto's order).
 
+    The computation ``entry_computation_id`` (or ``entry_computation_name``) names is put last, where XLA lists it;
+    the module built is checked as a program (:func:`competition.hlo.check.check_module`).
+
     Raises:
         HloFormatError: no computation, an unknown opcode or element type, an operand, root or called computation
-            id that names nothing.
+            id that names nothing, a computation or instruction id given twice, or a module that is not a valid
+            program.
     """
     comps = m.get("computations", [])
     if not comps:
         raise HloFormatError(source, "an HloModuleProto without computations (is this an HLO module?)")
-    names = {c.get("id", 0): c.get("name", "") for c in comps}
+    names = {key: comps[k].get("name", "") for key, k in _ids(comps, "computation", None, source).items()}
     module = Module(m.get("name", ""))
     for c in comps:
         cname = c.get("name", "")
         instructions = c.get("instructions", [])
-        local = {ins.get("id", 0): i for i, ins in enumerate(instructions)}
+        local = _ids(instructions, "instruction", cname, source)
         comp = Computation(cname)
         for ins in instructions:
             iname, opcode = ins.get("name", ""), ins.get("opcode", "")
@@ -180,7 +185,41 @@ def module_from_dict(m: dict[str, Any], source: object) -> Module:
             raise HloFormatError(source, f"computation {cname!r}: root id {c.get('root_id')} names no instruction")
         comp.root = root
         module.computations.append(comp)
-    return module
+    entry = _entry(m, comps, source)
+    if entry is not None and entry != len(comps) - 1:
+        # XLA lists the entry computation last (callees first), and node ids number it last.
+        module.computations.append(module.computations.pop(entry))
+    return check_module(module, source)
+
+
+def _ids(items: list[dict[str, Any]], what: str, computation: str | None, source: object) -> dict[int, int]:
+    """``id -> index`` of the computations or instructions ``items``, refused where two share an id (the message
+    names both)."""
+    out: dict[int, int] = {}
+    for k, item in enumerate(items):
+        key = item.get("id", 0)
+        if key in out:
+            where = f"computation {quoted(computation)}, " if computation is not None else ""
+            first = items[out[key]].get("name", "")
+            raise HloFormatError(source, f"{where}{what} {quoted(item.get('name', ''))}: id {key} is also that of "
+                                         f"{what} {quoted(first)}; each {what} has an id of its own")
+        out[key] = k
+    return out
+
+
+def _entry(m: dict[str, Any], comps: list[dict[str, Any]], source: object) -> int | None:
+    """The index of the entry computation the module names (by id, else by name), ``None`` where it names none."""
+    if "entry_computation_id" in m:
+        found = [k for k, c in enumerate(comps) if c.get("id", 0) == m["entry_computation_id"]]
+        what = f"entry_computation_id {m['entry_computation_id']}"
+    elif m.get("entry_computation_name"):
+        found = [k for k, c in enumerate(comps) if c.get("name", "") == m["entry_computation_name"]]
+        what = f"entry_computation_name {quoted(m['entry_computation_name'])}"
+    else:
+        return None
+    if not found:
+        raise HloFormatError(source, f"{what} names none of the module's computations")
+    return found[0]
 
 
 def count_instructions(data: bytes, start: int = 0, end: int | None = None) -> int:

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from competition.hlo.check import check_layout_record, check_tile_record
 from competition.hlo.ir import HloFormatError, Module
 from competition.hlo.proto import (
     MODULE,
@@ -186,14 +187,20 @@ def read_layout_records(data: bytes, source: object = "<bytes>") -> ModuleRecord
     :data:`MAX_RECORD_BYTES`, :data:`MAX_RECORD_RUNS` runs, :data:`MAX_LAYOUT_CELLS` runs x configurable nodes and
     :data:`~competition.limits.MAX_PROGRAM_INSTRUCTIONS` instructions, counted in its bytes before decoding.
 
+    The module and the runs are checked (:func:`competition.hlo.check.check_module`,
+    :func:`competition.hlo.check.check_layout_record`) before the record is returned.
+
     Raises:
-        HloFormatError: bytes that are not one, past a limit, or a module that cannot be featurized.
+        HloFormatError: bytes that are not one, past a limit, a module that is not a valid program, or runs that do
+            not fit it.
     """
     _check_bytes(data, source)
     counts, spans = _count(data, {3, 4}, "ModuleTuningData", source)
     nodes = counts[4] - len(spans[4]) + sum(packed_count(data, *span) for span in spans[4])
     d = _decode(data, MODULE_TUNING, "ModuleTuningData", source, [(0, len(data))], counts[3], counts[3] * nodes)
-    return _records_from_dict(d, source)
+    rec = _records_from_dict(d, source)
+    check_layout_record(rec, source)
+    return rec
 
 
 def read_tile_records(data: bytes, source: object = "<bytes>") -> list[ModuleRecords]:
@@ -201,8 +208,12 @@ def read_tile_records(data: bytes, source: object = "<bytes>") -> list[ModuleRec
     :data:`MAX_RECORD_RUNS` runs and :data:`~competition.limits.MAX_PROGRAM_INSTRUCTIONS` instructions (all
     kernels together), counted in its bytes before decoding.
 
+    Each kernel's module and runs are checked (:func:`competition.hlo.check.check_module`,
+    :func:`competition.hlo.check.check_tile_record`) before they are returned.
+
     Raises:
-        HloFormatError: bytes that are not one, past a limit, or no kernel in it.
+        HloFormatError: bytes that are not one, past a limit, no kernel in it, a kernel that is not a valid program,
+            or runs that are not valid tile runs.
     """
     _check_bytes(data, source)
     _, spans = _count(data, {1}, "TuningData", source)
@@ -210,7 +221,10 @@ def read_tile_records(data: bytes, source: object = "<bytes>") -> list[ModuleRec
     d = _decode(data, TUNING_DATA, "TuningData", source, spans[1], runs)
     if not d.get("modules"):
         raise HloFormatError(source, "a TuningData without any module (is this a tile record file?)")
-    return [_records_from_dict(m, source) for m in d["modules"]]
+    recs = [_records_from_dict(m, source) for m in d["modules"]]
+    for rec in recs:
+        check_tile_record(rec, source)
+    return recs
 
 
 def write_layout_records(rec: ModuleRecords) -> bytes:

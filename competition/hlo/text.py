@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from competition.hlo.check import check_module
+from competition.hlo.check import quoted as _quoted
 from competition.hlo.ir import (
     Computation,
     ConvDims,
@@ -48,15 +50,18 @@ _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
 _OPERAND = re.compile(r"%?(" + _NAME + r")\s*$")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _COMMENT = re.compile(r"/\*.*?\*/")
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _SECTION = re.compile(r"[A-Z][A-Za-z]*$|\d+\s")
 _STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 _CALL_KEYS = ("calls", "to_apply", "condition", "body", "select", "scatter", "branch_computations",
               "true_computation", "false_computation", "called_computations")
 
 MAX_STATEMENT_CHARS = 1 << 20
-"""The most characters a statement spread over several lines may gather (1 MiB of ASCII). XLA prints an
-instruction on one line, a few kB at most with its metadata; without a bound, one bracket or string left open
-would join the rest of the file into one statement before the error."""
+"""The most characters a statement may hold (1 MiB of ASCII): every line is measured when the text is split, before
+any is parsed, and a statement spread over several lines as its lines are joined. XLA prints an instruction on one
+line, a few kB at most with its metadata; without a bound, one bracket or string left open would join the rest of
+the file into one statement before the error, and one huge line (a metadata string of hundreds of MB) would be
+scanned character by character."""
 
 
 class _Fail(Exception):
@@ -104,6 +109,8 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
+            if depth < 0:
+                raise _Fail(f"a {ch!r} that closes nothing")
         elif ch == sep and depth == 0:
             parts.append("".join(cur))
             cur = []
@@ -271,9 +278,17 @@ def _instruction(line: str, names: dict[str, int]) -> tuple[bool, HloInstruction
     attrs: dict[str, Any] = {"name": name, "parameter_number": parameter_number}
     called: list[str] = []
     dot: dict[str, tuple[int, ...]] = {}
-    for item in _split_top(line[close + 1:]):
-        key, _, value = item.partition("=")
-        key, value = key.strip(), value.strip()
+    tail = line[close + 1:]
+    if tail.strip() and not tail.lstrip().startswith(","):
+        raise _Fail(f"{name}: expected ', attribute=value' or the end of the line after the operands, found "
+                    f"{tail.strip()[:30]!r}")
+    for item in _split_top(tail):
+        key, eq, value = item.partition("=")
+        key, value = _COMMENT.sub("", key).strip(), value.strip()
+        if not key and not eq:  # a comment alone
+            continue
+        if not eq or _KEY.fullmatch(key) is None:
+            raise _Fail(f"{name}: expected an attribute 'key=value', found {item[:30]!r}")
         try:
             if key == "dimensions":
                 attrs["dimensions"] = _ints(value, key)
@@ -434,19 +449,33 @@ def _check_size(text: str, source: object) -> None:
         raise HloFormatError(source, f"{problem}; not read")
 
 
+def _check_lines(lines: list[str], source: object) -> None:
+    """Refuse a line of more than :data:`MAX_STATEMENT_CHARS` characters, before any line is parsed."""
+    if max(map(len, lines), default=0) > MAX_STATEMENT_CHARS:
+        first = next(k for k, line in enumerate(lines) if len(line) > MAX_STATEMENT_CHARS)
+        raise HloFormatError(source, f"line {first + 1}: {len(lines[first]):,} characters, more than the limit of "
+                                     f"{MAX_STATEMENT_CHARS:,} for one statement (MAX_STATEMENT_CHARS), far more "
+                                     "than any instruction XLA prints; not read")
+
+
 def parse_hlo_text(text: str, source: object = "<text>") -> Module:
     """Parse HLO text into a module: computations in the text's order (XLA prints callees first, the entry
     computation last), instructions in their printed order.
 
-    The text is split into statements first; their count is checked against :data:`MAX_PROGRAM_INSTRUCTIONS`
-    before any instruction is built.
+    The text is split into statements first (each line measured against :data:`MAX_STATEMENT_CHARS`); their
+    count is checked against :data:`MAX_PROGRAM_INSTRUCTIONS` before any instruction is built. The computation
+    marked ``ENTRY`` is put last, where XLA lists it. The module built is checked as a program
+    (:func:`competition.hlo.check.check_module`) before it is returned.
 
     Raises:
         HloFormatError: text that is not HLO, past a limit, an unknown opcode, a shape or attribute that cannot be
-            parsed, an undefined operand or computation; the message names ``source`` and the line.
+            parsed, an undefined operand or computation, two ROOTs in a computation or two ENTRY computations, or a
+            module that is not a valid program; the message names ``source`` and the line, or the computation and
+            the instruction.
     """
     _check_size(text, source)
     lines = text.splitlines()
+    _check_lines(lines, source)
     i = 0
     while i < len(lines) and (not lines[i].strip() or lines[i].lstrip().startswith("//")):
         i += 1
@@ -456,6 +485,7 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         raise HloFormatError(source, f"not HLO text: expected a first line 'HloModule <name>, ...'; found {found!r}")
     module = Module(header.group(1))
     bodies: list[tuple[int, str, list[tuple[int, str]]]] = []
+    entries: list[int] = []  # the bodies marked ENTRY
     total = 0
     i += 1
     while i < len(lines):
@@ -476,6 +506,8 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         problem = over(total, MAX_PROGRAM_INSTRUCTIONS, "MAX_PROGRAM_INSTRUCTIONS", "instructions")
         if problem is not None:
             raise HloFormatError(source, f"{problem} by line {close + 1}; not read further")
+        if cm.group(1):
+            entries.append(len(bodies))
         bodies.append((i, cm.group(2), statements))
         i = close + 1
     called_by: list[tuple[int, str, str]] = []
@@ -483,7 +515,7 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         bodies[k] = (start, name, [])  # each statement's text is dropped once its instruction is built
         comp = Computation(name)
         names: dict[str, int] = {}
-        root = -1
+        root, root_line = -1, -1
         for lineno, stmt in statements:
             try:
                 is_root, ins, called = _instruction(stmt, names)
@@ -493,7 +525,12 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
                 raise HloFormatError(source, f"line {lineno + 1}: instruction {ins.name!r} defined twice")
             names[ins.name] = len(comp.instructions)
             if is_root:
-                root = len(comp.instructions)
+                if root >= 0:
+                    raise HloFormatError(source, f"line {lineno + 1}: computation {_quoted(name)}, instruction "
+                                                 f"{_quoted(ins.name)}: a second ROOT (the first is "
+                                                 f"{_quoted(comp.instructions[root].name)} on line {root_line + 1}); "
+                                                 "a computation has one")
+                root, root_line = len(comp.instructions), lineno
             ins.called = tuple(dict.fromkeys(called))
             called_by.extend((lineno, ins.name, c) for c in ins.called)
             comp.instructions.append(ins)
@@ -503,12 +540,19 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         module.computations.append(comp)
     if not module.computations:
         raise HloFormatError(source, "no computation found after the HloModule line")
+    if len(entries) > 1:
+        first, second = bodies[entries[0]], bodies[entries[1]]
+        raise HloFormatError(source, f"line {second[0] + 1}: computation {_quoted(second[1])} is a second ENTRY (the "
+                                     f"first is {_quoted(first[1])} on line {first[0] + 1}); a module has one")
+    if entries and entries[0] != len(module.computations) - 1:
+        # XLA lists the entry computation last (callees first), and node ids number it last.
+        module.computations.append(module.computations.pop(entries[0]))
     defined = {c.name for c in module.computations}
     for lineno, name, callee in called_by:
         if callee not in defined:
             raise HloFormatError(source, f"line {lineno + 1}: {name} calls {callee!r}, a computation the module "
                                          "does not define")
-    return module
+    return check_module(module, source)
 
 
 def read_hlo_text_file(path: str | os.PathLike[str]) -> Module:

@@ -11,8 +11,11 @@ the others in elements, and a rank-1 array in tiles of ``TPU_LANES * TPU_SUBLANE
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from competition.hlo.ir import Module, Shape
 from competition.schema import TPU_LANES, TPU_SUBLANES
@@ -42,14 +45,22 @@ def tile_sizes(units: int, steps: Sequence[float] = ()) -> list[int]:
     """The bounds a tile search tries for a dim of ``units`` units: its divisors, the powers of two below it and the
     whole dim; with ``steps``, also ``round(step * 2**k)`` below it for each step (sizes between powers of two)."""
     units = max(int(units), 1)
-    out = {d for d in range(1, math.isqrt(units) + 1) if units % d == 0}
-    out |= {units // d for d in out}
+    out = set(_divisors(units))
     out |= {1 << k for k in range(units.bit_length()) if (1 << k) < units}
     k = 1
     while steps and k < units:
         out |= {v for s in steps if 1 <= (v := int(round(k * s))) < units}
         k *= 2
     return sorted(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(units: int) -> tuple[int, ...]:
+    """The divisors of ``units``, searched up to its square root at once (a dim of up to
+    :data:`~competition.limits.MAX_DIM` is a million candidates), and kept: a program repeats its dims."""
+    small = np.arange(1, math.isqrt(units) + 1, dtype=np.int64)
+    small = small[units % small == 0]
+    return tuple(sorted({int(d) for d in small} | {units // int(d) for d in small}))
 
 
 def tiled_shape(module: Module) -> Shape:

@@ -44,6 +44,9 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if not b & 0x80:
+            # A 10th byte carries bit 63 only: any higher bit is a value no 64-bit field holds.
+            if result >> 64:
+                raise WireError("a varint of more than 64 bits", start)
             return result, pos
         shift += 7
         if shift >= 70:

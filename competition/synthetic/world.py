@@ -34,7 +34,7 @@ from competition.nesting import json_loads
 from competition.synthetic.scales import GENERATOR_VERSION, SCALES, WorldConfig
 from competition.synthetic.world_programs import PROGRAM_SOURCES
 from competition.synthetic.writers import KAGGLE_SUBDIR, SECRET_SUBDIR, GraphJob, write_job
-from competition.workers import end_with_parent, pool_context
+from competition.workers import end_with_parent, pool_context, worker_count
 
 MANIFEST = "world.json"
 
@@ -185,7 +185,8 @@ def generate_world(
         limit: at most this many graphs per collection and split.
         tile_limit: at most this many tile kernels per split (default: ``limit``); a full-scale world part can then
             hold, say, 12 graphs per layout split and 600 tile kernels.
-        workers: worker processes (default: the machine's cores).
+        workers: worker processes (default: one per usable core), at most one per usable core and one per job
+            (:func:`competition.workers.worker_count`).
         force: regenerate over a world made with other settings (otherwise that is an error): only the files a world
             writes are removed. Into a non-empty folder that is not a world, write a world beside its files when
             none of them would be replaced (otherwise that is an error, ``force`` or not).
@@ -241,7 +242,7 @@ def generate_world(
 
     jobs = plan_jobs(cfg)
     total = sum(j.count for j in jobs)
-    workers = workers or os.cpu_count() or 1
+    workers = worker_count(workers, len(jobs))
     bar = tqdm(total=total, desc=f"synth {scale}", unit="graph", disable=not progress)
     try:
         if workers <= 1:

@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable, Sequence
 
 from competition.collections import Collection
-from competition.errors import EXIT_ERROR, UsageError
+from competition.errors import EXIT_ERROR, UsageError, printable, shown
 
 if typing.TYPE_CHECKING:
     from competition.protocol import ValidProtocol
@@ -59,7 +59,9 @@ def add_data_arg(p: argparse.ArgumentParser) -> None:
 
 
 def refused(args: argparse.Namespace, message: str) -> UsageError:
-    return UsageError(f"fastslow {args.command}: {message}")
+    """The refusal ``message`` of the command, as one line: a control character that reached it from an input (a
+    key, a path) is escaped (:func:`competition.errors.printable`)."""
+    return UsageError(printable(f"fastslow {args.command}: {message}"))
 
 
 def jobs_arg(text: str) -> int:
@@ -88,15 +90,63 @@ def count_arg(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def seed_arg(flag: str) -> Callable[[str], int]:
+    """The ``type`` of a seed option: a whole number from 0 to :data:`~competition.limits.MAX_SEED`, the range of
+    every seed setting too; another is refused while parsing, before anything is written, in one line naming the
+    option."""
+    from competition.limits import MAX_SEED
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # not a whole number, or one of more digits than Python reads
+            value = -1
+        if not 0 <= value <= MAX_SEED:
+            raise UsageError(f"{flag}: expected a whole number from 0 to {MAX_SEED:,}; found {shown(repr(text))}")
+        return value
+
+    return parse
+
+
+def seconds_arg(flag: str, most: float) -> Callable[[str], float]:
+    """The ``type`` of an option counting seconds: a finite number above 0 and at most ``most``; another (``nan``,
+    ``-1``, ``inf``) is refused while parsing, in one line naming the option."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 < value <= most):
+            raise UsageError(f"{flag}: expected a number of seconds above 0 and at most {most:,g}; found "
+                             f"{shown(repr(text))}")
+        return value
+
+    return parse
+
+
+def checked_seeds(parser: argparse.ArgumentParser) -> None:
+    """Give every ``--seed`` option of every command (declared as an ``int``) the range of :func:`seed_arg`, so that
+    no command takes a seed another refuses (``--seed -5`` ended in a library's error once the work began)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                checked_seeds(sub)
+        elif "--seed" in action.option_strings and action.type is int:
+            action.type = seed_arg("--seed")
+
+
 def add_jobs_arg(p: argparse.ArgumentParser) -> None:
-    from competition.workers import MAX_AUTO_JOBS
+    from competition.workers import MAX_AUTO_JOBS, WORKERS_RULE
 
     p.add_argument("--jobs", type=jobs_arg, default=None, metavar="N",
                    help="fit up to N collections at once, each in a process of its own with cores/N torch threads "
                         "(the GNN models on the CPU; gbdt uses every core itself). One fit per core beats one fit "
                         "on every core; each concurrent fit holds its own train graphs in memory (several GiB "
                         "for xla:random at the real counts: RESULTS.md). Default: the usable cores, at most "
-                        f"{MAX_AUTO_JOBS}; 1 fits one collection at a time")
+                        f"{MAX_AUTO_JOBS}; 1 fits one collection at a time; however many are asked, "
+                        f"{WORKERS_RULE} (a job fits one collection)")
 
 
 def check_output(flag: str, value: str | os.PathLike[str], kind: str) -> None:

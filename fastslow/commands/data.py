@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from competition.collections import Collection, Split
+from competition.workers import WORKERS_RULE
 from fastslow.commands.common import (
     COLLECTIONS_HELP,
     EXIT_OK,
@@ -58,8 +59,9 @@ def _synth_parser(dsub: argparse._SubParsersAction) -> None:
     synth.add_argument("--tile-limit", type=count_arg("--tile-limit"), default=None, metavar="N",
                        help="at most N tile kernels per split (default: --limit), e.g. --limit 12 --tile-limit 600 "
                             "for a full-scale part with 12 graphs per layout split")
-    synth.add_argument("--workers", type=int, default=None, metavar="N",
-                       help="worker processes (default: one per core)")
+    synth.add_argument("--workers", type=count_arg("--workers"), default=None, metavar="N",
+                       help="worker processes (default: one per usable core); however many are asked, "
+                            f"{WORKERS_RULE} (a job writes one layout graph, or the tile kernels of one program)")
     synth.add_argument("--force", action="store_true",
                        help="regenerate when DIR holds a world made with other settings (default: refuse); a "
                             "world with the same settings is resumed, never regenerated")
@@ -96,8 +98,10 @@ def _data_validate_parser(dsub: argparse._SubParsersAction) -> None:
     val = dsub.add_parser(
         "validate", help="check every file of a data root and list the problems",
         description="Check what train and submit need: keys, dtypes, shapes and consistency of every npz file, "
-                    "finite values everywhere the models read (node_config_feat streamed block by block, never "
-                    "whole), positive runtimes in train and valid files, every split of each collection present, "
+                    "sizes within the bounds of real data (from the zip directory and the array headers, before "
+                    "anything is inflated), no member named twice or encrypted, no file or folder linking "
+                    "outside the data root, finite values everywhere the models read (node_config_feat streamed "
+                    "block by block, never whole), positive runtimes in train and valid files, every split of each collection present, "
                     "file names usable in submission IDs, sample_submission.csv against the test files, and the "
                     "secret/ runtimes of a synthetic world. Hidden files (names starting with '.', such as macOS "
                     "._x.npz) are skipped everywhere, with a note. Exits 1 if anything is wrong.",
@@ -144,14 +148,32 @@ def _calibration_parser(dsub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_calibration(args: argparse.Namespace) -> int:
-    from competition.dataroot import find_data_root
+    from competition.dataroot import find_data_root, list_graphs
+    from competition.errors import UsageError, printable
     from competition.real_records import TILE_RECORDS, featurize_records
     from competition.synthetic import calibration
 
+    cache = Path(args.cache_dir)
+    # Checked before any work, not when the records are first featurized into it.
+    for place in (cache, *cache.parents):
+        if place.exists():
+            if not place.is_dir():
+                what = "is a file" if place == cache else f"{printable(place)} is a file"
+                raise UsageError(f"--cache-dir {printable(args.cache_dir)}: {what}, not a folder (the featurized "
+                                 "real records are kept in a folder)")
+            break
     root = find_data_root(args.data)
+    measured = (Split.TRAIN, Split.VALID)
+    # Figures are measured on these graphs only: without any, every figure would be absent and none outside.
+    if not any(list_graphs(root, c, s) for c in Collection for s in measured):
+        raise ValueError(f"data root {printable(root.root)}: no train or valid graphs in any collection, so no "
+                         "calibration figure can be measured (the test split's runtimes are hidden)")
     print(f"data root: {root.root} ({root.source})")
-    real = calibration.figures(find_data_root(featurize_records(args.cache_dir)), splits=(Split.TRAIN,))
-    world = calibration.figures(root, limit=args.limit)
+    real = calibration.figures(find_data_root(featurize_records(cache)), splits=(Split.TRAIN,))
+    world = calibration.figures(root, splits=measured, limit=args.limit)
+    if not world:
+        raise ValueError(f"data root {printable(root.root)}: none of the calibration figures could be measured on "
+                         "its train and valid graphs (too few graphs or configs)")
     print(calibration.table(world, real))
     bad = calibration.failures(world)
     agreement = calibration.physics_agreement(TILE_RECORDS.read_bytes())
@@ -205,10 +227,11 @@ def _note_hidden(root: DataRoot, collections: Sequence[Collection], splits: Sequ
 
 def _listed_or_none(root: DataRoot, c: Collection, s: Split) -> list[Path]:
     from competition.dataroot import list_graphs
+    from competition.errors import DataFileError
 
     try:
         return list_graphs(root, c, s)
-    except OSError:  # validate_root reports the folder
+    except (OSError, DataFileError):  # validate_root reports the folder, or the link leading out of the root
         return []
 
 
@@ -216,6 +239,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from competition.dataroot import find_data_root, validate_root
+    from competition.errors import DataFileError
     from competition.graphfile import validate_file
     from competition.submission_checks import sample_problems
 
@@ -225,7 +249,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     _note_hidden(root, collections, splits)
     whole = validate_root(root, collections, splits, synthetic=root.is_synthetic)
     if Split.TEST in splits:
-        whole += sample_problems(root, collections)
+        try:
+            whole += sample_problems(root, collections)
+        except DataFileError as exc:  # a test folder or file leading outside the root: listed by validate_root
+            if not any(p.path == exc.path for p in whole):
+                whole.append(exc)
     for p in whole:
         print(p)
     jobs = [(c, p) for c in collections for s in splits for p in _listed_or_none(root, c, s)]

@@ -4,6 +4,7 @@ work is :func:`competition.hlo.export.featurize_files`."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from competition.collections import Collection, Split
 from competition.errors import UsageError
@@ -29,7 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "records gets a layout file (the default layout and --sample sampled ones) and a tile file "
                     "per fusion (one tile over the whole output and --sample sampled output bounds); its "
                     "runtimes are unknown and written as test files hide theirs (all 0; tile normalizers all 1), "
-                    "so it goes to the test split. Records carry measured runtimes and go to train by default.",
+                    "so it goes to the test split. Records carry measured runtimes and go to train by default. A run "
+                    "stopped midway (a full disk, Ctrl-C) leaves OUT/featurize-incomplete-<id>.txt, which lists the "
+                    "files it put in place: the same command resumes it.",
     )
     p.add_argument("programs", nargs="*", metavar="FILE",
                    help="a program: HLO text as XLA prints it (e.g. JAX's lower(...).as_text(dialect='hlo') or "
@@ -84,5 +87,13 @@ def _sample(text: str) -> int:
 def cmd_featurize(args: argparse.Namespace) -> int:
     """Run ``fastslow featurize`` (:func:`competition.hlo.export.featurize_files`)."""
     featurize_files(args.programs, args.layout_records, args.tile_records, out=args.out, collection=args.collection,
-                    split_name=args.split, what=args.what, sample=args.sample, seed=args.seed, force=args.force)
+                    split_name=args.split, what=args.what, sample=args.sample, seed=args.seed, force=args.force,
+                    echo=_say)
     return 0
+
+
+def _say(line: str) -> None:
+    """Print a progress line in what the terminal can show: a character its encoding lacks (a non-ASCII folder
+    under ``PYTHONIOENCODING=ascii``) is written as its escape, never failing the run between two files."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(line.encode(encoding, "backslashreplace").decode(encoding, "replace"), flush=True)

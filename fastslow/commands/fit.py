@@ -11,18 +11,21 @@ from dataclasses import replace
 
 from competition.collections import Split
 from competition.errors import EXIT_ERROR, UsageError
+from competition.limits import MAX_DIST_TIMEOUT
 from fastslow.commands.common import (
     COLLECTIONS_HELP,
     add_data_arg,
     add_jobs_arg,
     collections_of,
     protocol_of,
+    seconds_arg,
+    seed_arg,
     verbose_everywhere,
 )
 from fastslow.commands.params import add_param_args, model_params
 
 if typing.TYPE_CHECKING:
-    pass
+    from competition.dataroot import DataRoot
 
 log = logging.getLogger("fastslow")
 
@@ -40,7 +43,7 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
                     "the worlds) and the percentage of the oracle per collection.",
     )
     add_data_arg(evaluate)
-    evaluate.add_argument("--world-seeds", nargs="+", type=int, metavar="SEED", default=None,
+    evaluate.add_argument("--world-seeds", nargs="+", type=seed_arg("--world-seeds"), metavar="SEED", default=None,
                           help="evaluate on one synthetic world per seed (generated once under "
                                "data/synthetic-<scale>[-seed<k>], reused after) and summarise over them, instead of "
                                "one data root; not with --data")
@@ -132,10 +135,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     trainp.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                         help="how several processes exchange gradients and scores (torch.distributed): auto is "
                              "nccl when they train on CUDA, gloo on the CPU (default: %(default)s)")
-    trainp.add_argument("--dist-timeout", type=float, default=1800.0, metavar="SECONDS",
+    trainp.add_argument("--dist-timeout", type=seconds_arg("--dist-timeout", MAX_DIST_TIMEOUT), default=1800.0,
+                        metavar="SECONDS",
                         help="on several processes: how long each waits for the others at an exchange before "
-                             "stopping with an error (a process that hangs; one that dies is noticed at once) "
-                             "(default: %(default)s)")
+                             "stopping with an error (a process that hangs; one that dies is noticed at once); "
+                             f"above 0 and at most {MAX_DIST_TIMEOUT:,} (a week) (default: %(default)s)")
     trainp.set_defaults(func=_cmd_train, outputs={"runs_dir": "folder"})
 
 
@@ -143,7 +147,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from fastslow.pipeline import evaluate_models
     from models.registry import default_models
 
-    params = model_params(args, args.models or default_models())
+    params = model_params(args, args.models or default_models(), **_fitted(args))
     if args.world_seeds is not None:
         from fastslow.worlds import check_seeds, evaluate_worlds
 
@@ -206,7 +210,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                      "out --nproc")
     root = find_data_root(args.data)
     protocol = protocol_of(args)
-    params = model_params(args, [args.model])[args.model]
+    params = model_params(args, [args.model], **_fitted(args, root))[args.model]
     gnn = args.model.startswith("gnn")
     if gnn and "runs_dir" not in params.common:
         params = replace(params, common={**params.common, "runs_dir": args.runs_dir})
@@ -284,10 +288,34 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from models.registry import default_models
 
     budget = None if args.time_budget is None else parse_duration(args.time_budget)
-    params = model_params(args, args.models or default_models(), ensemble=True)
+    params = model_params(args, args.models or default_models(), ensemble=True, **_fitted(args))
     ensemble_params = dict(params.pop(ENSEMBLE).common)
     run_pipeline(args.data, models=args.models, out_dir=args.out_dir, synth_dir=args.synth_dir,
                  synth_scale=args.synth_scale, progress=not args.no_progress, protocol=protocol_of(args),
                  time_budget=budget, params=params, ensemble_params=ensemble_params or None, jobs=args.jobs,
                  runs_dir=args.runs_dir or DEFAULT_RUNS_DIR)
     return 0
+
+
+def _fitted(args: argparse.Namespace, root: DataRoot | None = None) -> dict[str, typing.Any]:
+    """What :func:`~fastslow.commands.params.model_params` needs to refuse a setting scoped to a collection the run
+    does not fit: ``collections`` (those asked with ``--collections``, where the command has it, that the data
+    holds train graphs of) and ``fits`` (what decided them). The data is only listed: a root that cannot be found
+    or listed is left to the command, which says why; a synthetic world the command generates holds all five."""
+    from competition.collections import Collection
+    from competition.dataroot import collections_with_graphs, find_data_root
+    from competition.errors import DataFileError, DataRootNotFound
+
+    asked = collections_of(getattr(args, "collections", None))
+    if getattr(args, "world_seeds", None) is not None:
+        return {"collections": asked, "fits": "the synthetic worlds hold all five"}
+    try:
+        root = root if root is not None else find_data_root(args.data)
+        held = set(collections_with_graphs(root, Split.TRAIN))
+    except (DataRootNotFound, DataFileError, OSError):
+        if args.data is None and args.command == "submit":  # the synthetic demo world it generates holds all five
+            return {"collections": list(Collection), "fits": "the synthetic demo world holds all five"}
+        return {"collections": asked, "fits": "--collections" if getattr(args, "collections", None) else ""}
+    fitted = [c for c in asked if c in held]
+    named = "--collections and " if getattr(args, "collections", None) else ""
+    return {"collections": fitted, "fits": f"{named}the train graphs of {root.root}"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import typing
 from pathlib import Path
@@ -12,7 +13,7 @@ from competition.collections import Split
 from fastslow.commands.common import EXIT_OK, EXIT_PROBLEMS, add_data_arg, check_output, protocol_of
 
 if typing.TYPE_CHECKING:
-    pass
+    from competition.protocol import ValidProtocol
 
 log = logging.getLogger("fastslow")
 
@@ -84,7 +85,10 @@ def _cmd_validate_submission(args: argparse.Namespace) -> int:
     from competition.submission_format import problem_count
 
     root = find_data_root(args.data)
-    problems = validate_submission(args.file, root, Split(args.split), protocol=protocol_of(args))
+    protocol = protocol_of(args)
+    if Split(args.split) == Split.VALID:
+        protocol.check_root(root)
+    problems = validate_submission(args.file, root, Split(args.split), protocol=protocol)
     for p in problems:
         print(f"{args.file}: {p}")
     print(f"{args.file}: {'valid' if not problems else f'{problem_count(problems)} problem(s)'}")
@@ -104,15 +108,20 @@ def _cmd_score(args: argparse.Namespace) -> int:
     root = find_data_root(args.data)
     split = Split(args.split)
     protocol = protocol_of(args)
+    if split == Split.VALID:
+        protocol.check_root(root)
     problems = validate_submission(args.file, root, split, protocol=protocol)
+    listed = validate_command(args.file, root.root, split, protocol)  # the command that lists them all
     if problems and not args.partial:
-        print(f"error: {SubmissionError(args.file, problems)}\nnot scored: `fastslow validate {args.file}` lists "
-              "every problem; --partial scores the collections it holds in full", file=sys.stderr)
+        # One problem a line, each escaped: a file's name or rows cannot forge a line or move the cursor.
+        found = "\n".join(map(printable, str(SubmissionError(args.file, problems)).split("\n")))
+        print(f"error: {found}\nnot scored: `{listed}` lists every problem; --partial scores the collections it "
+              "holds in full", file=sys.stderr)
         return EXIT_PROBLEMS
     labels = load_labels(root, collections_with_graphs(root, split), split, protocol)
     report = score_submission(args.file, root, split, labels=labels)
     if not report.collections:
-        print(f"error: {args.file}: nothing to score (no rows)", file=sys.stderr)
+        print(f"error: {printable(args.file)}: nothing to score (no rows)", file=sys.stderr)
         return EXIT_PROBLEMS
     synthetic = root.is_synthetic
     print(report.format_table(oracle_scores(labels.of(report.collections)) if synthetic else None))
@@ -124,11 +133,29 @@ def _cmd_score(args: argparse.Namespace) -> int:
         print("(synthetic data: this score says nothing about the Kaggle leaderboard)")
     if problems:
         print(f"partial: {', '.join(c.value for c in report.collections)} scored; {problem_count(problems)} problem(s) "
-              "elsewhere (see `fastslow validate`); the leaderboard row says complete=false")
+              f"elsewhere (see `{listed}`); the leaderboard row says complete=false")
     append_row(report.scores(), file=args.file, producer=args.producer, split=split.value, data=root.root,
                synthetic=synthetic, path=args.leaderboard, protocol=protocol.tag if split == Split.VALID else "",
                partial=bool(problems))
     return EXIT_OK
+
+
+def validate_command(file: str | os.PathLike[str], root: str | os.PathLike[str], split: Split | str,
+                     protocol: ValidProtocol) -> str:
+    """The ``fastslow validate`` command that lists every problem of the submission ``file`` as it was checked: on
+    the data root ``root``, its ``split`` and (valid split) ``protocol``, quoted to paste."""
+    from competition.errors import suggested_command
+    from competition.protocol import ALL
+
+    split = Split(split)
+    argv: list[object] = ["validate", Path(file), "--data", Path(root), "--split", split.value]
+    if split == Split.VALID:
+        argv += ["--valid-configs", ALL if protocol.max_configs is None else protocol.max_configs]
+        if protocol.indices is not None:
+            argv += ["--valid-indices", protocol.indices.source]
+        if protocol.unmatched_ok:
+            argv.append("--force")
+    return suggested_command(*argv)
 
 
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -136,7 +163,10 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 
     rows = read_rows(args.leaderboard)
     if not rows:
-        print(f"{args.leaderboard}: no scorings yet (run `fastslow score FILE` or `make submit`)")
+        from competition.errors import printable, suggested_command
+
+        print(f"{printable(args.leaderboard)}: no scorings yet (run "
+              f"`{suggested_command('score', 'FILE', '--leaderboard', Path(args.leaderboard))}` or `make submit`)")
         return 0
     plot = args.plot or str(Path(args.leaderboard).with_name("leaderboard.png"))
     check_output("--plot", plot, "file")

@@ -19,7 +19,7 @@ from models import settings as tree
 from models.gnn.infer import DEFAULT_PREDICT_CONTEXT, DEFAULT_REFERENCE_CONFIGS, DEFAULT_TTA, PREDICT_CONTEXTS
 from models.gnn.losses import LOSSES, loss_function
 from models.gnn.net import TILE_CONFIG_COLUMNS, RankNet
-from models.settings import Section, section, setting
+from models.settings import Section, section, seed_setting, setting
 
 INF = math.inf
 
@@ -100,7 +100,7 @@ class TrainingSettings(Section):
         0, "Graph Segment Training: epochs fine-tuning the head alone (0: off)", low=0, high=100_000)
     swa_epochs: int = setting(0, "average the weights of the last this-many epochs (0: off)", low=0, high=100_000)
     refit: bool = setting(False, "after early stopping, train again on train and valid for the test predictions")
-    seed: int = setting(0, "seeds initialisation and sampling", low=0)
+    seed: int = seed_setting("seeds initialisation and sampling")
     init_from: str = setting(
         "", "a warm start: each network starts from the weights of this saved GNN run, whose column selection and "
             "normalisation the fit reuses (its network settings must be the fit's); empty: from scratch",

@@ -30,8 +30,11 @@ LAYOUTS = [
 
 
 def _layout_records(module, order=(2, 10, 11)):
-    runs = [Run(1200, LAYOUTS[0], is_default=True), Run(900, LAYOUTS[1]), Run(None, LAYOUTS[1]),
-            Run(700, LAYOUTS[1], error=True)]
+    """The runs of LAYOUTS, each node's layout in the record's column of that node (``order``)."""
+    at = [(2, 10, 11).index(node) for node in order]
+    layouts = [tuple(layout[k] for k in at) for layout in LAYOUTS]
+    runs = [Run(1200, layouts[0], is_default=True), Run(900, layouts[1]), Run(None, layouts[1]),
+            Run(700, layouts[1], error=True)]
     return ModuleRecords(module, runs, order, fingerprint=2**64 - 5)
 
 
@@ -127,10 +130,13 @@ def test_records_featurized_into_train(hand_text, tmp_path, capsys):
     assert g.node_config_ids.tolist() == [2, 10, 11]  # sorted; the record listed 11, 2, 10
     assert g.config_runtime.tolist() == [1200, 900]   # the run without a profile and the failed one are dropped
     f = g.config_features([0, 1])
-    # Record column k belonged to node (11, 2, 10)[k]: after sorting, conv (2) holds column 1's layouts.
-    assert f[0, 0].tolist() == [1, 0, -1, -1, -1, -1, 3, 2, 1, 0, -1, -1] + [-1] * 6
-    assert f[0, 2].tolist() == [1, 0, -1, -1, -1, -1, 0, 1, -1, -1, -1, -1, 3, 2, -1, -1, -1, -1]
-    assert f[1, 1].tolist() == [-1] * 18 and f[1, 0].tolist()[:10] == [0, 1, -1, -1, -1, -1, 0, 1, 2, 3]
+    # Record column k belonged to node (11, 2, 10)[k]: after sorting, conv (2) holds column 1's layouts, the
+    # reshape (10) column 2's and the dot (11) column 0's.
+    assert f[0, 0].tolist() == [1, 0, -1, -1, -1, -1, 0, 1, -1, -1, -1, -1, 3, 2, -1, -1, -1, -1]
+    assert f[0, 1].tolist() == [1, 0, -1, -1, -1, -1, 3, 2, 1, 0, -1, -1] + [-1] * 6
+    assert f[0, 2].tolist() == [0, 1, -1, -1, -1, -1, 1, 0, -1, -1, -1, -1, 0, 1, -1, -1, -1, -1]
+    assert f[1, 0].tolist() == [-1] * 18 and f[1, 2].tolist() == [-1] * 18
+    assert f[1, 1].tolist()[:10] == [0, 1, -1, -1, -1, -1, 0, 1, 2, 3]
     t = load_graph(tp)
     assert t.config_runtime.tolist() == [80, 60] and t.config_runtime_normalizers.tolist() == [80, 80]
     assert t.config_feat[0].tolist() == [0] * 8 + [2, 4, 6, 6, 0, 0, 18, 288] + [0] * 8

@@ -401,7 +401,9 @@ def test_every_gnn_maximum_together_is_refused_before_fitting(tiny_world: Path, 
     line = refused(done)
     assert line.startswith(f"error: {model} tile:xla: these settings need about "), line
     assert "1,024 channels (network.hidden) x 16 layers (network.layers)" in line and "copies (run.seeds)" in line
-    assert "this process can still use: lower train.configs_per_graph, predict.predict_batch" in line
+    # The settings to lower, those of the largest part first: the 100,000 epochs' copies weight averaging keeps.
+    assert "100,000 epochs' copies for weight averaging (train.swa_epochs)" in line
+    assert "this process can still use: lower train.swa_epochs, predict.predict_batch, network.hidden" in line
 
 
 def test_the_fit_estimate_grows_with_the_settings_and_refuses_only_past_what_is_left(monkeypatch):

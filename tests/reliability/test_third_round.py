@@ -121,7 +121,8 @@ def test_a_deep_config_file_is_refused(value: str, tiny_world: Path, tmp_path: P
                         "--no-progress"], capsys)
     assert code == EXIT_ERROR
     column = 5 + MAX_TOML_DEPTH * (1 if value[0] == "[" else 5)
+    what = "an array" if value[0] == "[" else "an inline table"
     assert one_line(err) == (f"error: fastslow train: --config {config}: expected TOML; found invalid TOML (nested "
-                             f"deeper than {MAX_TOML_DEPTH} arrays or inline tables (MAX_TOML_DEPTH) (at line 1, "
-                             f"column {column}))")
+                             f"{DEEP:,} tables, arrays or inline tables deep, deeper than the limit of "
+                             f"{MAX_TOML_DEPTH} (MAX_TOML_DEPTH): {what} passes it at line 1, column {column})")
     assert not runs.exists()

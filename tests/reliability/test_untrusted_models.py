@@ -640,5 +640,5 @@ def test_shell_text_in_a_name_is_refused_and_never_suggested_unquoted(ensemble_d
     runs = tmp_path / "runs $(touch pwned)"
     line = _refused(_predict(tile_file, runs, out / "r.csv"), capsys, out)
     assert line.endswith("; fit one with `fastslow train --model gbdt --collections tile:xla --runs-dir "
-                         f"'{runs}'` or `fastslow submit`, or give --runs-dir"), line
+                         f"'{runs}'` or `fastslow submit --runs-dir '{runs}'`, or give --runs-dir"), line
     assert not (tmp_path / "pwned").exists()

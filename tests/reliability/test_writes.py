@@ -134,7 +134,7 @@ def test_a_missing_split_folder_is_refused_before_any_fitting(damage: Callable[[
     world = find_data_root(tmp_path / "world")
     count = {"test": 2, "train": 1}[split]  # a missing test split also leaves the sample's tile IDs unmatched
     assert err.startswith(f"error: {count} problem(s) of the data root {world.root}, found before any fitting "
-                          f"(`fastslow data validate {world.root}` lists them all); the first: "
+                          f"(`fastslow data validate --data {world.root}` lists them all); the first: "
                           f"{world.collection_dir(TILE, Split(split))}: expected tile:xla {split} graphs")
     assert not (out / "submission.csv.rejected").exists() and not (out / "valid-random.csv").exists()
 
