@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,3 +19,23 @@ def perfect(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = find_data_root(tiny_world)
     targets = load_labels(root, list(Collection), Split.TEST).targets()
     return write_submission(tmp_path_factory.mktemp("sub") / "perfect.csv", targets)
+
+
+@pytest.fixture()
+def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A folder nobody may write into. Root writes anyway, so for root ``os.access`` gives the answer any other
+    user gets (what the commands check before any work)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if os.geteuid() == 0:
+        real = os.access
+
+        def access(path, mode, *args, **kwargs):
+            if mode & os.W_OK and Path(os.path.abspath(path)) == ro:
+                return False
+            return real(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr(os, "access", access)
+    yield ro
+    ro.chmod(0o755)

@@ -40,3 +40,18 @@ def default_signals() -> None:
     command takes them as it would for a user."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+
+
+def varint(v: int) -> bytes:
+    """``v`` as a protobuf varint."""
+    out = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out.append(b | 0x80 if v else b)
+        if not v:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a sub-message, a string, a packed list)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload

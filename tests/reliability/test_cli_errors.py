@@ -38,26 +38,6 @@ def world(tiny_world: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(tiny_world, tmp_path / "world"))
 
 
-@pytest.fixture()
-def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A folder nobody may write into. Root writes anyway, so for root ``os.access`` gives the answer any other
-    user gets (what the commands check before any work)."""
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    if os.geteuid() == 0:
-        real = os.access
-
-        def access(path, mode, *args, **kwargs):
-            if mode & os.W_OK and Path(os.path.abspath(path)) == ro:
-                return False
-            return real(path, mode, *args, **kwargs)
-
-        monkeypatch.setattr(os, "access", access)
-    yield ro
-    ro.chmod(0o755)
-
-
 def _board(path: Path, rows: int = 2) -> Path:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")

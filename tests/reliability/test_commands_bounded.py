@@ -39,25 +39,6 @@ def _params(items: list[str], model: str) -> list[str]:
     return [a for item in items for a in ("--param", f"{model}.{item}")]
 
 
-@pytest.fixture()
-def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A folder nobody may write into; for root, ``os.access`` gives the answer any other user gets."""
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    if os.geteuid() == 0:
-        real = os.access
-
-        def access(path, mode, *args, **kwargs):
-            if mode & os.W_OK and Path(os.path.abspath(path)) == ro:
-                return False
-            return real(path, mode, *args, **kwargs)
-
-        monkeypatch.setattr(os, "access", access)
-    yield ro
-    ro.chmod(0o755)
-
-
 # -- worker counts ---------------------------------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from competition.hlo.wire import encode
 from fastslow.cli import EXIT_ERROR
 from models.gbdt import MAX_NUM_LEAVES, MAX_TREE_LEAVES
 from tests.hlo.conftest import HAND_HLO
-from tests.reliability.helpers import one_line, run, snapshot
+from tests.reliability.helpers import field, one_line, run, snapshot, varint
 
 GB = 2**30
 
@@ -49,20 +49,6 @@ def refused(done: subprocess.CompletedProcess[str]) -> str:
     """The one line of a command refused with exit 2."""
     assert done.returncode == EXIT_ERROR, done.stderr
     return one_line(done.stderr)
-
-
-def varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, v = v & 0x7F, v >> 7
-        out.append(b | 0x80 if v else b)
-        if not v:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (a sub-message, a string, a packed list)."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def sparse(path: Path, size: int) -> Path:

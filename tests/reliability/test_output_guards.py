@@ -184,7 +184,7 @@ def test_predict_checks_again_when_it_writes(fitted, tiny_world: Path, tmp_path:
 
 @pytest.mark.slow
 def test_two_predict_runs_on_one_out_leave_one_whole_file_from_a_read_only_root(fitted, tiny_world: Path,
-                                                                                tmp_path: Path):
+                                                                                tmp_path: Path, capsys):
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world)
     for folder, _dirs, files in os.walk(world):
@@ -203,8 +203,7 @@ def test_two_predict_runs_on_one_out_leave_one_whole_file_from_a_read_only_root(
     assert record is not None and record.sha256 == sha(out)
     # The whole file: what one run alone writes.
     alone = tmp_path / "alone" / "submission.csv"
-    assert subprocess.run([sys.executable, "-m", "fastslow", *map(str, _predict(world, fitted[0], alone))],
-                          capture_output=True, timeout=300, cwd=tmp_path).returncode == EXIT_OK
+    assert run(_predict(world, fitted[0], alone), capsys)[0] == EXIT_OK
     assert out.read_bytes() == alone.read_bytes()
     assert snapshot(world) == before
 

@@ -51,27 +51,13 @@ from competition.hlo.text import parse_hlo_text
 from competition.hlo.wire import encode
 from fastslow.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from tests.hlo.conftest import HAND_HLO
-from tests.reliability.helpers import one_line, run, snapshot
+from tests.reliability.helpers import field, one_line, run, snapshot, varint
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = (((1, 0), (0, 1), (3, 2)), ((1, 0), (3, 2, 1, 0)), ((0, 1), (1, 0), (0, 1)))
 """A valid layout of the hand module's configurable nodes: conv 2, reshape 10, dot 11."""
 OVER_64_BITS = b"\x80" * 9 + b"\x40"
 """A 10-byte varint of 2^69: its last byte sets bit 69, past any 64-bit field."""
-
-
-def varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, v = v & 0x7F, v >> 7
-        out.append(b | 0x80 if v else b)
-        if not v:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (a sub-message, a string, a packed list)."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def limited(argv: list[object], *, memory: float, timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
