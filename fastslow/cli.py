@@ -216,6 +216,48 @@ _STOP_SIGNALS = ("SIGTERM", "SIGHUP")
 _installed: dict[int, typing.Any] = {}  # signal -> the handler it had before main() installed its own
 
 
+class _Finalizers:
+    """What main() does with an exception raised where Python cannot raise it (a ``__del__``, a weak reference's
+    callback, a generator closed by the garbage collector): ``sys.unraisablehook`` while a command runs.
+
+    * A stop (Ctrl-C, SIGTERM, SIGHUP) whose handler ran inside such a finalizer would be printed and lost, and the
+      command would go on to exit 0: its signal is raised again, so that the command stops where it is.
+    * Once a command is stopping, objects it abandoned mid-write (a ``ZipFile`` whose file was closed under it) fail
+      to finalize; that is not news to the user, who sees the one line, so it is not printed (``--verbose`` prints
+      it).
+    * Anything else is printed as Python prints it.
+    """
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.verbose = False
+        self.previous: typing.Any = None
+
+    def __call__(self, unraisable: typing.Any) -> None:
+        import signal
+
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt) and not self.stopping:
+            signal.raise_signal(exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+            return
+        if self.stopping and not self.verbose:
+            return
+        (self.previous or sys.__unraisablehook__)(unraisable)
+
+    def install(self) -> None:
+        self.stopping = False
+        if sys.unraisablehook is not self:  # left by an earlier command of this process that was stopped
+            self.previous = sys.unraisablehook
+        sys.unraisablehook = self
+
+    def uninstall(self) -> None:
+        if sys.unraisablehook is self:
+            sys.unraisablehook = self.previous or sys.__unraisablehook__
+
+
+_finalizers = _Finalizers()
+
+
 _CHILD_GRACE_SECONDS = 5.0
 """How long a forked child that got SIGTERM or SIGHUP waits for the SIGINT of its parent before it dies of it."""
 
@@ -307,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         SystemExit: a usage error (argparse's, or :class:`UsageError`), after printing it.
     """
     args: argparse.Namespace | None = None
+    _finalizers.install()
     try:
         _stop_on_signals()
         parser = build_parser()
@@ -329,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     except KeyboardInterrupt as exc:
         _forget_interrupt()
+        _finalizers.stopping, _finalizers.verbose = True, bool(args is not None and args.verbose)
         if args is not None and args.verbose:
             traceback.print_exc()
         print(INTERRUPTED, file=sys.stderr)
@@ -350,6 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PROBLEMS if isinstance(exc, SubmissionError) else EXIT_ERROR
     finally:
         _restore_signals()
+        if not _finalizers.stopping:  # a stopping command's abandoned objects are finalized at exit, quietly
+            _finalizers.uninstall()
 
 
 def _forget_interrupt() -> None:
