@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import resource
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from fastslow.cli import main
+from fastslow.cli import EXIT_ERROR, main
 
 
 def run(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -55,3 +59,21 @@ def varint(v: int) -> bytes:
 def field(number: int, payload: bytes) -> bytes:
     """A length-delimited field (a sub-message, a string, a packed list)."""
     return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def limited(argv: list[object], *, memory: float, timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``fastslow argv`` in a process of its own with ``memory`` GiB of address space and one BLAS thread, killed
+    after ``timeout`` seconds (which fails the test): the memory and time bounds of the hostile-input tests."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (int(memory * 2**30), int(memory * 2**30)))
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=cap, cwd=cwd, env=env)
+
+
+def refused(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line of a command (run by :func:`limited`) refused with exit 2."""
+    assert done.returncode == EXIT_ERROR, done.stderr
+    return one_line(done.stderr)

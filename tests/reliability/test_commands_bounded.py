@@ -25,18 +25,14 @@ from competition.dataroot import find_data_root
 from competition.errors import EXIT_ERROR, printable, suggested_command
 from competition.workers import WORKERS_RULE, usable_cores, worker_count
 from fastslow.cli import build_parser
-from tests.reliability.helpers import one_line, run, snapshot
-from tests.reliability.test_input_limits import GNN_MAXIMA, limited
+from tests.reliability.helpers import limited, one_line, run, snapshot
+from tests.reliability.test_input_limits import GNN_MAXIMA, _params
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = ["My Data/bad sub;touch PWNED.csv", "it's \"quoted\" $(touch x) `y` & z", "-starts-with-dash",
            "tab\there", "new\nline \x1b[2J \u202e"]
 """Names a suggested command must carry through a shell unchanged: spaces, ``;``, quotes, ``$``, backticks, a
 leading dash, and control and format characters."""
-
-
-def _params(items: list[str], model: str) -> list[str]:
-    return [a for item in items for a in ("--param", f"{model}.{item}")]
 
 
 # -- worker counts ---------------------------------------------------------------------------------------------

@@ -5,9 +5,7 @@ process of its own under an address-space limit and a timeout."""
 
 from __future__ import annotations
 
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,26 +27,7 @@ from competition.hlo.wire import encode
 from fastslow.cli import EXIT_ERROR
 from models.gbdt import MAX_NUM_LEAVES, MAX_TREE_LEAVES
 from tests.hlo.conftest import HAND_HLO
-from tests.reliability.helpers import field, one_line, run, snapshot, varint
-
-GB = 2**30
-
-
-def limited(argv: list[object], *, memory: float, timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``fastslow argv`` in a process of its own with ``memory`` GB of address space, killed after ``timeout``
-    seconds (which fails the test)."""
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (int(memory * GB), int(memory * GB)))
-
-    return subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=cap, cwd=cwd)
-
-
-def refused(done: subprocess.CompletedProcess[str]) -> str:
-    """The one line of a command refused with exit 2."""
-    assert done.returncode == EXIT_ERROR, done.stderr
-    return one_line(done.stderr)
+from tests.reliability.helpers import field, limited, one_line, refused, run, snapshot, varint
 
 
 def sparse(path: Path, size: int) -> Path:

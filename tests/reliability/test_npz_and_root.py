@@ -13,11 +13,8 @@ from __future__ import annotations
 import io
 import os
 import re
-import resource
 import shutil
 import struct
-import subprocess
-import sys
 import time
 import zipfile
 import zlib
@@ -33,11 +30,10 @@ from competition.dataroot import find_data_root, list_graphs
 from competition.errors import DataFileError
 from competition.npzio import NpzReader
 from fastslow.cli import EXIT_ERROR, EXIT_OK, EXIT_PROBLEMS
-from tests.reliability.helpers import one_line, run, snapshot
+from tests.reliability.helpers import limited, one_line, run, snapshot
 
 TILE = Collection.TILE_XLA
 XR = Collection.LAYOUT_XLA_RANDOM
-GB = 2**30
 BOMB_NODES = 3_000_000  # the issue's bomb: node_feat of 1.68 GB in a 1.6 MB file
 
 
@@ -149,18 +145,6 @@ def swap(members: list[Member], new: Member) -> list[Member]:
 
 
 # -- commands ---------------------------------------------------------------------------------------------------------
-
-
-def limited(argv: list[object], *, memory: float, timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``fastslow argv`` in a process of its own with ``memory`` GB of address space, killed after ``timeout``
-    seconds (which fails the test)."""
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (int(memory * GB), int(memory * GB)))
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=cap, cwd=cwd, env=env)
 
 
 @pytest.fixture()

@@ -10,7 +10,6 @@ import errno
 import itertools
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -51,30 +50,13 @@ from competition.hlo.text import parse_hlo_text
 from competition.hlo.wire import encode
 from fastslow.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from tests.hlo.conftest import HAND_HLO
-from tests.reliability.helpers import field, one_line, run, snapshot, varint
+from tests.reliability.helpers import field, limited, one_line, refused, run, snapshot, varint
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = (((1, 0), (0, 1), (3, 2)), ((1, 0), (3, 2, 1, 0)), ((0, 1), (1, 0), (0, 1)))
 """A valid layout of the hand module's configurable nodes: conv 2, reshape 10, dot 11."""
 OVER_64_BITS = b"\x80" * 9 + b"\x40"
 """A 10-byte varint of 2^69: its last byte sets bit 69, past any 64-bit field."""
-
-
-def limited(argv: list[object], *, memory: float, timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``fastslow argv`` in a process of its own with ``memory`` GiB of address space, killed after ``timeout``
-    seconds (which fails the test)."""
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (int(memory * 2**30), int(memory * 2**30)))
-
-    return subprocess.run([sys.executable, "-m", "fastslow", *map(str, argv)], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=cap, cwd=cwd)
-
-
-def refused(done: subprocess.CompletedProcess[str]) -> str:
-    """The one line of a command refused with exit 2."""
-    assert done.returncode == EXIT_ERROR, done.stderr
-    return one_line(done.stderr)
 
 
 def _refused_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: object) -> str:
