@@ -35,6 +35,15 @@ def shown(value: object) -> str:
     return f"{text[:MAX_SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
+def quoted(text: str, limit: int = 80) -> str:
+    """``repr(text)``, shortened to about ``limit`` characters and its length when longer: a token from an input
+    (a submission's cell, a program's word) shown in a problem, which stays one line of bounded length whatever the
+    file holds."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit - 20]!r}...{text[-12:]!r} ({len(text):,} characters)"
+
+
 def shell_word(arg: object) -> str:
     """``arg`` as one word of a command line a message suggests, to paste into a shell as it is shown: quoted where
     a shell would split or expand it (:func:`shlex.quote`: spaces, ``;``, quotes, ``$``); one holding a control or

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from competition.atomic import atomic_write_text
 from competition.collections import Collection
+from competition.errors import quoted
 
 HEADER = ("ID", "TopConfigs")
 MAX_LISTED = 5  # indices named per problem message
@@ -35,14 +36,6 @@ MAX_PROBLEMS_PER_KIND = 20
 MAX_ID_CHARS = 300
 """The longest ID of a legal row: a collection prefix and a file stem (at most 255 characters)."""
 _SHOWN_CHARS = 80  # a token or header longer than this is shown shortened in a problem (an ID: MAX_ID_CHARS)
-
-
-def quoted(text: str, limit: int = _SHOWN_CHARS) -> str:
-    """``repr(text)``, shortened to about ``limit`` characters and its length when longer: a problem stays one
-    line of bounded length whatever the file holds."""
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit - 20]!r}...{text[-12:]!r} ({len(text):,} characters)"
 
 
 def _shown_id(sid: str) -> str:

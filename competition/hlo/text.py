@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from competition.errors import quoted as _token
 from competition.hlo.check import check_module
 from competition.hlo.check import quoted as _quoted
 from competition.hlo.ir import (
@@ -144,7 +145,7 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise _Fail(f"{what}: expected integers, found {text!r}") from None
+        raise _Fail(f"{what}: expected integers, found {_token(text)}") from None
 
 
 def parse_shape(text: str, pos: int = 0, depth: int = 1) -> tuple[Shape, int]:
@@ -172,7 +173,7 @@ def parse_shape(text: str, pos: int = 0, depth: int = 1) -> tuple[Shape, int]:
         try:
             dims.append(int(d.removeprefix("<=")))
         except ValueError:
-            raise _Fail(f"cannot parse dimension {d!r} of shape {m.group(0)!r}") from None
+            raise _Fail(f"cannot parse dimension {_token(d)} of shape {_token(m.group(0))}") from None
     pos = m.end()
     layout = None
     if text.startswith("{", pos):
@@ -185,7 +186,7 @@ def parse_shape(text: str, pos: int = 0, depth: int = 1) -> tuple[Shape, int]:
     try:
         return Shape(element_type, tuple(dims), layout), pos
     except ValueError as exc:
-        raise _Fail(f"shape {text[m.start():pos]!r}: {exc}") from None
+        raise _Fail(f"shape {_token(text[m.start():pos])}: {exc}") from None
 
 
 def _window(text: str) -> Window:
@@ -210,7 +211,7 @@ def _dim_labels(text: str) -> ConvDims:
         lhs, rest = text.split("_", 1)
         rhs, out = rest.split("->")
     except ValueError:
-        raise _Fail(f"cannot parse dim_labels={text!r}") from None
+        raise _Fail(f"cannot parse dim_labels={_token(text)}") from None
 
     def spatial(labels: str) -> tuple[int, ...]:
         digits = sorted((int(ch), i) for i, ch in enumerate(labels) if ch.isdigit())
@@ -220,7 +221,7 @@ def _dim_labels(text: str) -> ConvDims:
         return ConvDims(lhs.index("b"), lhs.index("f"), spatial(lhs), rhs.index("i"), rhs.index("o"),
                         spatial(rhs), out.index("b"), out.index("f"), spatial(out))
     except ValueError:
-        raise _Fail(f"cannot parse dim_labels={text!r}") from None
+        raise _Fail(f"cannot parse dim_labels={_token(text)}") from None
 
 
 def _slices(text: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -259,7 +260,7 @@ def _instruction(line: str, names: dict[str, int]) -> tuple[bool, HloInstruction
         raise _Fail(f"{name}: expected an opcode after the shape, found {line[pos:pos + 30]!r}")
     opcode = om.group(1)
     if not known_opcode(opcode):
-        raise _Fail(f"{name}: unknown opcode {opcode!r}")
+        raise _Fail(f"{name}: unknown opcode {_token(opcode)}")
     close = _closing(line, om.end() - 1)
     inside = line[om.end():close]
     operands: list[int] = []
@@ -268,12 +269,12 @@ def _instruction(line: str, names: dict[str, int]) -> tuple[bool, HloInstruction
         try:
             parameter_number = int(inside)
         except ValueError:
-            raise _Fail(f"{name}: parameter number {inside!r} is not an integer") from None
+            raise _Fail(f"{name}: parameter number {_token(inside)} is not an integer") from None
     elif opcode != "constant":
         for op in _split_top(_COMMENT.sub("", inside)):
             om2 = _OPERAND.search(op)
             if om2 is None or om2.group(1) not in names:
-                raise _Fail(f"{name}: operand {op!r} is not an instruction defined before it in this computation")
+                raise _Fail(f"{name}: operand {_token(op)} is not an instruction defined before it in this computation")
             operands.append(names[om2.group(1)])
     attrs: dict[str, Any] = {"name": name, "parameter_number": parameter_number}
     called: list[str] = []
@@ -315,7 +316,7 @@ def _instruction(line: str, names: dict[str, int]) -> tuple[bool, HloInstruction
         except (ValueError, KeyError, IndexError) as exc:
             if isinstance(exc, _Fail):
                 raise
-            raise _Fail(f"{name}: cannot parse {key}={value!r}") from None
+            raise _Fail(f"{name}: cannot parse {key}={_token(value)}") from None
     if opcode == "dot":
         attrs["dot_dims"] = DotDims(dot.get("lhs_contracting_dims", ()), dot.get("rhs_contracting_dims", ()),
                                     dot.get("lhs_batch_dims", ()), dot.get("rhs_batch_dims", ()))
@@ -501,7 +502,7 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
         except _Unclosed as exc:
             raise HloFormatError(source, f"line {exc.line + 1}: {exc}") from None
         except _Fail as exc:
-            raise HloFormatError(source, f"computation {cm.group(2)!r}: {exc}") from None
+            raise HloFormatError(source, f"computation {_token(cm.group(2))}: {exc}") from None
         total += len(statements)
         problem = over(total, MAX_PROGRAM_INSTRUCTIONS, "MAX_PROGRAM_INSTRUCTIONS", "instructions")
         if problem is not None:
@@ -522,7 +523,7 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
             except _Fail as exc:
                 raise HloFormatError(source, f"line {lineno + 1}: {exc}") from None
             if ins.name in names:
-                raise HloFormatError(source, f"line {lineno + 1}: instruction {ins.name!r} defined twice")
+                raise HloFormatError(source, f"line {lineno + 1}: instruction {_token(ins.name)} defined twice")
             names[ins.name] = len(comp.instructions)
             if is_root:
                 if root >= 0:
@@ -535,7 +536,7 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
             called_by.extend((lineno, ins.name, c) for c in ins.called)
             comp.instructions.append(ins)
         if not comp.instructions:
-            raise HloFormatError(source, f"line {start + 1}: computation {comp.name!r} has no instructions")
+            raise HloFormatError(source, f"line {start + 1}: computation {_token(comp.name)} has no instructions")
         comp.root = root if root >= 0 else len(comp.instructions) - 1
         module.computations.append(comp)
     if not module.computations:
@@ -550,7 +551,7 @@ def parse_hlo_text(text: str, source: object = "<text>") -> Module:
     defined = {c.name for c in module.computations}
     for lineno, name, callee in called_by:
         if callee not in defined:
-            raise HloFormatError(source, f"line {lineno + 1}: {name} calls {callee!r}, a computation the module "
+            raise HloFormatError(source, f"line {lineno + 1}: {name} calls {_token(callee)}, a computation the module "
                                          "does not define")
     return check_module(module, source)
 

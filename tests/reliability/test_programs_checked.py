@@ -721,3 +721,13 @@ def test_every_permutation_is_a_config_the_layout_sampler_can_give():
     outputs = {tuple(int(v) for v in row[0, :1]) for row in feat[1:]}
     operands = {tuple(int(v) for v in row[0, 6:11]) for row in feat[1:]}
     assert outputs == {(0,)} and operands == set(itertools.permutations(range(5)))
+
+
+def test_a_token_the_reader_cannot_parse_is_shown_shortened(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """A dim of 5,000 digits (past what Python converts) was echoed whole: a 10 kB error line."""
+    huge = "9" * 5000
+    src = tmp_path / "huge.hlo"
+    src.write_text(_hand_with("%w = f32[144,5]{0,1}", f"%w = f32[{huge},5]{{0,1}}"))
+    line = _refused_in_process(tmp_path, capsys, src)
+    assert "cannot parse dimension '9999999999" in line and "(5,000 characters)" in line
+    assert len(line) < 500
