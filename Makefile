@@ -30,8 +30,10 @@ install: $(VENV)/.installed ## Create .venv and install the toolkit with its dev
 submit: $(VENV)/.installed-run ## Run the whole pipeline (real data if found, else the synthetic demo world) and print the offline score.
 	$(VENV)/bin/fastslow submit
 
+# Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts the
+# toolkit in hundreds of processes, and each would compile its modules again.
 test: install ## Run the test suite.
-	$(PY) -m pytest -q -n 2 tests
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 2 tests
 
 lint: install ## Lint with ruff, and check the import layers (import-linter's contracts in pyproject.toml).
 	$(VENV)/bin/ruff check fastslow competition features models tests benchmarks examples

@@ -360,8 +360,10 @@ def _predict_concurrently(model_name: str, dataset: Dataset, models: dict[Collec
     return out
 
 
-FIT_PRELOAD: tuple[str, ...] = ("fastslow.pipeline", "models.registry")
-"""What the fork server of concurrent fits imports before it forks them (torch, PyG, LightGBM and every model)."""
+FIT_PRELOAD: tuple[str, ...] = ("fastslow.pipeline", "models.registry", "models.gnn.model")
+"""What the fork server of concurrent fits imports before it forks them: the pipeline, and the GNNs (torch and PyG),
+the only models that fit concurrently (:meth:`~models.base.RankingModel.fits_concurrently`); the registry imports a
+model's module on its first look-up, which would be in every fit's process otherwise."""
 
 
 def _fit_context() -> multiprocessing.context.BaseContext:

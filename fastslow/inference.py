@@ -231,7 +231,6 @@ def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
         PredictRefused: no saved model there; one the loader refuses; one of another model or collection.
     """
     from models.base import MODEL_FILE, load_model, run_folder
-    from models.gnn.runs import CHECKPOINT
 
     folder = run_folder(runs_dir, name, collection)
     path = folder / MODEL_FILE
@@ -240,8 +239,12 @@ def load_run(runs_dir: Path, name: str, collection: Collection) -> RankingModel:
     train = suggested_command("train", "--model", name, "--collections", collection.value, "--runs-dir", runs_dir)
     again = f"`{train}`"
     if not path.is_file():
-        held = (" (the folder holds a training run without a saved model: a run saves it when its fit ends)"
-                if (folder / CHECKPOINT).is_file() else "")
+        held = ""
+        if folder.is_dir():  # the GNN's run files (its module imports torch) only where there is a folder
+            from models.gnn.runs import CHECKPOINT
+
+            if (folder / CHECKPOINT).is_file():
+                held = " (the folder holds a training run without a saved model: a run saves it when its fit ends)"
         raise PredictRefused(f"no saved run of {name} for {collection.value}: no {path}{held}; fit one with {again} "
                              f"or `{suggested_command('submit', '--runs-dir', runs_dir)}`, or give --runs-dir")
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,11 +95,17 @@ def reusable_run(folder: Path, model_name: str, model: RankingModel, data: Colle
             return None
     except (OSError, ValueError):
         return None
-    from models.gnn.model import GNNModel
-
-    if isinstance(saved, GNNModel):
+    if _instance_of(saved, "models.gnn.model", "GNNModel"):
         return saved if _gnn_finished(folder, saved, model, data.collection) else None
     return saved if record.get("complete") is True else None
+
+
+def _instance_of(obj: object, module: str, name: str) -> bool:
+    """``isinstance(obj, module.name)`` without importing ``module`` to ask (torch with the GNN, LightGBM with the
+    GBDT): an object of the class exists only once its module is imported."""
+    loaded = sys.modules.get(module)
+    cls = getattr(loaded, name, None) if loaded is not None else None
+    return isinstance(cls, type) and isinstance(obj, cls)
 
 
 def _features_differ(saved: RankingModel, data: CollectionData) -> bool:
@@ -135,11 +142,9 @@ def feature_problem(model: RankingModel, graph: TileGraph | LayoutGraph) -> str 
     from the graph), or ``None``: the GBDT's feature names, the GNN's fitted column selection, normalisation and
     network width against its feature pipeline's output."""
     from competition.reader import TileGraph
-    from models.gbdt import GBDTModel
-    from models.gnn.model import GNNModel
 
     tile = isinstance(graph, TileGraph)
-    if isinstance(model, GBDTModel):
+    if _instance_of(model, "models.gbdt", "GBDTModel"):
         from features.tabular_layout import layout_feature_names
         from features.tabular_tile import tile_feature_names
 
@@ -152,7 +157,7 @@ def feature_problem(model: RankingModel, graph: TileGraph | LayoutGraph) -> str 
         here = repr(names[first]) if first < len(names) else "none"
         return (f"was fitted on {len(have)} feature columns and this fastslow computes {len(names)} from {graph.path} "
                 f"(first differing at column {first}: {there} there, {here} here)")
-    if isinstance(model, GNNModel):
+    if _instance_of(model, "models.gnn.model", "GNNModel"):
         import numpy as np
 
         from features.data import graph_to_data

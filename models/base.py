@@ -15,6 +15,7 @@ import abc
 import inspect
 import json
 import os
+from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -265,14 +266,16 @@ class RankingModel(abc.ABC):
         return model
 
 
-_NAMED: dict[str, type[RankingModel]] = {}
+_NAMED: ChainMap[str, type[RankingModel]] = ChainMap()
 """The model classes by the name their files are saved under, for :meth:`RankingModel.load`: given by
 :mod:`models.registry` (:func:`register_names`), which the package imports whenever any of its modules is."""
 
 
 def register_names(classes: Mapping[str, type[RankingModel]]) -> None:
-    """Make :meth:`RankingModel.load` read files saved under these names with these classes."""
-    _NAMED.update(classes)
+    """Make :meth:`RankingModel.load` read files saved under these names with these classes (over any registered
+    before). ``classes`` is kept, not copied: a mapping that imports each class on its first look-up
+    (:data:`models.registry.MODELS`) imports only the class of a file loaded."""
+    _NAMED.maps.insert(0, classes)
 
 
 def registered_names() -> list[str]:

@@ -4,24 +4,76 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from competition.collections import Collection
 from models import settings as settings_tree
 from models.base import RankingModel, register_names
-from models.baselines import DefaultFirstModel, RandomModel
-from models.gbdt import GBDTModel
-from models.gnn.model import GNNAttentionModel, GNNModel
 
-MODELS: dict[str, type[RankingModel]] = {
-    RandomModel.name: RandomModel,
-    DefaultFirstModel.name: DefaultFirstModel,
-    GBDTModel.name: GBDTModel,
-    GNNModel.name: GNNModel,
-    GNNAttentionModel.name: GNNAttentionModel,
-}
+_NAMES: tuple[str, ...] = ("random", "default-first", "gbdt", "gnn", "gnn-attn")
+"""The registered names, in :data:`MODELS`' order (each class's :attr:`~models.base.RankingModel.name`)."""
+
+
+def _model_class(name: str) -> type[RankingModel]:
+    """The class registered as ``name`` (one of :data:`_NAMES`), its module imported now: LightGBM comes with
+    ``gbdt``, torch and PyTorch Geometric with the GNNs, and neither with the others."""
+    if name == "random":
+        from models.baselines import RandomModel
+
+        return RandomModel
+    if name == "default-first":
+        from models.baselines import DefaultFirstModel
+
+        return DefaultFirstModel
+    if name == "gbdt":
+        from models.gbdt import GBDTModel
+
+        return GBDTModel
+    if name == "gnn":
+        from models.gnn.model import GNNModel
+
+        return GNNModel
+    if name == "gnn-attn":
+        from models.gnn.model import GNNAttentionModel
+
+        return GNNAttentionModel
+    raise KeyError(name)
+
+
+class _Models(Mapping[str, type[RankingModel]]):
+    """Model names to classes, read-only; a class (and what its module needs) is imported on its first look-up, so
+    that listing the names (``in``, iteration, ``len``, ``sorted``) imports nothing and a run imports only the models
+    it names."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._names = tuple(names)
+        self._classes: dict[str, type[RankingModel]] = {}
+
+    def __getitem__(self, name: str) -> type[RankingModel]:
+        if name not in self._names:
+            raise KeyError(name)
+        cls = self._classes.get(name)
+        if cls is None:
+            cls = self._classes[name] = _model_class(name)
+        return cls
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"<models: {', '.join(self._names)}>"
+
+
+MODELS: Mapping[str, type[RankingModel]] = _Models(_NAMES)
+"""Every registered model class by name, imported on first look-up (``MODELS["gbdt"]`` imports LightGBM)."""
 register_names(MODELS)
 
 

@@ -102,3 +102,82 @@ def test_the_import_layers_hold():
     result = subprocess.run([str(linter), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 kept, 0 broken" in result.stdout
+
+
+# What the tabular models' commands import: neither torch nor PyTorch Geometric (seconds of CPU in every process),
+# and random or default-first not LightGBM either. Run in a process of its own, which imports only what it runs.
+_TABULAR_RUN = r"""
+import sys
+
+def loaded():
+    return sorted(m for m in ("lightgbm", "torch", "torch_geometric") if m in sys.modules)
+
+import features.tabular_layout, features.tabular_tile, models.baselines, models.registry
+from models.registry import MODELS, available_models
+assert "gbdt" in MODELS and len(MODELS) == 5 and available_models() == sorted(MODELS), available_models()
+assert loaded() == [], loaded()
+
+from fastslow.cli import main
+
+world, runs, out = sys.argv[1:]
+assert main(["data", "synth", "--scale", "tiny", "--out", world, "--collections", "tile:xla", "--no-progress"]) == 0
+for model in ("random", "default-first"):
+    try:
+        main(["train", "--model", model, "--data", world, "--runs-dir", runs, "--param", f"{model}.nope=1"])
+    except SystemExit as exc:
+        assert exc.code == 2, exc.code
+    else:
+        raise AssertionError("an unknown setting was taken")
+    assert main(["train", "--model", model, "--data", world, "--runs-dir", runs, "--no-progress"]) == 0
+assert loaded() == [], loaded()
+try:
+    main(["train", "--model", "gbdt", "--data", world + "-missing"])
+except SystemExit as exc:
+    assert exc.code == 2, exc.code
+assert main(["train", "--model", "gbdt", "--data", world, "--runs-dir", runs, "--no-progress"]) == 0
+assert main(["submit", "--models", "random", "default-first", "gbdt", "--data", world, "--runs-dir", runs,
+             "--out-dir", out, "--no-progress"]) == 0
+assert main(["predict", "--data", world, "--models", "gbdt", "--runs-dir", runs, "--submissions", out,
+             "--split", "valid", "--out", out + "/valid.csv", "--no-progress"]) == 0
+assert loaded() == ["lightgbm"], loaded()
+print("ok")
+"""
+
+
+def test_tabular_models_run_without_torch(tmp_path: Path):
+    """``fastslow train``, ``submit`` and ``predict`` with the tabular models (a tiny world's real fits, and their
+    refusals), and importing their modules, load neither torch nor PyTorch Geometric; random and default-first not
+    LightGBM either."""
+    import subprocess
+    import sys
+
+    args = [str(tmp_path / "world"), str(tmp_path / "runs"), str(tmp_path / "out")]
+    result = subprocess.run([sys.executable, "-c", _TABULAR_RUN, *args], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.endswith("ok\n")
+
+
+def test_lazy_packages_export_every_name():
+    """``features``, ``models`` and ``models.gnn`` import their names on first use (PEP 562): each of ``__all__``
+    is there, a name outside it is an ``AttributeError``, and the registry's classes are registered by their
+    names."""
+    import importlib
+
+    import pytest
+
+    for name in ("features", "models", "models.gnn"):
+        package = importlib.import_module(name)
+        for export in package.__all__:
+            assert getattr(package, export) is not None, (name, export)
+            assert export in dir(package)
+        with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+            package.nope  # noqa: B018
+    from models.base import registered_names
+    from models.registry import MODELS
+
+    assert list(MODELS) == ["random", "default-first", "gbdt", "gnn", "gnn-attn"]
+    assert registered_names() == sorted(MODELS)
+    assert all(MODELS[name].name == name for name in MODELS)
+    with pytest.raises(KeyError):
+        MODELS["nope"]

@@ -20,14 +20,16 @@ from fastslow.cli import main
 from fastslow.pipeline import run_pipeline
 from models.baselines import DefaultFirstModel
 from models.ensemble import Ensemble
-from models.registry import default_models, ensemble_members
+from models.registry import ModelParams, default_models, ensemble_members
 
 
 @pytest.mark.slow
 def test_pipeline_on_tiny_world(tiny_world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)  # the GNN's runs/ and .cache/ go under the working directory
-    res = run_pipeline(tiny_world, out_dir=tmp_path, progress=False)
+    # Three epochs of gnn-attn's ten: every stage runs as in `make submit`, in a third of the time.
+    res = run_pipeline(tiny_world, out_dir=tmp_path, progress=False,
+                       params={"gnn-attn": ModelParams(common={"train.epochs": 3})})
     out = capsys.readouterr().out
     assert res.synthetic and res.submission == tmp_path / "submission.csv"
     root = find_data_root(tiny_world)

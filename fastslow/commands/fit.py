@@ -26,6 +26,7 @@ from fastslow.commands.params import add_param_args, model_params
 
 if typing.TYPE_CHECKING:
     from competition.dataroot import DataRoot
+    from models.registry import ModelParams
 
 log = logging.getLogger("fastslow")
 
@@ -170,12 +171,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from competition.dataset import Dataset
     from fastslow.fitting import train_collections
     from fastslow.pipeline import check_writable, model_folders
-    from models.gnn import distributed
-    from models.gnn.model import GNNModel
-    from models.gnn.steps import resolve_device
+    from models.gnn.launch_env import launched_world
     from models.registry import make_model
 
-    launched = distributed.launched_world()  # above 1 in a process that torchrun started
+    gnn = args.model.startswith("gnn")
+    if gnn:  # torch and PyTorch Geometric: the other models train without them
+        from models.gnn import distributed
+        from models.gnn.model import GNNModel
+        from models.gnn.steps import resolve_device
+
+    launched = launched_world()  # above 1 in a process that torchrun started
     world = launched if launched > 1 else args.nproc
 
     def refuse(message: str) -> SystemExit:
@@ -211,7 +216,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     root = find_data_root(args.data)
     protocol = protocol_of(args)
     params = model_params(args, [args.model], **_fitted(args, root))[args.model]
-    gnn = args.model.startswith("gnn")
     if gnn and "runs_dir" not in params.common:
         params = replace(params, common={**params.common, "runs_dir": args.runs_dir})
     if args.init_from is not None:
@@ -232,13 +236,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     check_writable(model_folders([args.model], {args.model: params}, collections))
     for c in collections:  # a warm start's source refused before any collection is fitted (each fit checks again)
         model = make_model(args.model, **params.for_collection(c))
-        if not isinstance(model, GNNModel):
+        if not gnn or not isinstance(model, GNNModel):
             break
         try:
             model.warm_start(c)
         except ValueError as exc:
             raise refuse(f"{args.model} {c.value}: {exc}") from None
-    device = resolve_device(params.common.get("device", "auto")) if gnn else resolve_device("cpu")
+    device = resolve_device(params.common.get("device", "auto")) if gnn else None
     if world > 1:  # what would stop every process, found before any starts
         if not gnn:
             raise refuse(f"--model {args.model} trains in one process; only the GNN models (gnn, gnn-attn) train "
@@ -258,27 +262,34 @@ def _cmd_train(args: argparse.Namespace) -> int:
             distributed.choose_backend(args.backend, device)
         except distributed.DistributedSetupError as exc:
             raise refuse(str(exc)) from None
-    if args.nproc > 1:
+    if args.nproc > 1:  # only a GNN gets here (the others are refused above)
         try:
             distributed.launch(args.nproc, "fastslow", relaunched(), verbose=args.verbose)
         except distributed.LaunchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return exc.exit_code
         return 0
-    with distributed.process_group(device, backend=args.backend, timeout=args.dist_timeout) as device:
-        if distributed.active() and device.type == "cuda":  # this process's own GPU
-            params = replace(params, common={**params.common, "device": str(device)})
-        main = distributed.is_main()
+
+    def fit_and_print(params: ModelParams, *, main: bool = True, **launch: typing.Any) -> None:
         say = print if main else (lambda *_, **__: None)
         say(f"{'collection':20s} {'valid':>8s} {'graphs':>7s} {'seconds':>8s}  saved", flush=True)
-        # Each process predicts its share of the valid graphs; the first gathers them.
         for row in train_collections(args.model, dataset, params=params, runs_dir=args.runs_dir,
                                      progress=not args.no_progress, say=lambda line: say(line, flush=True),
-                                     watch=lambda c: distributed.collectives(f"{args.model} on {c.value}"),
-                                     shard=distributed.shard, gather=distributed.gather_to_main, main=main):
+                                     main=main, **launch):
             valid = f"{row.valid:8.4f}" if row.valid is not None else f"{'-':>8s}"
             print(f"{row.collection.value:20s} {valid} {row.graphs:7d} {row.seconds:8.1f}  {row.saved}", flush=True)
         say(f"valid scored on {protocol.describe()}")
+
+    if not gnn:  # one process, as outside a launch: every valid graph predicted here
+        fit_and_print(params, shard=list, gather=lambda part: [part])
+        return 0
+    with distributed.process_group(device, backend=args.backend, timeout=args.dist_timeout) as device:
+        if distributed.active() and device.type == "cuda":  # this process's own GPU
+            params = replace(params, common={**params.common, "device": str(device)})
+        # Each process predicts its share of the valid graphs; the first gathers them.
+        fit_and_print(params, main=distributed.is_main(),
+                      watch=lambda c: distributed.collectives(f"{args.model} on {c.value}"),
+                      shard=distributed.shard, gather=distributed.gather_to_main)
     return 0
 
 

@@ -39,6 +39,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+# Read without torch (models.gnn.launch_env), so that a command that trains no GNN checks its launch without it.
+from models.gnn.launch_env import DistributedSetupError, launched_world
+from models.gnn.launch_env import env_int as _env_int
+
 T = TypeVar("T")
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -51,11 +55,6 @@ LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for each process it starts."""
 
 _wait_group: Any = None  # a gloo group with BUILD_TIMEOUT, for waiting on rank 0's cache build
-
-
-class DistributedSetupError(ValueError):
-    """A launch that cannot work as asked (a backend not available here, more processes than GPUs or than
-    graphs, a broken torchrun environment); the message says what to change."""
 
 
 class RankLostError(ConnectionError):
@@ -71,15 +70,6 @@ class LaunchError(ConnectionError):
 
 
 # -- who am I -------------------------------------------------------------------------------------------------------
-
-
-def launched_world() -> int:
-    """``WORLD_SIZE`` as torchrun set it for this process (1 when it was not launched by torchrun).
-
-    Raises:
-        DistributedSetupError: it is not a positive integer.
-    """
-    return _env_int("WORLD_SIZE", 1, minimum=1)
 
 
 def active() -> bool:
@@ -105,20 +95,6 @@ def local_rank() -> int:
 def is_main() -> bool:
     """Whether this process is rank 0, the one that writes files and prints."""
     return rank() == 0
-
-
-def _env_int(name: str, default: int, *, minimum: int) -> int:
-    text = os.environ.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise DistributedSetupError(f"${name}={text!r}: expected an integer >= {minimum} (torchrun sets it; do not "
-                                    "set it by hand)")
-    return value
 
 
 # -- joining and leaving ------------------------------------------------------------------------------------------

@@ -172,9 +172,9 @@ def test_networks_the_time_budget_cuts_short_are_left_out(tiny_world: Path, cach
 
 
 def test_with_refit_every_network_is_refitted(tiny_world: Path, cache_dir: str):
-    model = _fit(tiny_world, cache_dir, seeds=2, refit=True)
-    second = _fit(tiny_world, cache_dir, seed=1, refit=True)
-    first = _fit(tiny_world, cache_dir, refit=True)
+    model = _fit(tiny_world, cache_dir, seeds=2, refit=True, epochs=1)
+    second = _fit(tiny_world, cache_dir, seed=1, refit=True, epochs=1)
+    first = _fit(tiny_world, cache_dir, refit=True, epochs=1)
     assert model.num_networks == 2
     _assert_same(model.members_[0]["refit_weights"], second.refit_weights_)
     _assert_same(model.refit_weights_, first.refit_weights_)
