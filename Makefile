@@ -31,9 +31,10 @@ submit: $(VENV)/.installed-run ## Run the whole pipeline (real data if found, el
 	$(VENV)/bin/fastslow submit
 
 # Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts the
-# toolkit in hundreds of processes, and each would compile its modules again.
+# toolkit in hundreds of processes, and each would compile its modules again. Each test file runs on one worker
+# (--dist loadfile), so that a file's shared fixtures (worlds, fitted models) are built once, not once per worker.
 test: install ## Run the test suite.
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 2 tests
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n 2 --dist loadfile tests
 
 lint: install ## Lint with ruff, and check the import layers (import-linter's contracts in pyproject.toml).
 	$(VENV)/bin/ruff check fastslow competition features models tests benchmarks examples

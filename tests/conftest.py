@@ -45,9 +45,9 @@ def _test_runs_dir(_session_runs_dir: None, tmp_path_factory: pytest.TempPathFac
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` run first (the order is otherwise kept): the workers of ``make test`` (``-n 2``) share
-    them out at the start and end together, instead of one waiting while the other runs a long test that began
-    last."""
+    """Tests marked ``slow`` run first (the order is otherwise kept): the workers of ``make test`` (``-n 2 --dist
+    loadfile``, a file's tests on one worker) take the files that hold them first and end together, instead of one
+    waiting while the other runs a long test that began last."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 HERMETIC_VARS = ("FASTSLOW_DATA", "KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE",
