@@ -7,8 +7,7 @@ PyTorch Geometric, which the cache, the graph data and the transforms need.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from competition.lazy import lazy_exports
 
 __all__ = [
     "CONFIG_ATTRS",
@@ -39,40 +38,12 @@ __all__ = [
     "select_configs",
 ]
 
-_OPCODES = frozenset({"OPCODE_GROUP_NAMES", "OPCODE_GROUPS"})
-_CACHE = frozenset({"BuildStats", "ProcessedGraphs", "evenly_spaced_configs"})
-_DATA = frozenset({"CONFIG_ATTRS", "NODE_ATTRS", "graph_to_data", "num_configs", "select_configs"})
-
-
-def _source(name: str) -> ModuleType | None:
-    """The module ``name`` of :data:`__all__` comes from (imported now), or ``None`` for a name not exported."""
-    if name not in __all__:
-        return None
-    if name in _OPCODES:
-        import competition.opcodes
-
-        return competition.opcodes
-    if name in _CACHE:
-        import features.cache
-
-        return features.cache
-    if name in _DATA:
-        import features.data
-
-        return features.data
-    import features.transforms
-
-    return features.transforms
-
-
-def __getattr__(name: str) -> Any:
-    source = _source(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(source, name)
-    globals()[name] = value  # the next look-up finds it without calling here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "competition.opcodes": ("OPCODE_GROUP_NAMES", "OPCODE_GROUPS"),
+    "features.cache": ("BuildStats", "ProcessedGraphs", "evenly_spaced_configs"),
+    "features.data": ("CONFIG_ATTRS", "NODE_ATTRS", "graph_to_data", "num_configs", "select_configs"),
+    "features.transforms": ("DEFAULT_LOG_COLUMNS", "DOT_CONV_COLUMNS", "PLACEHOLDER_OPCODE", "CollapseChains",
+                            "ConfigDimensionSizes", "DedupConfigs", "DotConvFeatures", "DropConstantColumns",
+                            "LogTransform", "Normalize", "OpcodeGroupFeatures", "PadLayoutMinusOne",
+                            "PruneToConfigurable", "SampleConfigs", "ShapeAlignmentFeatures", "operand_nodes"),
+})

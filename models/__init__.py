@@ -7,10 +7,8 @@ registry alone is imported with the package, for :meth:`models.base.RankingModel
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
-
-from models import registry as _registry  # registers the saved names (and imports no model)
+from competition.lazy import lazy_exports
+from models import registry as _registry  # noqa: F401 - registers the saved names (and imports no model)
 
 __all__ = [
     "MODELS",
@@ -24,38 +22,9 @@ __all__ = [
     "make_model",
 ]
 
-_BASE = frozenset({"NotFittedError", "RankingModel", "load_model"})
-_BASELINES = frozenset({"DefaultFirstModel", "RandomModel"})
-_GBDT = frozenset({"GBDTModel"})
-
-
-def _source(name: str) -> ModuleType | None:
-    """The module ``name`` of :data:`__all__` comes from (imported now), or ``None`` for a name not exported."""
-    if name not in __all__:
-        return None
-    if name in _BASE:
-        import models.base
-
-        return models.base
-    if name in _BASELINES:
-        import models.baselines
-
-        return models.baselines
-    if name in _GBDT:
-        import models.gbdt
-
-        return models.gbdt
-    return _registry
-
-
-def __getattr__(name: str) -> Any:
-    source = _source(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(source, name)
-    globals()[name] = value  # the next look-up finds it without calling here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "models.base": ("NotFittedError", "RankingModel", "load_model"),
+    "models.baselines": ("DefaultFirstModel", "RandomModel"),
+    "models.gbdt": ("GBDTModel",),
+    "models.registry": ("MODELS", "available_models", "make_model"),
+})

@@ -8,8 +8,7 @@ imports, not every other one's.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from competition.lazy import lazy_exports
 
 __all__ = [
     "DEFAULTS",
@@ -37,60 +36,13 @@ __all__ = [
     "propagate",
 ]
 
-_CONFIG = frozenset({"DEFAULTS", "GNNConfig"})
-_GST = frozenset({"HistoryTable", "gst_scores"})
-_LAYERS = frozenset({"BiSAGEConv", "CrossConfigAttention", "GNNBlock", "mean_adjacency", "propagate"})
-_LOSSES = frozenset({"LOSSES", "get_loss", "list_mle", "margin_ranking", "pairwise_hinge"})
-_MODEL = frozenset({"GNNAttentionModel", "GNNModel", "feature_pipeline"})
-_NET = frozenset({"RankNet", "Segment", "make_segments"})
-_STEPS = frozenset({"Item", "predict_scores"})
-
-
-def _source(name: str) -> ModuleType | None:
-    """The module ``name`` of :data:`__all__` comes from (imported now), or ``None`` for a name not exported."""
-    if name not in __all__:
-        return None
-    if name in _CONFIG:
-        import models.gnn.config
-
-        return models.gnn.config
-    if name in _GST:
-        import models.gnn.gst
-
-        return models.gnn.gst
-    if name in _LAYERS:
-        import models.gnn.layers
-
-        return models.gnn.layers
-    if name in _LOSSES:
-        import models.gnn.losses
-
-        return models.gnn.losses
-    if name in _MODEL:
-        import models.gnn.model
-
-        return models.gnn.model
-    if name in _NET:
-        import models.gnn.net
-
-        return models.gnn.net
-    if name in _STEPS:
-        import models.gnn.steps
-
-        return models.gnn.steps
-    import models.gnn.train
-
-    return models.gnn.train
-
-
-def __getattr__(name: str) -> Any:
-    source = _source(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(source, name)
-    globals()[name] = value  # the next look-up finds it without calling here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "models.gnn.config": ("DEFAULTS", "GNNConfig"),
+    "models.gnn.gst": ("HistoryTable", "gst_scores"),
+    "models.gnn.layers": ("BiSAGEConv", "CrossConfigAttention", "GNNBlock", "mean_adjacency", "propagate"),
+    "models.gnn.losses": ("LOSSES", "get_loss", "list_mle", "margin_ranking", "pairwise_hinge"),
+    "models.gnn.model": ("GNNAttentionModel", "GNNModel", "feature_pipeline"),
+    "models.gnn.net": ("RankNet", "Segment", "make_segments"),
+    "models.gnn.steps": ("Item", "predict_scores"),
+    "models.gnn.train": ("TrainResult",),
+})
