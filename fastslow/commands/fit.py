@@ -280,8 +280,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             print(f"{row.collection.value:20s} {valid} {row.graphs:7d} {row.seconds:8.1f}  {row.saved}", flush=True)
         say(f"valid scored on {protocol.describe()}")
 
-    if not gnn:  # one process, as outside a launch: every valid graph predicted here
-        fit_and_print(params, shard=list, gather=lambda part: [part])
+    if not gnn:  # one process, no launch: every valid graph predicted here
+        fit_and_print(params)
         return 0
     with distributed.process_group(device, backend=args.backend, timeout=args.dist_timeout) as device:
         if distributed.active() and device.type == "cuda":  # this process's own GPU
