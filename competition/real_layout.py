@@ -31,6 +31,7 @@ from competition.dataroot import DataRoot, find_data_root
 from competition.labels import distinct_groups
 from competition.reader import LayoutGraph, load_graph
 from competition.real_records import RECORDS_DIR
+from competition.schema import COL_SHAPE_PRODUCT, EMPTY_PRODUCT_COLUMNS
 
 ALEXNET_FILE = RECORDS_DIR / "alexnet" / "alexnet_layout_xla_80pct.npz"
 """80% of the distinct configs of one real ``layout:xla`` graph, 70 of 140 node columns and 10 of 18 config columns."""
@@ -59,8 +60,6 @@ NODE_COLUMNS: tuple[int, ...] = (
 """The ``node_feat`` column (0-139) of each of the file's 70 columns, in order."""
 CONFIG_COLUMNS: tuple[int, ...] = (0, 1, 2, 3, 6, 7, 8, 9, 12, 13)
 """The ``node_config_feat`` slot (0-17) of each of the file's 10 columns: output 0-3, input 0-3, kernel 0-1."""
-PRODUCT_COLUMNS: frozenset[int] = frozenset({28, 44, 52, 60, 68, 76, 84, 112, 116, 120, 124, 128, 132})
-"""``node_feat`` columns holding the product of a list: 1 where the list is empty (the format's convention)."""
 
 TEST_FOLDER = "test-configs"
 """Where :func:`alexnet_root` keeps the test configs: beside the data root's tree, which no fit reads."""
@@ -93,7 +92,7 @@ def restore_arrays(path: str | os.PathLike[str] = ALEXNET_FILE) -> dict[str, npt
         raise ValueError(f"{path}: node_feat [N, {len(NODE_COLUMNS)}] and node_config_feat [C, NC, "
                          f"{len(CONFIG_COLUMNS)}] expected, found {feat.shape} and {conf.shape}")
     full = np.zeros((feat.shape[0], 140), dtype=np.float32)
-    full[:, sorted(PRODUCT_COLUMNS - set(NODE_COLUMNS))] = 1.0
+    full[:, sorted({COL_SHAPE_PRODUCT, *EMPTY_PRODUCT_COLUMNS} - set(NODE_COLUMNS))] = 1.0
     full[:, list(NODE_COLUMNS)] = feat
     slots = np.full((*conf.shape[:2], 18), -1.0, dtype=np.float32)
     slots[:, :, list(CONFIG_COLUMNS)] = conf

@@ -94,6 +94,12 @@ COLS_DYNAMIC_SLICE = slice(121, 125)
 COLS_PAD = slice(125, 133)
 COL_IS_STABLE = 133
 COLS_LAYOUT = slice(134, 140)
+EMPTY_PRODUCT_COLUMNS: tuple[int, ...] = (44, 52, 60, 68, 76, 84, 112, 116, 120, 124, 128, 132)
+"""The ``_product`` columns of the lists every instruction is featurized with, applicable or not (window size,
+stride, padding low / high, window and base dilation; slice start / stride / limit; dynamic-slice sizes; pad
+edges low / high): the real featurizer reads each from the instruction's proto, where an op without a window,
+slice or padding has an empty list, whose product is 1. So they hold 1, not 0, on every node the field does not
+apply to (the shape product, column 28, is 1 for a scalar by the same rule)."""
 
 # Tile config_feat column groups (section 3.3).
 COLS_KERNEL_BOUNDS = slice(0, 8)

@@ -13,19 +13,20 @@ import pytest
 from benchmarks import real_records as bench
 from competition.collections import Split
 from competition.dataset import open_collection
+from competition.opcodes import opcode_id
 from competition.real_layout import (
     ALEXNET_COLLECTION,
     ALEXNET_FILE,
     ALEXNET_SHA256,
     CONFIG_COLUMNS,
     NODE_COLUMNS,
-    PRODUCT_COLUMNS,
     alexnet_root,
     alexnet_test,
     distinct_groups,
     restore_arrays,
     split_configs,
 )
+from competition.schema import EMPTY_PRODUCT_COLUMNS
 
 CONV, DOT, RESHAPE = 26, 34, 75
 
@@ -47,7 +48,7 @@ def test_restoring_puts_every_kept_column_in_place_and_fills_the_rest(full: dict
     np.testing.assert_array_equal(full["node_feat"][:, list(NODE_COLUMNS)], feat)
     np.testing.assert_array_equal(full["node_config_feat"][:, :, list(CONFIG_COLUMNS)], conf)
     dropped = sorted(set(range(140)) - set(NODE_COLUMNS))
-    expected = np.asarray([1.0 if c in PRODUCT_COLUMNS else 0.0 for c in dropped])
+    expected = np.asarray([1.0 if c in EMPTY_PRODUCT_COLUMNS else 0.0 for c in dropped])
     np.testing.assert_array_equal(full["node_feat"][:, dropped], np.broadcast_to(expected, (372, len(dropped))))
     assert (full["node_config_feat"][:, :, sorted(set(range(18)) - set(CONFIG_COLUMNS))] == -1).all()
 
@@ -172,3 +173,15 @@ def test_two_models_give_their_rank_mean_a_row_per_source(tmp_path: Path, tiny_w
     # Half the weight on a random order dilutes the GBDT's own-runs ranking but keeps its sign.
     assert 0.0 < rows[("gbdt+random", "own")]["tau"] < rows[("gbdt", "own")]["tau"]
     assert "gbdt+random" in report
+
+
+def test_ops_without_a_window_have_window_products_of_one_as_the_featurizer_writes(full: dict[str, np.ndarray]):
+    """The real graph's kept window-product columns (size 44, stride 52, padding 60 and 68, dilation 76) hold 1 on
+    every node with no window, as :func:`competition.hlo.features.featurize` writes them (an empty list's
+    product), not 0: a world featurized otherwise would show a real graph's nodes values it never trained on."""
+    windowed = np.isin(full["node_opcode"], [opcode_id(op) for op in ("convolution", "reduce-window",
+                                                                      "select-and-scatter")])
+    kept = [c for c in EMPTY_PRODUCT_COLUMNS if c in NODE_COLUMNS]
+    assert kept == [44, 52, 60, 68, 76]
+    assert 300 < int((~windowed).sum()) < 372
+    assert (full["node_feat"][~windowed][:, kept] == 1.0).all()

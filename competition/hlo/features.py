@@ -5,7 +5,10 @@ sources of modules, real XLA programs (:mod:`competition.hlo.featurize`) and the
 The column map is the one of the format spec (``docs`` / ``tpugraphs-format.md`` section 3.2), quirks included:
 lists are truncated (6 entries, 2 for slice / dynamic-slice / pad, 4 for conv spatial dims), missing entries are 0,
 ``_sum`` / ``_product`` cover the whole list (empty list: sum 0, product 1), column 1 is always 0 and the layout
-columns 134-139 are padded with 0, which clashes with dimension 0 exactly as in the real files.
+columns 134-139 are padded with 0, which clashes with dimension 0 exactly as in the real files. The window, slice,
+dynamic-slice and pad groups are written for every instruction, as the real featurizer writes them from each
+instruction's proto: on an op they do not apply to, their lists are empty, so their products
+(:data:`~competition.schema.EMPTY_PRODUCT_COLUMNS`) are 1 and every other column of theirs is 0.
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ def featurize(module: Module) -> FeaturizedGraph:
     """
     n = module.num_nodes
     feat = np.zeros((n, schema.NODE_FEAT_DIM), dtype=np.float64)
+    feat[:, list(schema.EMPTY_PRODUCT_COLUMNS)] = 1.0  # the empty lists of ops without a window, slice or pad
     opcode = np.zeros(n, dtype=np.uint8)
     shape_cache: dict[Shape, npt.NDArray[np.float64]] = {}
     gid = 0

@@ -212,7 +212,7 @@ SCALES: dict[str, Scale] = {
 }
 
 
-GENERATOR_VERSION: int = 7
+GENERATOR_VERSION: int = 8
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
 bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
 default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip; 5: a tile
@@ -220,7 +220,8 @@ kernel's last, partial chunk is computed whole; 6: layout physics and searches c
 graph: only a convolution's or dot's output layout costs, searches tie nodes and rarely leave the compiler's output
 layouts; 7: one default search in ten stays narrow, every split holding its share, instead of three in ten
 drawn at random, a wandering one changes an output layout in a sixth of its steps, and nlp random searches leave
-an output layout one time in 5), so that a world made by an older generator is never taken for a
+an output layout one time in 5; 8: the products of the window, slice, dynamic-slice and pad lists are 1, not 0, on
+ops those lists are empty on, as the real featurizer writes them), so that a world made by an older generator is never taken for a
 current one. A manifest without it was made by version 1."""
 
 

@@ -10,6 +10,7 @@ from competition.hlo.featurize import configurable_nodes
 from competition.hlo.ir import HloFormatError
 from competition.hlo.proto import read_module_proto, write_module_proto
 from competition.hlo.text import parse_hlo_text
+from competition.schema import EMPTY_PRODUCT_COLUMNS
 
 
 def test_structure(hand_text):
@@ -51,8 +52,11 @@ def test_dot_reshape_reduce_fusion_columns(hand_text):
     g = featurize(parse_hlo_text(hand_text)).node_feat
     dot, reshape, reduce, fusion = g[11], g[10], g[13], g[9]
     assert dot[21:29].tolist() == [2, 5, 0, 0, 0, 0, 7, 10] and dot[134:140].tolist() == [1, 0, 0, 0, 0, 0]
-    assert not dot[30:134].any()  # dot dimension numbers have no column
-    assert reshape[21:29].tolist() == [2, 144, 0, 0, 0, 0, 146, 288] and not reshape[30:134].any()
+    # Dot dimension numbers have no column; the empty window, slice and pad lists give products of 1, nothing else.
+    untouched = np.zeros(104)
+    untouched[np.asarray(EMPTY_PRODUCT_COLUMNS) - 30] = 1.0
+    assert dot[30:134].tolist() == untouched.tolist()
+    assert reshape[21:29].tolist() == [2, 144, 0, 0, 0, 0, 146, 288] and reshape[30:134].tolist() == untouched.tolist()
     assert reduce[21:29].tolist() == [2, 0, 0, 0, 0, 0, 2, 2] and reduce[31:37].tolist() == [1, 0, 0, 0, 0, 0]
     assert reduce[134:140].tolist() == [0] * 6
     assert fusion[21:29].tolist() == [2, 4, 6, 6, 0, 0, 18, 288] and fusion[134:140].tolist() == [3, 2, 1, 0, 0, 0]

@@ -14,7 +14,11 @@ F32 = 2 + schema.ELEMENT_TYPES.index("f32")
 
 
 def _expected_row() -> np.ndarray:
-    return np.zeros(schema.NODE_FEAT_DIM, dtype=np.float32)
+    """A row with nothing set: 0, but for the products of the window, slice, dynamic-slice and pad lists, which are
+    empty on an op they do not apply to (product 1)."""
+    row = np.zeros(schema.NODE_FEAT_DIM, dtype=np.float32)
+    row[list(schema.EMPTY_PRODUCT_COLUMNS)] = 1.0
+    return row
 
 
 @pytest.fixture()
@@ -120,8 +124,9 @@ def test_convolution_columns() -> None:
     assert row[107:109].tolist() == [1, 1]
     assert row[134:140].tolist() == [0, 3, 2, 1, 0, 0]
     assert row[0] == 1 and row[1] == 0
-    # Group counts do not apply to the parameters.
+    # Group counts do not apply to the parameters, and their window lists are empty (product 1).
     assert np.all(g.node_feat[:2, 107:109] == 0)
+    np.testing.assert_array_equal(g.node_feat[:2, 37:134], np.broadcast_to(_expected_row()[37:134], (2, 97)))
     assert g.node_splits.tolist() == [[0, 3]]
     assert g.edge_index.tolist() == [[2, 0], [2, 1]]
 
@@ -147,8 +152,11 @@ def test_slice_pad_dynamic_slice_sort_and_truncation() -> None:
     assert f[7, 21:29].tolist() == [1, 2, 3, 4, 5, 6, 28, 5040]
     assert f[7, 134:140].tolist() == [6, 5, 4, 3, 2, 1]
     assert f[7, 30] == 1
-    # Nothing leaks into attribute columns of ops they do not apply to.
-    assert np.all(f[[0, 2, 4, 7], 31:134] == 0)
+    # Nothing leaks into attribute columns of ops they do not apply to: their lists are empty (sum 0, product 1).
+    np.testing.assert_array_equal(f[[0, 2, 4, 7], 31:134], np.broadcast_to(_expected_row()[31:134], (4, 103)))
+    # The slice has no window and no padding, the pad no slice: their lists are empty too.
+    assert f[1, [44, 52, 60, 68, 76, 84, 124, 128, 132]].tolist() == [1] * 9
+    assert f[3, [44, 84, 112, 116, 120, 124]].tolist() == [1] * 6
     assert np.all(f[:, 1] == 0)
     # The dynamic-slice uses one index operand three times: one edge.
     assert g.edge_index[g.edge_index[:, 0] == 5].tolist() == [[5, 0], [5, 4]]
