@@ -140,3 +140,33 @@ def test_a_world_of_an_older_generator_is_never_taken_for_current(tmp_path: Path
     (demo / "world.json").write_text(json.dumps(doc))
     resolve_data(None, demo, scale="tiny", progress=False)
     assert read_world_config(demo).generator == GENERATOR_VERSION
+
+
+def test_the_pipeline_remakes_its_own_world_found_stale_with_the_same_settings(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch):
+    """``make submit`` finds ``./data/synthetic-demo`` as a data root before it would generate one: a world there
+    made by an older generator is made again, with the settings it was made with; one of the current generator and
+    other settings is the user's and is used as it is."""
+    from competition.synthetic.scales import GENERATOR_VERSION
+    from competition.synthetic.world import read_world_config
+    from fastslow.pipeline import resolve_data
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FASTSLOW_DATA", raising=False)
+    own = Path("data/synthetic-demo")
+    generate_world(own, scale="tiny", seed=3, limit=1, collections=["tile:xla"], progress=False, workers=1)
+    manifest = own / "world.json"
+    kept = manifest.read_text()
+    root, synthetic = resolve_data(None, own, progress=False)  # current generator, other settings: kept
+    assert synthetic and root.root.resolve() == own.resolve() and manifest.read_text() == kept
+
+    doc = json.loads(kept)
+    doc["config"]["generator"] = GENERATOR_VERSION - 1
+    manifest.write_text(json.dumps(doc))
+    stale = next(own.rglob("*.npz"))
+    stale.write_bytes(b"stale")
+    resolve_data(None, own, progress=False)
+    made = read_world_config(own)
+    assert made.generator == GENERATOR_VERSION
+    assert (made.scale, made.seed, made.limit, made.collections) == ("tiny", 3, 1, ("tile:xla",))
+    assert stale.read_bytes() != b"stale"
