@@ -101,8 +101,9 @@ def _instruction_row(ins: Instruction, row: npt.NDArray[np.float64]) -> None:
         row[101:105] = _padded(cd.kernel_spatial, 4)
         row[105] = cd.output_batch
         row[106] = cd.output_feature
-    if ins.opcode == "convolution":
-        # Group counts only mean something for convolutions; elsewhere the field does not apply and stays 0.
+    if ins.opcode in ("convolution", "custom-call"):
+        # XLA serializes group counts for convolutions and custom-calls only (the real alexnet graph holds 1 on
+        # both); elsewhere the field does not apply and stays 0.
         row[107] = ins.feature_group_count
         row[108] = ins.batch_group_count
     if ins.opcode == "slice":

@@ -162,6 +162,17 @@ def test_slice_pad_dynamic_slice_sort_and_truncation() -> None:
     assert g.edge_index[g.edge_index[:, 0] == 5].tolist() == [[5, 0], [5, 4]]
 
 
+def test_group_counts_are_written_for_convolutions_and_custom_calls_only() -> None:
+    """As XLA serializes them (the real alexnet graph: 1 on its 14 convolutions and 3 custom-calls, 0 elsewhere)."""
+    comp = Computation("main")
+    p = comp.add("parameter", Shape("f32", (4,)), parameter_number=0)
+    comp.add("custom-call", Shape("f32", (4,)), (p,))
+    comp.add("negate", Shape("f32", (4,)), (p,))
+    g = featurize(Module("cc", [comp]))
+    assert g.node_feat[:, [schema.COL_FEATURE_GROUP_COUNT, schema.COL_BATCH_GROUP_COUNT]].tolist() == [
+        [0, 0], [1, 1], [0, 0]]
+
+
 def test_empty_window_lists_product_one() -> None:
     comp = Computation("main")
     p = comp.add("parameter", Shape("f32", (4,)), parameter_number=0)
