@@ -31,7 +31,7 @@ from competition.dataroot import DataRoot, find_data_root
 from competition.labels import distinct_groups
 from competition.reader import LayoutGraph, load_graph
 from competition.real_records import RECORDS_DIR
-from competition.schema import COL_SHAPE_PRODUCT, EMPTY_PRODUCT_COLUMNS
+from competition.schema import EMPTY_PRODUCT_COLUMNS
 
 ALEXNET_FILE = RECORDS_DIR / "alexnet" / "alexnet_layout_xla_80pct.npz"
 """80% of the distinct configs of one real ``layout:xla`` graph, 70 of 140 node columns and 10 of 18 config columns."""
@@ -92,7 +92,7 @@ def restore_arrays(path: str | os.PathLike[str] = ALEXNET_FILE) -> dict[str, npt
         raise ValueError(f"{path}: node_feat [N, {len(NODE_COLUMNS)}] and node_config_feat [C, NC, "
                          f"{len(CONFIG_COLUMNS)}] expected, found {feat.shape} and {conf.shape}")
     full = np.zeros((feat.shape[0], 140), dtype=np.float32)
-    full[:, sorted({COL_SHAPE_PRODUCT, *EMPTY_PRODUCT_COLUMNS} - set(NODE_COLUMNS))] = 1.0
+    full[:, sorted(set(EMPTY_PRODUCT_COLUMNS) - set(NODE_COLUMNS))] = 1.0  # the shape product (28) is kept
     full[:, list(NODE_COLUMNS)] = feat
     slots = np.full((*conf.shape[:2], 18), -1.0, dtype=np.float32)
     slots[:, :, list(CONFIG_COLUMNS)] = conf

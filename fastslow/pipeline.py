@@ -117,15 +117,16 @@ def resolve_data(data: str | Path | None, synth_dir: str | Path = DEFAULT_SYNTH_
               "(scores on it say nothing about the Kaggle leaderboard).")
         # The folder is fastslow's own: a world of other settings or of an older generator there is remade.
         generate_world(synth_dir, scale=scale, seed=seed, progress=progress, force=True)
-        return find_data_root(synth_dir), True
+        root = find_data_root(synth_dir)
+        return root, root.is_synthetic
     if data is None and root.is_synthetic and root.root.resolve() == Path(synth_dir).resolve():
         _renew_world(synth_dir, progress)
     return root, root.is_synthetic
 
 
 def _renew_world(folder: str | Path, progress: bool) -> None:
-    """A world in fastslow's own folder, found rather than given, made by an older generator: made again with the
-    same settings (scale, seed, collections, limits), so that a fastslow update never fits on stale files. A world
+    """A world in fastslow's own folder, found rather than given, made by another generator than this fastslow's
+    (an older one, after an update): made again with the same settings (scale, seed, collections, limits), so that a fastslow update never fits on stale files. A world
     of other settings is the user's choice and is kept; one whose manifest cannot be read is left to the reader."""
     from competition.synthetic.scales import GENERATOR_VERSION
     from competition.synthetic.world import generate_world, read_world_config
