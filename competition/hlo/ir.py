@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -200,6 +200,40 @@ class Computation:
 
     def __len__(self) -> int:
         return len(self.instructions)
+
+    def eliminate_dead_code(self) -> int:
+        """Remove the instructions whose results nothing live uses, as XLA's dead-code elimination does: live are
+        the root, the parameters, the ops with side effects (:data:`SIDE_EFFECT_OPS`) and, transitively, their
+        operands. Operands and ``root`` are renumbered in place.
+
+        Returns:
+            How many instructions were removed.
+        """
+        n = len(self.instructions)
+        live = np.zeros(n, dtype=bool)
+        stack = [self.root_index] if n else []
+        stack += [i for i, ins in enumerate(self.instructions)
+                  if ins.opcode == "parameter" or ins.opcode in SIDE_EFFECT_OPS]
+        while stack:
+            i = stack.pop()
+            if live[i]:
+                continue
+            live[i] = True
+            stack.extend(o for o in self.instructions[i].operands if not live[o])
+        if live.all():
+            return 0
+        new_index = np.cumsum(live) - 1
+        root = int(new_index[self.root_index])
+        kept = [ins for i, ins in enumerate(self.instructions) if live[i]]
+        self.instructions = [replace(ins, operands=tuple(int(new_index[o]) for o in ins.operands)) for ins in kept]
+        self.root = root if self.root >= 0 else -1
+        return n - len(kept)
+
+
+SIDE_EFFECT_OPS: frozenset[str] = frozenset({
+    "outfeed", "infeed", "send", "send-done", "recv", "recv-done", "after-all", "rng", "custom-call",
+})
+"""Ops :meth:`Computation.eliminate_dead_code` keeps whether or not their results are used."""
 
 
 @dataclass

@@ -7,6 +7,8 @@ count:
 
 * ``resnet``: ResNet-like CNNs (convolution, batch norm spelled as elementwise ops, ``maximum`` as ReLU,
   ``reduce-window`` pooling, global average pool + dense head);
+* ``plaincnn``: AlexNet- and VGG-like plain CNNs (a large strided stem, AlexNet's 11x11 stride 4, then 5x5 and
+  3x3 convolutions between max pools, no normalisation or skips, a head of two wide dense layers with dropout);
 * ``inception``: Inception-like modules whose branches are joined by ``concatenate``;
 * ``unet3d``: a 3-D UNet on 5-D tensors (rank-5 convolutions, instance norm through reshapes, transposed
   convolutions with base dilation, skip concatenations);
@@ -64,6 +66,42 @@ def _resnet(net: Net, cfg: dict, layers: int) -> int:
             cin = cout
     x = net.global_pool(x, spatial)
     x = net.reshape(x, (b, cin))
+    return net.dense(x, cfg["classes"])
+
+
+def _plaincnn(net: Net, cfg: dict, layers: int) -> int:
+    e = net.e
+    nchw = cfg["nchw"]
+    b, hw, width = cfg["batch"], cfg["image"], cfg["width"]
+    x = e.reshape(e.param(Shape(net.dt, (b, hw * hw * 3))), (b, 3, hw, hw) if nchw else (b, hw, hw, 3))
+    spatial = (2, 3) if nchw else (1, 2)
+    feat = 1 if nchw else 3
+
+    def conv(y: int, cout: int, k: int, stride: int = 1) -> int:
+        """A convolution with a bias, as AlexNet's and VGG's (no batch norm)."""
+        y = net.conv(y, cout, k, stride, nchw)
+        dims = e.sh(y).dims
+        bias = net.weight((cout,))
+        bparam = net._last_param
+        out = e.ew("add", y, net.vec_bcast(bias, dims, feat))
+
+        def back(g: int) -> int:
+            net.grad(bparam, e.reduce(g, tuple(a for a in range(len(dims)) if a != feat)))
+            return g
+
+        net.push(back)
+        return out
+
+    stem, stride = cfg["stem"]
+    x = net.maxpool(net.relu(conv(x, width, stem, stride)), 3, 2, spatial)
+    x = net.maxpool(net.relu(conv(x, 3 * width, 5)), 3, 2, spatial)
+    # AlexNet's three 3x3 convolutions (384, 256, 256 channels at width 64); deeper variants repeat the last.
+    for i in range(max(1, layers)):
+        x = net.relu(conv(x, 6 * width if i == 0 else 4 * width, 3))
+    x = net.maxpool(x, 3, 2, spatial)
+    x = net.reshape(x, (b, int(np.prod(e.sh(x).dims[1:]))))
+    for _ in range(2):
+        x = net.dropout(net.relu(net.dense(x, cfg["hidden"])))
     return net.dense(x, cfg["classes"])
 
 
@@ -297,7 +335,7 @@ def _mlp(net: Net, cfg: dict, layers: int) -> int:
 
 
 FAMILIES: dict[str, Callable[[Net, dict, int], int]] = {
-    "resnet": _resnet, "inception": _inception, "unet3d": _unet3d, "bert": _bert, "dlrm": _dlrm, "mlp": _mlp,
-    "transformer": _bert,
+    "resnet": _resnet, "plaincnn": _plaincnn, "inception": _inception, "unet3d": _unet3d, "bert": _bert,
+    "dlrm": _dlrm, "mlp": _mlp, "transformer": _bert,
 }
 """The forward pass of each family, by the name ``cfg["family"]`` holds (``transformer``: the nlp family)."""

@@ -220,12 +220,13 @@ class Net:
         y = e.dot(x, w, (r - 1,), (0,))
         if bias:
             b = self.weight((out,))
+            bparam = self._last_param
             y = e.ew("add", y, e.bcast(b, e.sh(y).dims, (r - 1,)))
 
         def back(g: int) -> int:
             lead = tuple(range(r - 1))
             if bias:
-                e.reduce(g, lead)
+                self.grad(bparam, e.reduce(g, lead))
             dw = e.dot(x, g, lead, lead)
             self.grad(wparam, dw)
             return e.dot(g, w, (r - 1,), (1,))

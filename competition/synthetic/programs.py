@@ -74,15 +74,25 @@ def _draw_config(source: str, rng: np.random.Generator, target: int) -> dict:
     else:
         # Recommenders are mostly embedding lookups: only large ones carry enough dots to be layout graphs.
         # and plain MLPs have too few layout nodes once past toy sizes.
-        probs = np.array([0.26, 0.16, 0.12, 0.26, 0.12 if target >= 1000 else 0.0, 0.08 if target < 400 else 0.0])
-        family = str(rng.choice(["resnet", "inception", "unet3d", "bert", "dlrm", "mlp"], p=probs / probs.sum()))
+        probs = np.array([0.26, 0.10, 0.16, 0.12, 0.26, 0.12 if target >= 1000 else 0.0,
+                          0.08 if target < 400 else 0.0])
+        family = str(rng.choice(["resnet", "plaincnn", "inception", "unet3d", "bert", "dlrm", "mlp"],
+                                p=probs / probs.sum()))
     train = bool(rng.random() < (0.65 if target >= 600 else 0.0))
+    # A plain CNN is a layout graph as a training step only: its inference pass is little more than its
+    # convolutions (a quarter of the nodes, where real graphs hold at most a tenth configurable).
+    train = train or family == "plaincnn"
     devices = int(rng.choice([1, 4, 8, 16])) if train else 1
     cfg = dict(family=family, dtype=dtype, train=train, devices=devices, classes=int(rng.choice([10, 100, 1000])))
     if family in ("resnet", "inception"):
         cfg.update(batch=int(rng.choice([8, 32, 64, 128])), image=int(rng.choice([224, 299] if family == "inception"
                                                                                    else [224, 192])),
                    width=int(rng.choice([32, 64])), nchw=bool(rng.random() < 0.3))
+    elif family == "plaincnn":
+        # AlexNet (an 11x11 stride-4 stem) or a ZFNet-like 7x7 stride-2 one; 64 or 96 stem channels.
+        cfg.update(batch=int(rng.choice([8, 32, 64, 128])), image=224, width=int(rng.choice([64, 96])),
+                   stem=((11, 4), (7, 2))[int(rng.random() < 0.3)], hidden=int(rng.choice([1024, 4096])),
+                   nchw=bool(rng.random() < 0.3))
     elif family == "unet3d":
         cfg.update(batch=int(rng.choice([1, 2, 4])), image=int(rng.choice([64, 96, 128])),
                    width=int(rng.choice([8, 16, 32])), classes=int(rng.choice([2, 3, 4])),
@@ -100,8 +110,8 @@ def _draw_config(source: str, rng: np.random.Generator, target: int) -> dict:
     # LARS; f16 needs dynamic loss scaling; most steps follow a learning-rate schedule. Inference sometimes runs
     # several batches in a loop.
     # (Mostly LAMB and LARS, as MLPerf's BERT and ResNet use them.)
-    optimizers = {"bert": ["adamw", "lamb"], "resnet": ["momentum", "lars"], "inception": ["momentum", "lars"],
-                  "unet3d": ["momentum", "lars"]}.get(family)
+    optimizers = {"bert": ["adamw", "lamb"], "resnet": ["momentum", "lars"], "plaincnn": ["momentum", "lars"],
+                  "inception": ["momentum", "lars"], "unet3d": ["momentum", "lars"]}.get(family)
     cfg.update(optimizer=str(rng.choice(optimizers, p=[0.3, 0.7])) if optimizers else "momentum",
                schedule=bool(rng.random() < 0.8), clip=bool(rng.random() < (0.7 if family == "bert" else 0.2)),
                loss_scale=dtype == "f16", loop=bool(rng.random() < 0.4))
@@ -119,6 +129,8 @@ def _model_name(cfg: dict, rng: np.random.Generator, layers: int) -> str:
     stems = {
         "resnet": [f"resnet50.{topo}.{dt}", f"resnet_v1_{50 if layers < 24 else 101}_official_batch_{cfg['batch']}_{dt}",
                    f"resnet_batch_{cfg['batch']}_{mode}"],
+        "plaincnn": [f"alexnet_{mode}_batch_{cfg['batch']}",
+                     f"vgg{16 if layers > 3 else 11}_batch_{cfg['batch']}_{mode}"],
         "inception": [f"inception_v3_batch_{cfg['batch']}_{mode}", f"inception_v4.{topo}.{dt}"],
         "unet3d": [f"unet_3d.{topo}.{dt}", f"unet3d_batch_{cfg['batch']}_{mode}"],
         "bert": [f"bert_pretraining.{topo}.{dt}", f"mlperf_bert_batch_{cfg['batch']}_{topo}",
@@ -173,6 +185,7 @@ def _build(source: str, cfg: dict, layers: int, seed: int, name: str) -> Module:
     counter = e.param(Shape("s32")) if looped else -1
     out = FAMILIES[cfg["family"]](net, cfg, layers)
     if not looped:
+        comp.eliminate_dead_code()
         return Module(name, [*prog.subs, comp])
     if train:
         updates = train_step(prog, e, net, cfg, out, counter)
@@ -183,6 +196,9 @@ def _build(source: str, cfg: dict, layers: int, seed: int, name: str) -> Module:
     updates[counter] = e.ew("add", counter, e.const("s32", "one"))
     params = [i for i, ins in enumerate(comp.instructions) if ins.opcode == "parameter"]
     e.tuple_([updates.get(p, p) for p in params])
+    # As XLA would: no gradient of the input data (the first layer's input gradient is computed by the tape, and
+    # nothing uses it).
+    comp.eliminate_dead_code()
     elems = _params_to_tuple(comp, prog)
 
     cond = Computation(f"while_cond_{uid}")
@@ -236,7 +252,7 @@ def build_program(source: str, rng: np.random.Generator, target_nodes: int) -> M
         n1 = count(cfg, 1)
         if n1 <= 1.2 * target_nodes:
             break
-        if cfg["train"]:
+        if cfg["train"] and cfg["family"] != "plaincnn":
             cfg.update(train=False, devices=1)
             n1 = count(cfg, 1)
             if n1 <= 1.2 * target_nodes:

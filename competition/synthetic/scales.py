@@ -212,7 +212,7 @@ SCALES: dict[str, Scale] = {
 }
 
 
-GENERATOR_VERSION: int = 8
+GENERATOR_VERSION: int = 9
 """The version of the world's generator, stored in ``world.json``: raised whenever the same settings give other
 bytes (2: tile bounds in hardware tiles and the tile physics calibrated to real records; 3: layout search spaces,
 default heuristic and searches calibrated to real records; 4: a tile kernel in one chunk stays on chip; 5: a tile
@@ -221,8 +221,10 @@ graph: only a convolution's or dot's output layout costs, searches tie nodes and
 layouts; 7: one default search in ten stays narrow, every split holding its share, instead of three in ten
 drawn at random, a wandering one changes an output layout in a sixth of its steps, and nlp random searches leave
 an output layout one time in 5; 8: the products of the window, slice, dynamic-slice and pad lists are 1, not 0, on
-ops those lists are empty on, as the real featurizer writes them), so that a world made by an older generator is never taken for a
-current one. A manifest without it was made by version 1."""
+ops those lists are empty on, as the real featurizer writes them; 9: xla programs include AlexNet- and VGG-like
+plain CNNs, trained; a training step computes no gradient of its input data (the dead input gradient of the
+first layer is removed, as XLA removes it) and trains its dense biases), so that a world made by an older
+generator is never taken for a current one. A manifest without it was made by version 1."""
 
 
 @dataclass(frozen=True)

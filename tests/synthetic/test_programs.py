@@ -141,6 +141,44 @@ def test_training_graphs_have_real_structure(source: str) -> None:
     assert min(shares) > 0.015 and max(shares) > 0.06 and 0.03 < np.mean(shares) < 0.09, shares
 
 
+def test_plain_cnns_are_trained_with_alexnets_strided_stem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plain CNN family (AlexNet, VGG) is built as a training step: its forward convolutions carry biases and
+    no batch norm, AlexNet's stem is an 11x11 window at stride 4, and the backward pass turns that stride into the
+    kernel gradient's window dilation (as the real alexnet graph's convolutions hold it). No gradient of the input
+    images is computed: as in the real graph, 14 convolutions for 5 layers, not 15."""
+    import competition.synthetic.programs as programs
+
+    draw = programs._draw_config
+
+    def plain(source: str, rng: np.random.Generator, target: int) -> dict:
+        while True:
+            cfg = draw(source, rng, target)
+            if cfg["family"] == "plaincnn":
+                return cfg
+
+    monkeypatch.setattr(programs, "_draw_config", plain)
+    seen: set[tuple[int, int]] = set()
+    for seed in range(4):
+        m = build_program("xla", np.random.default_rng(seed), 420)
+        _check_valid(m)
+        assert m.name.startswith(("alexnet_train_batch_", "vgg")), m.name
+        assert any(i.opcode == "while" for i in m.instructions()), m.name
+        assert 0.65 * 420 <= m.num_nodes <= 1.35 * 420, (m.name, m.num_nodes)
+        convs = [i for i in m.instructions() if i.opcode == "convolution"]
+        stem = max(convs, key=lambda i: i.window.stride[0])
+        seen.add((stem.window.size[0], stem.window.stride[0]))
+        stride = stem.window.stride[0]
+        assert any(i.window.window_dilation[0] == stride for i in convs), m.name  # kernel gradient
+        input_grads = sum(i.window.reversal[0] for i in convs)  # the flipped kernel
+        assert len(convs) == 3 * (input_grads + 1) - 1, m.name  # per layer forward, kernel and input gradients
+        assert not any(i.window.base_dilation[0] == stride for i in convs), m.name
+        assert not any(i.opcode == "rsqrt" for i in m.instructions()), m.name  # no normalisation
+        g = featurize(m)
+        conf = int(np.isin(g.node_opcode, list(CONFIGURABLE_OPCODES)).sum())
+        assert 0.03 <= conf / m.num_nodes <= 0.10, (m.name, conf, m.num_nodes)
+    assert (11, 4) in seen
+
+
 def test_deterministic() -> None:
     for source in ("xla", "nlp"):
         a = build_program(source, np.random.default_rng(11), 900)
