@@ -27,9 +27,15 @@ import numpy.typing as npt
 from competition.opcodes import CONVOLUTION, DOT, RESHAPE
 from competition.reader import LayoutGraph, RowSelection
 from competition.schema import (
+    COL_FEATURE_GROUP_COUNT,
     COL_SHAPE_PRODUCT,
+    COLS_CONV_DIMS,
     COLS_LAYOUT,
     COLS_SHAPE,
+    CONV_INPUT_FEATURE,
+    CONV_KERNEL_INPUT_FEATURE,
+    CONV_KERNEL_OUTPUT_FEATURE,
+    CONV_OUTPUT_FEATURE,
     LAYOUT_SLOT_COLUMNS,
     MAX_RANK,
     TPU_LANES,
@@ -138,6 +144,9 @@ class LayoutContext:
             node of type k, ``(0, 0)`` otherwise.
         pad_waste: float64 ``[P * 49]``, indexed as ``pad_log2``: the node's padded output elements beyond its
             cheapest layout's, over the cheapest padded elements of all P nodes (``out_pad_waste_share``).
+        pad_work_waste: float64 ``[P * 49]``, indexed as ``pad_log2``: the node's work times its occupancy to the
+            power :data:`PAD_COST_EXPONENT` beyond its cheapest layout's, over the same cost of all P nodes at their
+            cheapest (``out_pad_work_share``).
     """
 
     type_positions: tuple[npt.NDArray[np.int64], ...]
@@ -158,6 +167,7 @@ class LayoutContext:
     pad_excess: npt.NDArray[np.float64]
     pad_weights: npt.NDArray[np.float64]
     pad_waste: npt.NDArray[np.float64]
+    pad_work_waste: npt.NDArray[np.float64]
 
 
 def layout_links(graph: LayoutGraph) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -286,6 +296,62 @@ def padding_table(node_feat: npt.NDArray[np.floating]) -> tuple[npt.NDArray[np.f
     return np.log2(occ), occ > smallest * (1.0 + 1e-9)
 
 
+PAD_COST_EXPONENT: float = 1.5
+"""``out_pad_work_share`` charges a convolution's or dot's work times its output occupancy to this power. The
+real alexnet graph's two largest layout effects order the power: its [11, 11, 3, 64] kernel gradient with the 3
+minor (occupancy 42.7, about 2e9 multiply-adds) slows the program by 4.39x the best runtime, the batch-minor
+outputs of 8 forward convolutions (occupancy 4, about 4e10 multiply-adds together) by 1.31x. Plain wasted work
+(power 1) ranks the second above the first; 1.5 ranks them in the real order (3.35x apart, 2.2x at 1.5, 6.8x at
+2)."""
+
+
+def node_work(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
+              edge_index: npt.NDArray[np.integer], nodes: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
+    """The multiply-adds of each convolution or dot of ``nodes`` (node ids), from the shapes of the node and of its
+    first two producers (the file does not keep operand order; one producer counts twice).
+
+    A convolution whose producers fit its dimension numbers (the kernel's output feature size is the output's
+    feature size, the input's feature size the kernel's input feature size), either way round, gets exactly
+    ``|out| * |kernel| / (kernel output features * feature groups)``, forward and gradient convolutions alike.
+    Any other node gets ``sqrt(|out| * |a| * |b|)`` of the three element counts: exact for a dot without batch
+    dims (``M * K * N``), and the square root of the batch size above it with them.
+    """
+    products = np.maximum(np.asarray(node_feat[:, COL_SHAPE_PRODUCT], dtype=np.float64), 1.0)
+    nodes = np.asarray(nodes, dtype=np.int64)
+    consumer = np.asarray(edge_index[:, 0], dtype=np.int64)
+    producer = np.asarray(edge_index[:, 1], dtype=np.int64)
+    sel = np.isin(consumer, nodes)
+    consumer, producer = consumer[sel], producer[sel]
+    order = np.lexsort((producer, consumer))
+    consumer, producer = consumer[order], producer[order]
+    start, stop = np.searchsorted(consumer, nodes), np.searchsorted(consumer, nodes, side="right")
+    last = max(producer.size - 1, 0)
+    first = np.where(stop > start, producer[np.minimum(start, last)] if producer.size else -1, -1)
+    second = np.where(stop > start + 1, producer[np.minimum(start + 1, last)] if producer.size else -1, first)
+    a = np.where(first >= 0, products[np.maximum(first, 0)], 1.0)
+    b = np.where(second >= 0, products[np.maximum(second, 0)], a)
+    work = np.sqrt(products[nodes] * a * b)
+    dims = np.asarray(node_feat[:, COLS_SHAPE], dtype=np.float64)
+    conv = np.asarray(node_feat[:, COLS_CONV_DIMS], dtype=np.float64)
+    groups = np.maximum(np.asarray(node_feat[:, COL_FEATURE_GROUP_COUNT], dtype=np.float64), 1.0)
+    for i in np.flatnonzero((second >= 0) & (np.asarray(node_opcode)[nodes] == CONVOLUTION)).tolist():
+        node = int(nodes[i])
+        cd = conv[node]
+        if not (cd >= 0).all():
+            continue
+        idx = [int(v) for v in cd[[CONV_INPUT_FEATURE, CONV_KERNEL_INPUT_FEATURE, CONV_KERNEL_OUTPUT_FEATURE,
+                                    CONV_OUTPUT_FEATURE]]]
+        if max(idx) >= MAX_RANK:
+            continue
+        in_f, k_in, k_out, out_f = idx
+        for inp, ker in ((int(first[i]), int(second[i])), (int(second[i]), int(first[i]))):
+            kd, xd, od = dims[ker], dims[inp], dims[node]
+            if kd[k_out] > 0 and kd[k_out] == od[out_f] and xd[in_f] == kd[k_in]:
+                work[i] = products[node] * products[ker] / kd[k_out] / groups[node]
+                break
+    return work
+
+
 def layout_context(graph: LayoutGraph) -> LayoutContext:
     """Precompute the per-graph parts of :func:`layout_features` (links, node types, sizes, aggregates)."""
     ops = graph.node_opcode[graph.node_config_ids]
@@ -325,6 +391,10 @@ def layout_context(graph: LayoutGraph) -> LayoutContext:
     elements = np.maximum(np.asarray(pad_feat[:, COL_SHAPE_PRODUCT], dtype=np.float64), 1.0)[:, None, None]
     least = elements * 2.0 ** pad_log2.min(axis=(1, 2), keepdims=True, initial=np.inf)
     pad_waste = (elements * 2.0 ** pad_log2 - least) / max(float(least.sum()), 1.0)
+    work = node_work(graph.node_feat, graph.node_opcode, graph.edge_index, graph.node_config_ids[pad_positions])
+    cost = work[:, None, None] * 2.0 ** (PAD_COST_EXPONENT * pad_log2)
+    least_cost = cost.min(axis=(1, 2), keepdims=True, initial=np.inf)
+    pad_work_waste = (cost - least_cost) / max(float(least_cost.sum()), 1.0)
     pad_weights = np.zeros((pad_positions.size, 2 * len(pad_typed)))
     first = 0
     for k, pos in enumerate(pad_typed):
@@ -350,13 +420,15 @@ def layout_context(graph: LayoutGraph) -> LayoutContext:
         pad_excess=pad_excess.reshape(-1).astype(np.float64),
         pad_weights=pad_weights,
         pad_waste=pad_waste.reshape(-1),
+        pad_work_waste=pad_work_waste.reshape(-1),
     )
 
 
 def layout_feature_names() -> list[str]:
     """Column names of :func:`layout_features`, in order (its docstring defines each group): the per-type
     histograms, the distance from the default, the link columns, the output padding columns
-    (``{t}_out_pad_log2_size``, ``{t}_out_pad_excess_count`` for t in conv, dot, then ``out_pad_waste_share``),
+    (``{t}_out_pad_log2_size``, ``{t}_out_pad_excess_count`` for t in conv, dot, then ``out_pad_waste_share``,
+    ``out_pad_work_share``),
     then the graph aggregates."""
     names: list[str] = []
     for t, _ in CONFIG_NODE_TYPES:
@@ -375,9 +447,9 @@ def layout_feature_names() -> list[str]:
 def _padding_names() -> list[str]:
     """Names of the output padding columns (:func:`layout_features`): per type of :data:`PADDING_NODE_TYPES`, the
     size-weighted ``log2`` occupancy and the count of nodes padded more than their cheapest layout; then the share
-    of padded output elements wasted over all of them."""
+    of padded output elements wasted over all of them, and the share of their work (:func:`node_work`)."""
     return [*(name for t in PADDING_NODE_TYPES for name in (f"{t}_out_pad_log2_size", f"{t}_out_pad_excess_count")),
-            "out_pad_waste_share"]
+            "out_pad_waste_share", "out_pad_work_share"]
 
 
 def _padding_block(raw: npt.NDArray[np.float32], ctx: LayoutContext) -> npt.NDArray[np.float64]:
@@ -398,10 +470,11 @@ def _padding_block(raw: npt.NDArray[np.float32], ctx: LayoutContext) -> npt.NDAr
     flat = cast[:, :, 0].astype(np.intp) * len(MINOR_VALUES) + cast[:, :, 1]
     flat += np.arange(p) * len(MINOR_VALUES) ** 2 + len(MINOR_VALUES) + 1  # codes value + 1, per node 49 entries
     k = ctx.pad_weights.shape[1]
-    cols = np.empty((q, k + 1))
+    cols = np.empty((q, k + 2))
     cols[:, 0:k:2] = ctx.pad_log2[flat] @ ctx.pad_weights[:, 0::2]
     cols[:, 1:k:2] = ctx.pad_excess[flat] @ ctx.pad_weights[:, 1::2]
     cols[:, k] = ctx.pad_waste[flat].sum(axis=1)
+    cols[:, k + 1] = ctx.pad_work_waste[flat].sum(axis=1)
     return cols
 
 
@@ -608,6 +681,9 @@ def layout_features(graph: LayoutGraph, rows: RowSelection = None, *, context: L
       convolution and dot nodes together, the padded elements beyond each node's cheapest layout
       (``elements * (occupancy - cheapest occupancy)``, elements the shape product) over the sum of their cheapest
       padded elements: the share of the graph's matrix-unit output work a config wastes, comparable across graphs;
+      ``out_pad_work_share``, the same with each node weighted by its multiply-adds (:func:`node_work`) and its
+      occupancy raised to :data:`PAD_COST_EXPONENT`: a small output computed from large operands (a kernel
+      gradient) wastes its whole computation when it pads, which the element count does not see;
     * graph aggregates (same for every config): node and edge counts, ``sum log2(1 + shape product)``, the
       opcode counts of :data:`features.tabular.FREQUENT_OPCODES`, configurable nodes in all and per type, and the
       number of links.

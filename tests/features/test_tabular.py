@@ -20,11 +20,13 @@ from competition.synthetic.physics import physical_elements
 from features.tabular_layout import (
     CONFIG_NODE_TYPES,
     MINOR_VALUES,
+    PAD_COST_EXPONENT,
     PADDING_NODE_TYPES,
     layout_context,
     layout_feature_names,
     layout_features,
     layout_links,
+    node_work,
     padding_table,
 )
 from features.tabular_tile import (
@@ -374,7 +376,8 @@ def test_layout_padding_columns_exact(tmp_path: Path):
     above their cheapest layout's occupancy."""
     names = layout_feature_names()
     first = names.index("link_disagree_both_set_count") + 1  # after the link columns, before the aggregates
-    assert len(names) == 176 and names[first:first + 6] == [*PADDING_NAMES, "out_pad_waste_share", "graph_nodes"]
+    assert len(names) == 177 and names[first:first + 7] == [*PADDING_NAMES, "out_pad_waste_share",
+                                                            "out_pad_work_share", "graph_nodes"]
     graph = _padding_graph(tmp_path)
     x = layout_features(graph)
     col = _columns(x, names)
@@ -389,6 +392,17 @@ def test_layout_padding_columns_exact(tmp_path: Path):
     # 7 * 2 + 15 * 2 + 3 * 4 + 1 * 32 = 88. Config 0: A 7 * (8 - 2) + B 15 * (32 - 2); 1: D 1 * (128 - 32);
     # 2: A 7 * (64 - 2) + B 450; 3: A 42; 4: A 42 + B 450.
     np.testing.assert_allclose(col["out_pad_waste_share"], np.array([492, 96, 884, 42, 492]) / 88, rtol=1e-6)
+    # Work share: each node has one producer (A: the parameter, product 0 -> 1), so its work is
+    # sqrt(|out| * |producer|^2): A sqrt(7), B 7 sqrt(15), C 15 sqrt(3), D 3; cost = work * occupancy^1.5.
+    work = {"A": math.sqrt(7), "B": 7 * math.sqrt(15), "C": 15 * math.sqrt(3), "D": 3.0}
+
+    def excess(node: str, occ: float, cheapest: float) -> float:
+        return work[node] * (occ ** PAD_COST_EXPONENT - cheapest ** PAD_COST_EXPONENT)
+
+    least = sum(work[n] * c ** PAD_COST_EXPONENT for n, c in (("A", 2), ("B", 2), ("C", 4), ("D", 32)))
+    expected = [excess("A", 8, 2) + excess("B", 32, 2), excess("D", 128, 32), excess("A", 64, 2) + excess("B", 32, 2),
+                excess("A", 8, 2), excess("A", 8, 2) + excess("B", 32, 2)]
+    np.testing.assert_allclose(col["out_pad_work_share"], np.array(expected) / least, rtol=1e-6)
     _assert_matches_reference(graph, x)
     np.testing.assert_array_equal(layout_features(graph, [4, 0, 2], block_rows=1), x[[4, 0, 2]])
 
@@ -401,6 +415,31 @@ def test_layout_padding_columns_zero_without_conv_or_dot(layout_graph: LayoutGra
     graph = _write_layout(tmp_path, feat, ops, edges, layout_graph.node_config_ids, layout_graph.config_features())
     col = _columns(layout_features(graph), layout_feature_names())
     assert all(col[name] == [0] * 4 for name in PADDING_NAMES)
+
+
+def test_node_work_counts_multiply_adds_of_convolutions_either_operand_order_and_dots():
+    """The real alexnet's kernel gradient: f32[11,11,3,64] from the images [32,224,224,3] (the input, batch and
+    feature roles swapped) and the output gradient [32,54,54,64] (the kernel: input feature its batch, output
+    feature its 64): 11 * 11 * 3 * 64 outputs of 32 * 54 * 54 multiply-adds each, whichever producer comes first. A
+    dot [8,16] x [16,4]: sqrt(32 * 128 * 64) = 8 * 16 * 4. A convolution whose producers fit no reading of its
+    dimension numbers falls back to the same square root."""
+    feat = np.zeros((9, 140), dtype=np.float32)
+    for node, dims in ((0, [32, 224, 224, 3]), (1, [32, 54, 54, 64]), (2, [11, 11, 3, 64]), (3, [32, 224, 224, 3]),
+                       (4, [11, 11, 3, 64]), (5, [8, 16]), (6, [16, 4]), (7, [8, 4]), (8, [11, 11, 3, 64])):
+        feat[node, 21:21 + len(dims)] = dims
+        feat[node, COL_SHAPE_PRODUCT] = np.prod(dims)
+    for node in (2, 4, 8):  # input batch 3, feature 0; kernel input feature 0, output feature 3; output feature 3
+        feat[node, 93:107] = [3, 0, 1, 2, 0, 0, 0, 3, 1, 2, 0, 0, 2, 3]
+    feat[8, 93 + 7] = 2  # a kernel output feature that does not match the output's
+    ops = np.full(9, PARAMETER)
+    ops[[2, 4, 8]] = CONVOLUTION
+    ops[7] = DOT
+    # edge_index rows are [consumer, producer]; node 4's producers are (1, 3): the kernel comes first by id.
+    edges = np.array([[2, 0], [2, 1], [4, 1], [4, 3], [7, 5], [7, 6], [8, 0], [8, 1]])
+    work = node_work(feat, ops, edges, np.array([2, 4, 7, 8]))
+    exact = 11 * 11 * 3 * 64 * 32 * 54 * 54
+    np.testing.assert_allclose(work, [exact, exact, 8 * 16 * 4,
+                                      math.sqrt(11 * 11 * 3 * 64 * 32 * 224 * 224 * 3 * 32 * 54 * 54 * 64)])
 
 
 def test_padding_table_of_the_real_alexnet_convolution():
