@@ -298,11 +298,11 @@ def padding_table(node_feat: npt.NDArray[np.floating]) -> tuple[npt.NDArray[np.f
 
 PAD_COST_EXPONENT: float = 1.5
 """``out_pad_work_share`` charges a convolution's or dot's work times its output occupancy to this power. The
-real alexnet graph's two largest layout effects order the power: its [11, 11, 3, 64] kernel gradient with the 3
-minor (occupancy 42.7, about 2e9 multiply-adds) slows the program by 4.39x the best runtime, the batch-minor
-outputs of 8 forward convolutions (occupancy 4, about 4e10 multiply-adds together) by 1.31x. Plain wasted work
-(power 1) ranks the second above the first; 1.5 ranks them in the real order (3.35x apart, 2.2x at 1.5, 6.8x at
-2)."""
+real alexnet graph's two largest layout effects order the power (lab/journal.md, "the real graph's tail ranked
+in reverse"): its [11, 11, 3, 64] kernel gradient with the 3 minor (a tiny output from large operands) slows the
+program several times more than 8 forward convolutions with their batch minor, which pad less but do more work
+together. Plain wasted work (power 1) ranks the second above the first; 1.5 ranks them in the real order, 2
+overshoots the real ratio between them."""
 
 
 def node_work(node_feat: npt.NDArray[np.floating], node_opcode: npt.NDArray[np.integer],
