@@ -152,9 +152,17 @@ def write_npz(
     """
     with atomic_path(path, check=check, exclusive=exclusive) as tmp:
         with open(tmp, "wb") as raw:
-            with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            zf = zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True)
+            try:
                 for key, value in arrays.items():
                     _write_member(zf, key, value, compress_level)
+            except BaseException:
+                # Interrupted (a signal, a full disk): the temporary file is dropped unfinished. Closing the zip
+                # would write its directory, or fail where a member's write was cut short (and the garbage
+                # collector would print that failure at exit): forget its file instead.
+                zf.fp = None
+                raise
+            zf.close()
             raw.flush()
             os.fsync(raw.fileno())
     return Path(path)

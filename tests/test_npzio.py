@@ -56,6 +56,36 @@ def test_failed_write_leaves_nothing_and_keeps_old_file(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.npz"]
 
 
+@pytest.mark.parametrize("where", ["opening a member", "writing a member"])
+def test_an_interrupted_write_raises_the_interrupt_and_leaves_no_complaint(tmp_path: Path, where: str,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    """A signal that lands while a member is opened (the zip then holds a write handle that never came to be)
+    or written ends the write with the interrupt itself, leaves no file, and nothing for the garbage collector
+    to print at exit ("Exception ignored in ZipFile.__del__")."""
+    import gc
+    import sys
+    import zipfile
+
+    handle = zipfile._ZipWriteFile  # what ZipFile.open(..., "w") returns
+    if where == "opening a member":
+        def interrupted_open(self, *args, **kwargs):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(handle, "__init__", interrupted_open)
+    else:
+        real_write = handle.write
+
+        def interrupted_write(self, data):
+            real_write(self, data)
+            raise KeyboardInterrupt
+        monkeypatch.setattr(handle, "write", interrupted_write)
+    complaints: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", complaints.append)
+    with pytest.raises(KeyboardInterrupt):
+        write_npz(tmp_path / "a.npz", {"x": np.arange(1000)})
+    gc.collect()
+    assert complaints == [] and list(tmp_path.iterdir()) == []
+
+
 def test_streamed_rows_must_match_declared_shape(tmp_path: Path):
     with pytest.raises(ValueError, match="blocks gave 2 rows, 3 declared"):
         write_npz(tmp_path / "s.npz", {"a": StreamedArray((3, 2), np.dtype(np.float32), [np.zeros((2, 2))])})
