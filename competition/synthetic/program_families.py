@@ -79,18 +79,7 @@ def _plaincnn(net: Net, cfg: dict, layers: int) -> int:
 
     def conv(y: int, cout: int, k: int, stride: int = 1) -> int:
         """A convolution with a bias, as AlexNet's and VGG's (no batch norm)."""
-        y = net.conv(y, cout, k, stride, nchw)
-        dims = e.sh(y).dims
-        bias = net.weight((cout,))
-        bparam = net._last_param
-        out = e.ew("add", y, net.vec_bcast(bias, dims, feat))
-
-        def back(g: int) -> int:
-            net.grad(bparam, e.reduce(g, tuple(a for a in range(len(dims)) if a != feat)))
-            return g
-
-        net.push(back)
-        return out
+        return net.bias(net.conv(y, cout, k, stride, nchw), feat)
 
     stem, stride = cfg["stem"]
     x = net.maxpool(net.relu(conv(x, width, stem, stride)), 3, 2, spatial)

@@ -166,6 +166,21 @@ class Net:
         self.push(back)
         return y
 
+    def bias(self, x: int, feat: int) -> int:
+        """``x`` plus a trained bias along dimension ``feat`` (a convolution's bias, without batch norm)."""
+        e = self.e
+        dims = e.sh(x).dims
+        b = self.weight((dims[feat],))
+        bparam = self._last_param
+        y = e.ew("add", x, self.vec_bcast(b, dims, feat))
+
+        def back(g: int) -> int:
+            self.grad(bparam, e.reduce(g, tuple(a for a in range(len(dims)) if a != feat)))
+            return g
+
+        self.push(back)
+        return y
+
     def relu(self, x: int) -> int:
         e = self.e
         dims = e.sh(x).dims
